@@ -1,0 +1,36 @@
+"""The ``chkpt-kafka`` format: Spark's Kafka options and schema, read with kafka-python."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from spark_chkpt.config import SourceConfig, parse_bool
+from spark_chkpt.records import spark_schema_ddl
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("chkpt-kafka")``: drop-in for ``format("kafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "chkpt-kafka"
+
+    def schema(self) -> str:
+        # Spark calls this at load() on the driver: validate every option here so a bad
+        # one fails the user's load() call, not a task on an executor later.
+        SourceConfig.from_options(self.options, streaming=None)
+        return spark_schema_ddl(
+            include_headers=parse_bool("includeHeaders", self.options.get("includeHeaders"),
+                                       default=False)
+        )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from spark_chkpt.connectors.kafka_source import KafkaBatchReader
+
+        return KafkaBatchReader(config=SourceConfig.from_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from spark_chkpt.connectors.kafka_source import KafkaStreamReader
+
+        return KafkaStreamReader(config=SourceConfig.from_options(self.options, streaming=True))

@@ -1,0 +1,252 @@
+"""Readers of the ``chkpt-kafka`` source: streaming (micro-batch) and batch.
+
+Driver side: offsets are planned with :class:`~spark_chkpt.offset_reader.OffsetReader`
+(one consumer kept for the query's lifetime). Executor side: each input partition is
+read by :class:`~spark_chkpt.fetcher.RangeFetcher` into Arrow record batches.
+
+The offset Spark writes to its offset log is Spark's Kafka JSON, e.g.
+``{"events": {"0": 1200, "1": 1187}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_chkpt.config import SourceConfig
+from spark_chkpt.errors import DataLossError
+from spark_chkpt.offset_reader import OffsetReader
+from spark_chkpt.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    TopicPartition,
+    allocate_limit,
+    from_json,
+    split_ranges,
+    to_json,
+    total_lag,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+class KafkaInputPartition(InputPartition):
+    """One read task: an offset range of one topic-partition (pickled to the executor)."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(None)
+        self.topic = rng.tp.topic
+        self.partition = rng.tp.partition
+        self.start = rng.start
+        self.end = rng.end
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(TopicPartition(self.topic, self.partition), self.start, self.end)
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({self.range})"
+
+
+def _read_partition(config: SourceConfig, partition: InputPartition,
+                    client_id: str) -> Iterator[pa.RecordBatch]:
+    from spark_chkpt.fetcher import RangeFetcher
+
+    assert isinstance(partition, KafkaInputPartition), partition  # Spark hands back ours
+    with RangeFetcher(config=config, client_id=client_id) as fetcher:
+        yield from fetcher.read(partition.range)
+
+
+class _Planner:
+    """What the batch and the streaming reader share: the driver-side offset reader."""
+
+    def __init__(self, *, config: SourceConfig) -> None:
+        self.config = config
+        self._run_id = uuid.uuid4().hex[:12]
+        self._offsets: OffsetReader | None = None
+
+    @property
+    def client_id(self) -> str:
+        return f"{self.config.group_id_prefix}-{self._run_id}"
+
+    @property
+    def offsets(self) -> OffsetReader:
+        if self._offsets is None:
+            self._offsets = OffsetReader(config=self.config, client_id=self.client_id + "-driver")
+        return self._offsets
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader is pickled to executors for read(): leave the driver's consumer behind.
+        state = self.__dict__.copy()
+        state["_offsets"] = None
+        return state
+
+    def plan(self, start: PartitionOffsets, end: PartitionOffsets) -> list[InputPartition]:
+        """Input partitions for ``[start, end)``; partitions new since ``start`` read from
+        their earliest offset; an end before its start is data loss."""
+        new = [tp for tp in end if tp not in start]
+        first = dict(start)
+        first.update(self.offsets.earliest(new))
+        ranges = []
+        for tp, until in sorted(end.items()):
+            since = first[tp]
+            if until < since:
+                self._data_loss(f"{tp}: the offset went back from {since} to {until} (the "
+                                "topic was recreated or truncated)")
+                continue
+            ranges.append(OffsetRange(tp, since, until))
+        pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
+        return [KafkaInputPartition(r) for r in pieces]
+
+    def _data_loss(self, message: str) -> None:
+        if self.config.fail_on_data_loss:
+            raise DataLossError(message + ". Some data may have been lost. Set "
+                                "failOnDataLoss=false to go on with a warning instead.")
+        log.warning("%s; going on because failOnDataLoss=false", message)
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
+
+
+class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader: Spark's Kafka source semantics, plus group offset commits."""
+
+    def __init__(self, *, config: SourceConfig) -> None:
+        super().__init__(config=config)
+        self._available_now: PartitionOffsets | None = None
+        self._last_trigger = time.monotonic()
+        self._latest: PartitionOffsets = {}
+
+    def initialOffset(self) -> dict:
+        spec = self.config.starting
+        tps = self.offsets.partitions()
+        offsets = self.offsets.resolve(spec, tps, option=_starting_option(spec.kind),
+                                       missing_time=self.config.timestamp_strategy)
+        log.info("chkpt-kafka starts at %s", to_json(offsets))
+        return to_json(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.config.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.config.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self.offsets.partitions()
+        self._available_now = self.offsets.latest(tps)
+        log.info("chkpt-kafka Trigger.AvailableNow reads up to %s", to_json(self._available_now))
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_json(start)
+        tps = self.offsets.partitions()
+        if self._available_now is not None:
+            # Read what existed when the query started; partitions added since wait.
+            latest = {tp: off for tp, off in self._available_now.items() if tp in set(tps)}
+        else:
+            latest = self.offsets.latest(tps)
+        gone = [tp for tp in begin if tp not in latest]
+        if gone:
+            self._data_loss(f"{gone[0]} is no longer in Kafka ({len(gone)} partition(s) gone: "
+                            "topic deleted or unsubscribed)")
+        effective = {tp: off for tp, off in begin.items() if tp in latest}
+        new = [tp for tp in latest if tp not in effective]
+        if new:
+            earliest = self.offsets.earliest(new)
+            log.info("chkpt-kafka found new partitions %s; reading them from earliest",
+                     ", ".join(str(tp) for tp in new))
+            effective.update(earliest)
+        for tp, off in list(effective.items()):
+            if latest[tp] < off:
+                self._data_loss(f"{tp}: the log now ends at {latest[tp]}, before the offset "
+                                f"{off} already read (topic recreated or truncated)")
+                effective[tp] = latest[tp]
+        self._latest = latest
+        end = latest
+        if isinstance(limit, ReadMaxRows):
+            end = allocate_limit(effective, latest, max_records=limit.max_rows)
+        if self._waits_for_more(effective, end, limit):
+            return start
+        if to_json(end) != start:
+            self._last_trigger = time.monotonic()
+        return to_json(end)
+
+    def _waits_for_more(self, start: PartitionOffsets, end: PartitionOffsets,
+                        limit: ReadLimit) -> bool:
+        """minOffsetsPerTrigger: skip this trigger until enough records or maxTriggerDelay."""
+        wanted = self.config.min_offsets_per_trigger
+        if wanted is None or self._available_now is not None or isinstance(limit,
+                                                                         ReadAllAvailable):
+            return False
+        waited_ms = (time.monotonic() - self._last_trigger) * 1000
+        if total_lag(start, end) >= wanted or waited_ms >= self.config.max_trigger_delay_ms:
+            return False
+        log.debug("chkpt-kafka waits: %d new records < minOffsetsPerTrigger %d",
+                  total_lag(start, end), wanted)
+        return True
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_json(self._latest) if self._latest else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return self.plan(from_json(start), from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.config, partition, self.client_id + "-executor")
+
+    def commit(self, end: dict) -> None:
+        """Spark finished the batch ending at ``end``: make it visible to lag tools."""
+        if self.config.group_id is None:
+            return
+        try:
+            self.offsets.commit_group(group_id=self.config.group_id, offsets=from_json(end))
+        except Exception as e:  # progress reporting must not fail a committed batch
+            log.warning("chkpt-kafka could not commit offsets for group %s: %s",
+                        self.config.group_id, e)
+
+    def stop(self) -> None:
+        super().stop()
+
+
+class KafkaBatchReader(_Planner, DataSourceReader):
+    """``spark.read.format("chkpt-kafka")``: reads ``[startingOffsets, endingOffsets)``."""
+
+    def partitions(self) -> Sequence[InputPartition]:
+        tps = self.offsets.partitions()
+        start = self.offsets.resolve(self.config.starting, tps,
+                                     option=_starting_option(self.config.starting.kind),
+                                     missing_time=self.config.timestamp_strategy)
+        end = self.offsets.resolve(self.config.ending, tps,
+                                   option=_ending_option(self.config.ending.kind),
+                                   missing_time="latest")
+        try:
+            return self.plan(start, end)
+        finally:
+            self.stop()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.config, partition, self.client_id + "-executor")
+
+
+def _starting_option(kind: str) -> str:
+    return {"timestamp": "startingTimestamp",
+            "timestamps": "startingOffsetsByTimestamp"}.get(kind, "startingOffsets")
+
+
+def _ending_option(kind: str) -> str:
+    return {"timestamp": "endingTimestamp",
+            "timestamps": "endingOffsetsByTimestamp"}.get(kind, "endingOffsets")

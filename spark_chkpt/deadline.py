@@ -1,0 +1,24 @@
+"""Deadlines as objects: pass one in instead of calling the clock deep inside."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A point on the monotonic clock."""
+
+    at: float = field(default=0.0)
+
+    @classmethod
+    def after(cls, *, seconds: float) -> Deadline:
+        return cls(at=time.monotonic() + seconds)
+
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self.at - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at

@@ -1,0 +1,119 @@
+"""The offset model: per-partition positions, ranges, read limits. Pure, no Kafka import.
+
+Offsets in Spark's offset log are JSON keyed by topic then partition, as Spark's own
+Kafka source writes them: ``{"events": {"0": 1200, "1": 1187}}``. An offset is the
+next offset to read (exclusive end of what was read).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from spark_chkpt.errors import ChkptError
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+PartitionOffsets = dict[TopicPartition, int]
+
+
+def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """Spark's offset-log shape: topic -> partition (as a string) -> offset."""
+    doc: dict[str, dict[str, int]] = {}
+    for tp in sorted(offsets):
+        doc.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+    return doc
+
+
+def from_json(doc: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """Inverse of :func:`to_json`; raises :class:`ChkptError` naming a malformed entry."""
+    offsets: PartitionOffsets = {}
+    if not isinstance(doc, Mapping):
+        raise ChkptError(f"offset {doc!r} is not a JSON object keyed by topic")
+    for topic, parts in doc.items():
+        if not isinstance(parts, Mapping):
+            raise ChkptError(f"offset entry for topic {topic!r} is not an object: {parts!r}")
+        for part, value in parts.items():
+            try:
+                offsets[TopicPartition(str(topic), int(part))] = int(value)
+            except (TypeError, ValueError) as e:
+                raise ChkptError(f"offset entry {topic}-{part}: {value!r} is not a number") from e
+    return offsets
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets ``[start, end)`` of one topic-partition: one read task's work."""
+
+    tp: TopicPartition
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+    def __str__(self) -> str:
+        return f"{self.tp} [{self.start}, {self.end})"
+
+
+def split_ranges(ranges: Iterable[OffsetRange], *, min_partitions: int | None) -> list[OffsetRange]:
+    """Split offset ranges so there are at least ``min_partitions`` pieces (Spark's rule).
+
+    Larger ranges get proportionally more pieces; empty ranges are dropped. Without
+    ``min_partitions``, or when there are already enough ranges, each range stays whole.
+    """
+    nonempty = [r for r in ranges if r.size > 0]
+    if not min_partitions or len(nonempty) >= min_partitions:
+        return nonempty
+    total = sum(r.size for r in nonempty)
+    pieces: list[OffsetRange] = []
+    for r in nonempty:
+        parts = max(1, math.ceil(r.size / total * min_partitions))
+        parts = min(parts, r.size)
+        step, extra = divmod(r.size, parts)
+        start = r.start
+        for i in range(parts):
+            end = start + step + (1 if i < extra else 0)
+            pieces.append(OffsetRange(r.tp, start, end))
+            start = end
+    return pieces
+
+
+def allocate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
+                   *, max_records: int) -> PartitionOffsets:
+    """Advance each partition toward ``latest`` reading at most ``max_records`` in all.
+
+    The budget is shared in proportion to each partition's lag (largest remainder, so
+    the total is exactly ``min(max_records, total lag)`` and a lagging partition is never
+    starved to zero while budget is left). Partitions absent from ``start`` are not advanced:
+    the caller puts new partitions in ``start`` at their earliest offset first.
+    """
+    lag = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(lag.values())
+    end = {tp: start.get(tp, latest[tp]) for tp in latest}
+    if total <= max_records:
+        return dict(latest)
+    shares = {tp: max_records * n / total for tp, n in lag.items()}
+    grant = {tp: math.floor(s) for tp, s in shares.items()}
+    left = max_records - sum(grant.values())
+    for tp in sorted(lag, key=lambda t: (grant[t] - shares[t], t)):
+        if left <= 0:
+            break
+        if grant[tp] < lag[tp]:
+            grant[tp] += 1
+            left -= 1
+    return {tp: end[tp] + grant[tp] for tp in latest}
+
+
+def total_lag(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:
+    return sum(max(0, end[tp] - start.get(tp, end[tp])) for tp in end)

@@ -1,0 +1,70 @@
+"""Topic administration for tests, demos and the sink: create, grow, describe."""
+
+from __future__ import annotations
+
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import ChkptError
+
+
+def _admin(bootstrap_servers: str):  # type: ignore[no-untyped-def]
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","),
+                            client_id="spark-chkpt-admin")
+
+
+def partition_count(*, bootstrap_servers: str, name: str) -> int:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","))
+    try:
+        consumer.topics()
+        return len(consumer.partitions_for_topic(name) or ())
+    finally:
+        consumer.close()
+
+
+def _wait_for_partitions(bootstrap_servers: str, name: str, partitions: int,
+                         timeout_s: float = 30.0) -> None:
+    deadline = Deadline.after(seconds=timeout_s)
+    while partition_count(bootstrap_servers=bootstrap_servers, name=name) < partitions:
+        if deadline.expired():
+            raise ChkptError(f"topic {name!r} did not show {partitions} partitions within "
+                             f"{timeout_s}s")
+
+
+def create_topic(*, bootstrap_servers: str, name: str, partitions: int = 1,
+                 replication_factor: int = 1, exist_ok: bool = False) -> None:
+    """Create ``name`` and wait until its metadata shows every partition."""
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = _admin(bootstrap_servers)
+    try:
+        admin.create_topics([NewTopic(name, partitions, replication_factor)])
+    except TopicAlreadyExistsError:
+        if not exist_ok:
+            raise
+    finally:
+        admin.close()
+    _wait_for_partitions(bootstrap_servers, name, partitions)
+
+
+def add_partitions(*, bootstrap_servers: str, name: str, total: int) -> None:
+    """Grow ``name`` to ``total`` partitions and wait until metadata shows them."""
+    from kafka.admin import NewPartitions
+
+    admin = _admin(bootstrap_servers)
+    try:
+        admin.create_partitions({name: NewPartitions(total)})
+    finally:
+        admin.close()
+    _wait_for_partitions(bootstrap_servers, name, total)
+
+
+def delete_topic(*, bootstrap_servers: str, name: str) -> None:
+    admin = _admin(bootstrap_servers)
+    try:
+        admin.delete_topics([name])
+    finally:
+        admin.close()
