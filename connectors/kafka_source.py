@@ -96,19 +96,16 @@ class _Planner:
         return state
 
     def plan(self, start: PartitionOffsets, end: PartitionOffsets) -> list[InputPartition]:
-        """Input partitions for ``[start, end)``; partitions new since ``start`` read from
-        their earliest offset; an end before its start is data loss."""
-        new = [tp for tp in end if tp not in start]
+        """Input partitions for ``[start, end)``. Partitions new since ``start`` are read
+        from their earliest offset; an end before its start is data loss (fail, or warn and
+        read that partition from its earliest offset)."""
+        went_back = [tp for tp in end if tp in start and end[tp] < start[tp]]
+        for tp in went_back:
+            self._data_loss(f"{tp}: the offset went back from {start[tp]} to {end[tp]} (the "
+                            "topic was recreated or truncated); reading it from earliest")
         first = dict(start)
-        first.update(self.offsets.earliest(new))
-        ranges = []
-        for tp, until in sorted(end.items()):
-            since = first[tp]
-            if until < since:
-                self._data_loss(f"{tp}: the offset went back from {since} to {until} (the "
-                                "topic was recreated or truncated)")
-                continue
-            ranges.append(OffsetRange(tp, since, until))
+        first.update(self.offsets.earliest([tp for tp in end if tp not in start] + went_back))
+        ranges = [OffsetRange(tp, first[tp], until) for tp, until in sorted(end.items())]
         pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
         return [KafkaInputPartition(r) for r in pieces]
 
@@ -170,11 +167,11 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
             log.info("chkpt-kafka found new partitions %s; reading them from earliest",
                      ", ".join(str(tp) for tp in new))
             effective.update(earliest)
-        for tp, off in list(effective.items()):
-            if latest[tp] < off:
-                self._data_loss(f"{tp}: the log now ends at {latest[tp]}, before the offset "
-                                f"{off} already read (topic recreated or truncated)")
-                effective[tp] = latest[tp]
+        went_back = [tp for tp, off in effective.items() if latest[tp] < off]
+        for tp in went_back:
+            self._data_loss(f"{tp}: the log now ends at {latest[tp]}, before the offset "
+                            f"{effective[tp]} already read (topic recreated or truncated)")
+        effective.update(self.offsets.earliest(went_back))
         self._latest = latest
         end = latest
         if isinstance(limit, ReadMaxRows):

@@ -1,0 +1,42 @@
+# The README's commands. Everything installs into .venv from setup.cfg.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup test unit demo lint format broker clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'
+	@command -v java >/dev/null || { echo "Java 17 is required (java not on PATH)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/python -m pytest -m "not integration and not fault" $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/python -m spark_chkpt.jobs.demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy spark_chkpt connectors jobs
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+broker: setup
+	$(BIN)/spark-chkpt broker
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,73 @@
+"""Shared fixtures: the broker (embedded, or KAFKA_BOOTSTRAP_SERVERS), one SparkSession,
+and a uniquely named topic per test."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers() -> Iterator[str]:
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    from spark_chkpt.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    from spark_chkpt.session import build_session
+
+    session = build_session(
+        app_name="spark-chkpt-tests",
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.python.worker.reuse": "true",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    base = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")[:60]
+    return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def make_topic(bootstrap_servers: str, topic_name: str) -> Callable[..., str]:
+    """Create a topic named after the test: ``make_topic(partitions=3)``."""
+    from spark_chkpt.topics import create_topic
+
+    counter = iter(range(1000))
+
+    def make(*, partitions: int = 1, suffix: str | None = None) -> str:
+        n = next(counter)
+        name = topic_name if n == 0 and suffix is None else f"{topic_name}-{suffix or n}"
+        create_topic(bootstrap_servers=bootstrap_servers, name=name, partitions=partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def producer(bootstrap_servers: str) -> Iterator[object]:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5)
+    yield p
+    p.close()

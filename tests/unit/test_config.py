@@ -1,0 +1,160 @@
+"""Option parsing: Spark's Kafka option names, one clear error per bad option."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_chkpt.config import OffsetSpec, SourceConfig, kafka_client_settings, parse_duration_ms
+from spark_chkpt.errors import ConfigError
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "events"}
+
+
+def parse(streaming: bool | None = True, **extra: str) -> SourceConfig:
+    return SourceConfig.from_options({**BASE, **extra}, streaming=streaming)
+
+
+def test_defaults_follow_spark() -> None:
+    cfg = parse()
+    assert cfg.starting == OffsetSpec(kind="latest")
+    assert cfg.fail_on_data_loss is True
+    assert cfg.include_headers is False
+    assert cfg.max_offsets_per_trigger is None
+    assert cfg.max_trigger_delay_ms == 15 * 60_000
+    assert cfg.subscription.topics == ("events",)
+    assert parse(streaming=False).starting == OffsetSpec(kind="earliest")
+
+
+def test_option_names_are_case_insensitive() -> None:
+    cfg = SourceConfig.from_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Subscribe": "a,b",
+                                     "STARTINGOFFSETS": "earliest"})
+    assert cfg.subscription.topics == ("a", "b")
+    assert cfg.starting.kind == "earliest"
+
+
+@pytest.mark.parametrize(
+    ("options", "option_named", "fragment"),
+    [
+        ({"subscribe": None}, "subscribe", "exactly one of"),
+        ({"subscribePattern": "e.*"}, "subscribe", "exactly one of"),
+        ({"kafka.bootstrap.servers": ""}, "kafka.bootstrap.servers", "required"),
+        ({"kafka.bootstrap.servers": "nohostport"}, "kafka.bootstrap.servers", "host:port"),
+        ({"startingOffsets": "middle"}, "startingOffsets", "not valid JSON"),
+        ({"startingOffsets": '{"events":{"0":"x"}}'}, "startingOffsets", "is not an offset"),
+        ({"startingOffsets": '{"events":{"0":-3}}'}, "startingOffsets", "below -2"),
+        ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger", "whole number"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", "greater than 0"),
+        ({"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger",
+         "must not exceed"),
+        ({"maxTriggerDelay": "soon"}, "maxTriggerDelay", "duration"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp", "milliseconds"),
+        ({"endingOffsets": "latest"}, "endingOffsets", "only for batch"),
+        ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
+        ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "not supported"),
+        ({"kafka.fetch.max.wait.mss": "5"}, "kafka.fetch.max.wait.mss", "kafka.fetch.max.wait.ms"),
+        ({"kafka.max.poll.records": "lots"}, "kafka.max.poll.records", "number"),
+        ({"kafka.ssl.truststore.location": "/x.jks"}, "kafka.ssl.truststore.location",
+         "ssl.cafile"),
+        ({"subscribePattern": "(", "subscribe": None}, "subscribePattern", "regular expression"),
+        ({"assign": "[0,1]", "subscribe": None}, "assign", "JSON"),
+    ],
+)
+def test_bad_option_names_option_value_and_rule(options: dict[str, str | None],
+                                                option_named: str, fragment: str) -> None:
+    merged = {**BASE, **options}
+    given = {k: v for k, v in merged.items() if v is not None}
+    with pytest.raises(ConfigError) as info:
+        SourceConfig.from_options(given, streaming=True)
+    assert info.value.option == option_named
+    assert fragment in str(info.value)
+    assert f"'{option_named}'" in str(info.value)
+
+
+def test_batch_rejects_latest_start_and_earliest_end() -> None:
+    with pytest.raises(ConfigError, match="startingOffsets"):
+        parse(streaming=False, startingOffsets="latest")
+    with pytest.raises(ConfigError, match="endingOffsets"):
+        parse(streaming=False, endingOffsets="earliest")
+    with pytest.raises(ConfigError, match="-2"):
+        parse(streaming=False, endingOffsets='{"events":{"0":-2}}')
+    with pytest.raises(ConfigError, match="only for streaming"):
+        parse(streaming=False, maxOffsetsPerTrigger="5")
+
+
+def test_schema_time_validation_accepts_both_kinds() -> None:
+    cfg = parse(streaming=None, endingOffsets='{"events":{"0":5}}', maxOffsetsPerTrigger="9")
+    assert cfg.ending.offsets == {"events": {0: 5}}
+    assert cfg.max_offsets_per_trigger == 9
+
+
+def test_offset_forms() -> None:
+    cfg = parse(startingOffsets='{"events":{"0":-2,"1":-1,"2":42}}')
+    assert cfg.starting.kind == "offsets"
+    assert cfg.starting.offsets == {"events": {0: -2, 1: -1, 2: 42}}
+    assert parse(startingTimestamp="1700000000000").starting == OffsetSpec(
+        kind="timestamp", timestamp_ms=1_700_000_000_000)
+    by_ts = parse(startingOffsetsByTimestamp='{"events":{"0":1700000000000}}').starting
+    assert by_ts.kind == "timestamps"
+    # Spark's precedence: startingTimestamp over startingOffsetsByTimestamp over startingOffsets
+    both = parse(startingTimestamp="5", startingOffsets="earliest").starting
+    assert both.kind == "timestamp"
+
+
+def test_assign_and_pattern() -> None:
+    cfg = SourceConfig.from_options({"kafka.bootstrap.servers": "h:1",
+                                     "assign": '{"a":[1,0],"b":[3]}'})
+    assert cfg.subscription.assigned == {"a": (0, 1), "b": (3,)}
+    cfg = SourceConfig.from_options({"kafka.bootstrap.servers": "h:1",
+                                     "subscribePattern": "ev.*"})
+    assert cfg.subscription.pattern == "ev.*"
+
+
+def test_kafka_settings_map_to_kafka_python_types() -> None:
+    settings = kafka_client_settings(
+        {
+            "kafka.fetch.max.wait.ms": "250",
+            "kafka.check.crcs": "false",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                      'required username="alice" password="s3cr\\"t";',
+            "kafka.isolation.level": "read_committed",
+            "kafka.api.version": "2.8.0",
+            "kafka.bootstrap.servers": "ignored-here:1",
+            "subscribe": "not-a-kafka-setting",
+        },
+        role="consumer",
+    )
+    assert settings == {
+        "fetch_max_wait_ms": 250,
+        "check_crcs": False,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": 's3cr\\"t',
+        "isolation_level": "read_committed",
+        "api_version": (2, 8, 0),
+    }
+
+
+def test_kafka_settings_reject_object_valued_and_owned_settings() -> None:
+    with pytest.raises(ConfigError, match="unknown or unsupported"):
+        kafka_client_settings({"kafka.selector": "x"}, role="consumer")
+    with pytest.raises(ConfigError, match="not supported"):
+        kafka_client_settings({"kafka.value.serializer": "x"}, role="producer")
+
+
+def test_consumer_settings_are_group_less_and_never_auto_commit() -> None:
+    cfg = parse(**{"kafka.group.id": "lag-visible", "kafka.fetch.min.bytes": "10"})
+    settings = cfg.consumer_settings(client_id="c")
+    assert settings["group_id"] is None
+    assert settings["enable_auto_commit"] is False
+    assert settings["fetch_min_bytes"] == 10
+    assert cfg.group_id == "lag-visible"
+
+
+@pytest.mark.parametrize(("raw", "ms"), [("100ms", 100), ("30s", 30_000), ("15m", 900_000),
+                                         ("2h", 7_200_000), ("250", 250)])
+def test_durations(raw: str, ms: int) -> None:
+    assert parse_duration_ms("maxTriggerDelay", raw, default_ms=1) == ms

@@ -1,0 +1,126 @@
+"""The stream reader's planning decisions, on a scripted offset reader (no Kafka, no Spark):
+read limits, minOffsetsPerTrigger/maxTriggerDelay, Trigger.AvailableNow, new and lost
+partitions."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from spark_chkpt.config import SourceConfig
+from spark_chkpt.connectors.kafka_source import KafkaStreamReader
+from spark_chkpt.errors import DataLossError
+from spark_chkpt.offsets import TopicPartition
+
+T0, T1, T2 = (TopicPartition("ev", p) for p in range(3))
+
+
+class ScriptedOffsets:
+    """Answers offset queries from dictionaries the test changes between calls."""
+
+    def __init__(self, earliest: dict[TopicPartition, int],
+                 latest: dict[TopicPartition, int]) -> None:
+        self.earliest_map = earliest
+        self.latest_map = latest
+
+    def partitions(self) -> list[TopicPartition]:
+        return sorted(self.latest_map)
+
+    def earliest(self, tps: Any) -> dict[TopicPartition, int]:
+        return {tp: self.earliest_map[tp] for tp in tps}
+
+    def latest(self, tps: Any) -> dict[TopicPartition, int]:
+        return {tp: self.latest_map[tp] for tp in tps}
+
+    def close(self) -> None:
+        pass
+
+
+def reader(offsets: ScriptedOffsets, **options: str) -> KafkaStreamReader:
+    config = SourceConfig.from_options(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options})
+    r = KafkaStreamReader(config=config)
+    r._offsets = offsets  # type: ignore[assignment]
+    return r
+
+
+def test_max_offsets_per_trigger_is_the_default_read_limit() -> None:
+    offsets = ScriptedOffsets({T0: 0, T1: 0}, {T0: 300, T1: 100})
+    r = reader(offsets, maxOffsetsPerTrigger="200")
+    limit = r.getDefaultReadLimit()
+    assert limit == ReadMaxRows(200)
+    end = r.latestOffset({"ev": {"0": 0, "1": 0}}, limit)
+    assert end == {"ev": {"0": 150, "1": 50}}
+    # Trigger.AvailableNow / ReadAllAvailable ignores the option, as Spark requires.
+    assert r.latestOffset({"ev": {"0": 0, "1": 0}}, ReadAllAvailable()) == \
+        {"ev": {"0": 300, "1": 100}}
+
+
+def test_min_offsets_waits_until_enough_or_max_trigger_delay() -> None:
+    offsets = ScriptedOffsets({T0: 0}, {T0: 5})
+    r = reader(offsets, minOffsetsPerTrigger="10", maxOffsetsPerTrigger="100",
+               maxTriggerDelay="1h")
+    start = {"ev": {"0": 0}}
+    assert r.latestOffset(start, r.getDefaultReadLimit()) is start  # 5 < 10: skip trigger
+    offsets.latest_map[T0] = 12
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == {"ev": {"0": 12}}
+    r2 = reader(ScriptedOffsets({T0: 0}, {T0: 5}), minOffsetsPerTrigger="10",
+                maxOffsetsPerTrigger="100", maxTriggerDelay="0ms")
+    assert r2.latestOffset(start, r2.getDefaultReadLimit()) == {"ev": {"0": 5}}
+
+
+def test_available_now_stops_at_the_offsets_seen_when_it_started() -> None:
+    offsets = ScriptedOffsets({T0: 0}, {T0: 50})
+    r = reader(offsets, maxOffsetsPerTrigger="30")
+    r.prepareForTriggerAvailableNow()
+    offsets.latest_map[T0] = 1000  # written after the query started: not read
+    offsets.latest_map[T1] = 9
+    offsets.earliest_map[T1] = 0
+    first = r.latestOffset({"ev": {"0": 0}}, ReadMaxRows(30))
+    assert first == {"ev": {"0": 30}}
+    second = r.latestOffset(first, ReadMaxRows(30))
+    assert second == {"ev": {"0": 50}}
+    assert r.latestOffset(second, ReadMaxRows(30)) == second
+
+
+def test_new_partitions_are_read_from_earliest() -> None:
+    offsets = ScriptedOffsets({T0: 0, T1: 4}, {T0: 10, T1: 9})
+    r = reader(offsets)
+    end = r.latestOffset({"ev": {"0": 10}}, ReadAllAvailable())
+    assert end == {"ev": {"0": 10, "1": 9}}
+    parts = r.partitions({"ev": {"0": 10}}, end)
+    assert [(p.partition, p.start, p.end) for p in parts] == [(1, 4, 9)]
+
+
+def test_lost_partition_fails_or_warns() -> None:
+    offsets = ScriptedOffsets({T0: 0}, {T0: 10})
+    with pytest.raises(DataLossError, match="ev-1"):
+        reader(offsets).latestOffset({"ev": {"0": 0, "1": 3}}, ReadAllAvailable())
+    end = reader(offsets, failOnDataLoss="false").latestOffset(
+        {"ev": {"0": 0, "1": 3}}, ReadAllAvailable())
+    assert end == {"ev": {"0": 10}}
+
+
+def test_offsets_going_back_is_data_loss() -> None:
+    offsets = ScriptedOffsets({T0: 0}, {T0: 4})
+    with pytest.raises(DataLossError, match=r"ev-0.*ends at 4"):
+        reader(offsets).latestOffset({"ev": {"0": 9}}, ReadAllAvailable())
+
+
+def test_min_partitions_splits_ranges() -> None:
+    offsets = ScriptedOffsets({T0: 0, T1: 0}, {T0: 100, T1: 100})
+    parts = reader(offsets, minPartitions="4").partitions(
+        {"ev": {"0": 0, "1": 0}}, {"ev": {"0": 100, "1": 100}})
+    assert len(parts) == 4
+    assert sorted((p.partition, p.start, p.end) for p in parts) == [
+        (0, 0, 50), (0, 50, 100), (1, 0, 50), (1, 50, 100)]
+
+
+def test_reader_pickles_without_its_driver_consumer() -> None:
+    r = reader(ScriptedOffsets({T0: 0}, {T0: 1}))
+    clone = pickle.loads(pickle.dumps(r))
+    assert clone._offsets is None
+    assert clone.config == r.config
