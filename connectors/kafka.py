@@ -21,8 +21,9 @@ class KafkaDataSource(DataSource):
         # one fails the user's load() call, not a task on an executor later.
         SourceConfig.from_options(self.options, streaming=None)
         return spark_schema_ddl(
-            include_headers=parse_bool("includeHeaders", self.options.get("includeHeaders"),
-                                       default=False)
+            include_headers=parse_bool(
+                "includeHeaders", self.options.get("includeHeaders"), default=False
+            )
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -62,8 +62,9 @@ class KafkaInputPartition(InputPartition):
         return f"KafkaInputPartition({self.range})"
 
 
-def _read_partition(config: SourceConfig, partition: InputPartition,
-                    client_id: str) -> Iterator[pa.RecordBatch]:
+def _read_partition(
+    config: SourceConfig, partition: InputPartition, client_id: str
+) -> Iterator[pa.RecordBatch]:
     from spark_chkpt.fetcher import RangeFetcher
 
     assert isinstance(partition, KafkaInputPartition), partition  # Spark hands back ours
@@ -101,8 +102,10 @@ class _Planner:
         read that partition from its earliest offset)."""
         went_back = [tp for tp in end if tp in start and end[tp] < start[tp]]
         for tp in went_back:
-            self._data_loss(f"{tp}: the offset went back from {start[tp]} to {end[tp]} (the "
-                            "topic was recreated or truncated); reading it from earliest")
+            self._data_loss(
+                f"{tp}: the offset went back from {start[tp]} to {end[tp]} (the "
+                "topic was recreated or truncated); reading it from earliest"
+            )
         first = dict(start)
         first.update(self.offsets.earliest([tp for tp in end if tp not in start] + went_back))
         ranges = [OffsetRange(tp, first[tp], until) for tp, until in sorted(end.items())]
@@ -111,8 +114,10 @@ class _Planner:
 
     def _data_loss(self, message: str) -> None:
         if self.config.fail_on_data_loss:
-            raise DataLossError(message + ". Some data may have been lost. Set "
-                                "failOnDataLoss=false to go on with a warning instead.")
+            raise DataLossError(
+                message + ". Some data may have been lost. Set "
+                "failOnDataLoss=false to go on with a warning instead."
+            )
         log.warning("%s; going on because failOnDataLoss=false", message)
 
     def stop(self) -> None:
@@ -133,8 +138,12 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
     def initialOffset(self) -> dict:
         spec = self.config.starting
         tps = self.offsets.partitions()
-        offsets = self.offsets.resolve(spec, tps, option=_starting_option(spec.kind),
-                                       missing_time=self.config.timestamp_strategy)
+        offsets = self.offsets.resolve(
+            spec,
+            tps,
+            option=_starting_option(spec.kind),
+            missing_time=self.config.timestamp_strategy,
+        )
         log.info("chkpt-kafka starts at %s", to_json(offsets))
         return to_json(offsets)
 
@@ -158,19 +167,25 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
             latest = self.offsets.latest(tps)
         gone = [tp for tp in begin if tp not in latest]
         if gone:
-            self._data_loss(f"{gone[0]} is no longer in Kafka ({len(gone)} partition(s) gone: "
-                            "topic deleted or unsubscribed)")
+            self._data_loss(
+                f"{gone[0]} is no longer in Kafka ({len(gone)} partition(s) gone: "
+                "topic deleted or unsubscribed)"
+            )
         effective = {tp: off for tp, off in begin.items() if tp in latest}
         new = [tp for tp in latest if tp not in effective]
         if new:
             earliest = self.offsets.earliest(new)
-            log.info("chkpt-kafka found new partitions %s; reading them from earliest",
-                     ", ".join(str(tp) for tp in new))
+            log.info(
+                "chkpt-kafka found new partitions %s; reading them from earliest",
+                ", ".join(str(tp) for tp in new),
+            )
             effective.update(earliest)
         went_back = [tp for tp, off in effective.items() if latest[tp] < off]
         for tp in went_back:
-            self._data_loss(f"{tp}: the log now ends at {latest[tp]}, before the offset "
-                            f"{effective[tp]} already read (topic recreated or truncated)")
+            self._data_loss(
+                f"{tp}: the log now ends at {latest[tp]}, before the offset "
+                f"{effective[tp]} already read (topic recreated or truncated)"
+            )
         effective.update(self.offsets.earliest(went_back))
         self._latest = latest
         end = latest
@@ -182,18 +197,21 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
             self._last_trigger = time.monotonic()
         return to_json(end)
 
-    def _waits_for_more(self, start: PartitionOffsets, end: PartitionOffsets,
-                        limit: ReadLimit) -> bool:
+    def _waits_for_more(
+        self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit
+    ) -> bool:
         """minOffsetsPerTrigger: skip this trigger until enough records or maxTriggerDelay."""
         wanted = self.config.min_offsets_per_trigger
-        if wanted is None or self._available_now is not None or isinstance(limit,
-                                                                         ReadAllAvailable):
+        if wanted is None or self._available_now is not None or isinstance(limit, ReadAllAvailable):
             return False
         waited_ms = (time.monotonic() - self._last_trigger) * 1000
         if total_lag(start, end) >= wanted or waited_ms >= self.config.max_trigger_delay_ms:
             return False
-        log.debug("chkpt-kafka waits: %d new records < minOffsetsPerTrigger %d",
-                  total_lag(start, end), wanted)
+        log.debug(
+            "chkpt-kafka waits: %d new records < minOffsetsPerTrigger %d",
+            total_lag(start, end),
+            wanted,
+        )
         return True
 
     def reportLatestOffset(self) -> dict | None:
@@ -212,8 +230,9 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         try:
             self.offsets.commit_group(group_id=self.config.group_id, offsets=from_json(end))
         except Exception as e:  # progress reporting must not fail a committed batch
-            log.warning("chkpt-kafka could not commit offsets for group %s: %s",
-                        self.config.group_id, e)
+            log.warning(
+                "chkpt-kafka could not commit offsets for group %s: %s", self.config.group_id, e
+            )
 
     def stop(self) -> None:
         super().stop()
@@ -224,12 +243,18 @@ class KafkaBatchReader(_Planner, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         tps = self.offsets.partitions()
-        start = self.offsets.resolve(self.config.starting, tps,
-                                     option=_starting_option(self.config.starting.kind),
-                                     missing_time=self.config.timestamp_strategy)
-        end = self.offsets.resolve(self.config.ending, tps,
-                                   option=_ending_option(self.config.ending.kind),
-                                   missing_time="latest")
+        start = self.offsets.resolve(
+            self.config.starting,
+            tps,
+            option=_starting_option(self.config.starting.kind),
+            missing_time=self.config.timestamp_strategy,
+        )
+        end = self.offsets.resolve(
+            self.config.ending,
+            tps,
+            option=_ending_option(self.config.ending.kind),
+            missing_time="latest",
+        )
         try:
             return self.plan(start, end)
         finally:
@@ -240,10 +265,12 @@ class KafkaBatchReader(_Planner, DataSourceReader):
 
 
 def _starting_option(kind: str) -> str:
-    return {"timestamp": "startingTimestamp",
-            "timestamps": "startingOffsetsByTimestamp"}.get(kind, "startingOffsets")
+    return {"timestamp": "startingTimestamp", "timestamps": "startingOffsetsByTimestamp"}.get(
+        kind, "startingOffsets"
+    )
 
 
 def _ending_option(kind: str) -> str:
-    return {"timestamp": "endingTimestamp",
-            "timestamps": "endingOffsetsByTimestamp"}.get(kind, "endingOffsets")
+    return {"timestamp": "endingTimestamp", "timestamps": "endingOffsetsByTimestamp"}.get(
+        kind, "endingOffsets"
+    )

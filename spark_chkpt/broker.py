@@ -47,14 +47,22 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedBroker:
     """A Kafka-protocol broker process on loopback, as a context manager."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int | None = None,
-                 startup_timeout_s: float = 30.0, log_path: str | os.PathLike[str] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout_s: float = 30.0,
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.startup_timeout_s = startup_timeout_s
-        self.log_path = Path(log_path) if log_path else Path(
-            tempfile.gettempdir()) / f"spark-chkpt-broker-{self.port}.log"
+        self.log_path = (
+            Path(log_path)
+            if log_path
+            else Path(tempfile.gettempdir()) / f"spark-chkpt-broker-{self.port}.log"
+        )
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -65,11 +73,24 @@ class EmbeddedBroker:
         if self._process is not None:
             return self
         url = f"tcp://{self.host}:{self.port}"
-        command = [broker_binary(), "broker", "--listener-url", url,
-                   "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        command = [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
         with open(self.log_path, "ab") as out:
-            self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            self._process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         try:
             self._wait_ready(Deadline.after(seconds=self.startup_timeout_s))
         except BaseException:
@@ -87,11 +108,14 @@ class EmbeddedBroker:
             assert self._process is not None
             if self._process.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise BrokerError(f"broker exited with code {self._process.returncode} on "
-                                  f"{self.bootstrap_servers}; log {self.log_path}:\n{tail}")
+                raise BrokerError(
+                    f"broker exited with code {self._process.returncode} on "
+                    f"{self.bootstrap_servers}; log {self.log_path}:\n{tail}"
+                )
             try:
-                probe = KafkaConsumer(bootstrap_servers=self.bootstrap_servers,
-                                      request_timeout_ms=2000)
+                probe = KafkaConsumer(
+                    bootstrap_servers=self.bootstrap_servers, request_timeout_ms=2000
+                )
                 try:
                     probe.topics()  # a metadata round trip
                     return
@@ -100,8 +124,10 @@ class EmbeddedBroker:
             except (KafkaError, OSError) as e:
                 last = e
                 time.sleep(0.1)
-        raise BrokerError(f"broker at {self.bootstrap_servers} did not answer metadata "
-                          f"requests within {self.startup_timeout_s}s: {last}")
+        raise BrokerError(
+            f"broker at {self.bootstrap_servers} did not answer metadata "
+            f"requests within {self.startup_timeout_s}s: {last}"
+        )
 
     def stop(self) -> None:
         process, self._process = self._process, None
@@ -117,6 +143,10 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

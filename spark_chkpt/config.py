@@ -43,10 +43,19 @@ _PRODUCER_REJECTED = {
 }
 # kafka-python settings that take Python objects, not strings.
 _OBJECT_SETTINGS = {
-    "key_deserializer", "value_deserializer", "key_serializer", "value_serializer",
-    "default_offset_commit_callback", "partition_assignment_strategy", "selector",
-    "kafka_client", "ssl_context", "metric_reporters", "socket_options",
-    "sasl_oauth_token_provider", "partitioner",
+    "key_deserializer",
+    "value_deserializer",
+    "key_serializer",
+    "value_serializer",
+    "default_offset_commit_callback",
+    "partition_assignment_strategy",
+    "selector",
+    "kafka_client",
+    "ssl_context",
+    "metric_reporters",
+    "socket_options",
+    "sasl_oauth_token_provider",
+    "partitioner",
 }
 # Settings the project owns; a user may not override them through kafka.*.
 _OWNED_SETTINGS = {"bootstrap_servers", "group_id", "enable_auto_commit", "auto_offset_reset"}
@@ -105,7 +114,8 @@ def _parse_jaas(option: str, raw: str) -> dict[str, Any]:
     fields = dict(_JAAS.findall(raw))
     if "username" not in fields or "password" not in fields:
         raise ConfigError(
-            option, "<redacted>",
+            option,
+            "<redacted>",
             'expected a login module with username="..." password="..." '
             "(PlainLoginModule or ScramLoginModule)",
         )
@@ -124,7 +134,7 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
         option = key.lower()
         if not option.startswith("kafka."):
             continue
-        java = option[len("kafka."):]
+        java = option[len("kafka.") :]
         if java in ("bootstrap.servers", "group.id"):
             continue
         if java in rejected:
@@ -143,9 +153,7 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
             )
             close = difflib.get_close_matches(option, known, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(
-                key, raw, f"unknown or unsupported kafka-python {role} setting{hint}"
-            )
+            raise ConfigError(key, raw, f"unknown or unsupported kafka-python {role} setting{hint}")
         settings[name] = _convert(key, name, raw, defaults[name])
     return settings
 
@@ -163,8 +171,9 @@ def parse_bool(option: str, raw: str | None, *, default: bool | None = None) -> 
     raise ConfigError(option, raw, "must be true or false")
 
 
-def parse_positive_int(option: str, raw: str | None, *, default: int | None = None,
-                       allow_zero: bool = False) -> int | None:
+def parse_positive_int(
+    option: str, raw: str | None, *, default: int | None = None, allow_zero: bool = False
+) -> int | None:
     if raw is None:
         return default
     try:
@@ -236,10 +245,18 @@ def _parse_partition_json(option: str, raw: str, *, what: str) -> dict[str, dict
     return result
 
 
-def _parse_offset_spec(options: Mapping[str, str], *, prefix: str,
-                       default: Literal["earliest", "latest"], batch_end: bool) -> OffsetSpec:
-    ts_opt, by_ts_opt, off_opt = f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp", \
-        f"{prefix}Offsets"
+def _parse_offset_spec(
+    options: Mapping[str, str],
+    *,
+    prefix: str,
+    default: Literal["earliest", "latest"],
+    batch_end: bool,
+) -> OffsetSpec:
+    ts_opt, by_ts_opt, off_opt = (
+        f"{prefix}Timestamp",
+        f"{prefix}OffsetsByTimestamp",
+        f"{prefix}Offsets",
+    )
     raw_ts = options.get(ts_opt.lower())
     if raw_ts is not None:
         try:
@@ -257,8 +274,11 @@ def _parse_offset_spec(options: Mapping[str, str], *, prefix: str,
     if raw is None:
         return OffsetSpec(kind=default)
     word = raw.strip().lower()
-    forbidden = "earliest" if batch_end else ("latest" if prefix == "starting" and
-                                              default == "earliest" else None)
+    forbidden = (
+        "earliest"
+        if batch_end
+        else ("latest" if prefix == "starting" and default == "earliest" else None)
+    )
     if word in ("earliest", "latest"):
         if word == forbidden:
             raise ConfigError(off_opt, raw, f"'{word}' is not allowed here for a batch query")
@@ -295,7 +315,8 @@ def _parse_subscription(options: Mapping[str, str]) -> Subscription:
     if len(given) != 1:
         shown = ", ".join(given) if given else "none"
         raise ConfigError(
-            "subscribe", shown,
+            "subscribe",
+            shown,
             "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set",
         )
     kind = given[0]
@@ -322,13 +343,30 @@ def _parse_subscription(options: Mapping[str, str]) -> Subscription:
 
 
 _KNOWN_SOURCE_OPTIONS = {
-    k.lower() for k in (
-        "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
-        "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets",
-        "endingTimestamp", "endingOffsetsByTimestamp", "maxOffsetsPerTrigger",
-        "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders",
-        "minPartitions", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-        "fetchOffset.retryIntervalMs", "maxRecordsPerArrowBatch", "path",
+    k.lower()
+    for k in (
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "endingOffsets",
+        "endingTimestamp",
+        "endingOffsetsByTimestamp",
+        "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+        "failOnDataLoss",
+        "includeHeaders",
+        "minPartitions",
+        "groupIdPrefix",
+        "kafkaConsumer.pollTimeoutMs",
+        "fetchOffset.numRetries",
+        "fetchOffset.retryIntervalMs",
+        "maxRecordsPerArrowBatch",
+        "path",
     )
 }
 
@@ -355,8 +393,9 @@ class SourceConfig:
     client_settings: Mapping[str, Any]
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], *,
-                     streaming: bool | None = True) -> SourceConfig:
+    def from_options(
+        cls, options: Mapping[str, str], *, streaming: bool | None = True
+    ) -> SourceConfig:
         """Parse Spark's string options. Raises :class:`ConfigError` naming the bad option.
 
         ``streaming``: True for readStream, False for read, None when not known yet.
@@ -364,25 +403,33 @@ class SourceConfig:
         opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
         servers = opts.get("kafka.bootstrap.servers", "").strip()
         if not servers:
-            raise ConfigError("kafka.bootstrap.servers", None,
-                              "required: a comma-separated list of host:port")
+            raise ConfigError(
+                "kafka.bootstrap.servers", None, "required: a comma-separated list of host:port"
+            )
         for server in servers.split(","):
             host, _, port = server.strip().rpartition(":")
             if not host or not port.isdigit():
-                raise ConfigError("kafka.bootstrap.servers", servers,
-                                  f"'{server.strip()}' is not host:port")
+                raise ConfigError(
+                    "kafka.bootstrap.servers", servers, f"'{server.strip()}' is not host:port"
+                )
         subscription = _parse_subscription(opts)
         # streaming=None: validate what both query kinds share (DataSource.schema() runs
         # before Spark says which kind it is); the mode-specific checks follow later.
-        starting = _parse_offset_spec(opts, prefix="starting",
-                                      default="earliest" if streaming is False else "latest",
-                                      batch_end=False)
+        starting = _parse_offset_spec(
+            opts,
+            prefix="starting",
+            default="earliest" if streaming is False else "latest",
+            batch_end=False,
+        )
         ending = OffsetSpec(kind="latest")
         if streaming:
             for opt in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
                 if opt.lower() in opts:
-                    raise ConfigError(opt, opts[opt.lower()],
-                                      "only for batch queries (spark.read); a stream has no end")
+                    raise ConfigError(
+                        opt,
+                        opts[opt.lower()],
+                        "only for batch queries (spark.read); a stream has no end",
+                    )
         if streaming is not True:
             ending = _parse_offset_spec(opts, prefix="ending", default="latest", batch_end=True)
         if streaming is False:
@@ -391,19 +438,29 @@ class SourceConfig:
                     raise ConfigError(opt, opts[opt.lower()], "only for streaming queries")
         strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
         if strategy not in ("error", "latest"):
-            raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
-                              "one of 'error', 'latest'")
+            raise ConfigError(
+                "startingOffsetsByTimestampStrategy", strategy, "one of 'error', 'latest'"
+            )
         max_per = parse_positive_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"))
         min_per = parse_positive_int("minOffsetsPerTrigger", opts.get("minoffsetspertrigger"))
         if max_per is not None and min_per is not None and min_per > max_per:
-            raise ConfigError("minOffsetsPerTrigger", str(min_per),
-                              f"must not exceed maxOffsetsPerTrigger ({max_per})")
-        delay = parse_duration_ms("maxTriggerDelay", opts.get("maxtriggerdelay"),
-                                  default_ms=15 * 60_000)
+            raise ConfigError(
+                "minOffsetsPerTrigger",
+                str(min_per),
+                f"must not exceed maxOffsetsPerTrigger ({max_per})",
+            )
+        delay = parse_duration_ms(
+            "maxTriggerDelay", opts.get("maxtriggerdelay"), default_ms=15 * 60_000
+        )
         group_id = opts.get("kafka.group.id")
         prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
-        unknown = sorted(k for k in opts if not k.startswith("kafka.") and
-                         k not in _KNOWN_SOURCE_OPTIONS and not k.startswith("chkpt."))
+        unknown = sorted(
+            k
+            for k in opts
+            if not k.startswith("kafka.")
+            and k not in _KNOWN_SOURCE_OPTIONS
+            and not k.startswith("chkpt.")
+        )
         if unknown:
             log.warning("chkpt-kafka ignores unknown option(s): %s", ", ".join(unknown))
         return cls(
@@ -415,19 +472,23 @@ class SourceConfig:
             max_offsets_per_trigger=max_per,
             min_offsets_per_trigger=min_per,
             max_trigger_delay_ms=delay,
-            fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failondataloss"),
-                                         default=True),
-            include_headers=parse_bool("includeHeaders", opts.get("includeheaders"),
-                                       default=False),
+            fail_on_data_loss=parse_bool(
+                "failOnDataLoss", opts.get("failondataloss"), default=True
+            ),
+            include_headers=parse_bool("includeHeaders", opts.get("includeheaders"), default=False),
             min_partitions=parse_positive_int("minPartitions", opts.get("minpartitions")),
             group_id=group_id,
             group_id_prefix=prefix,
             poll_timeout_ms=parse_positive_int(
-                "kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms"),
-                default=120_000) or 120_000,
+                "kafkaConsumer.pollTimeoutMs",
+                opts.get("kafkaconsumer.polltimeoutms"),
+                default=120_000,
+            )
+            or 120_000,
             max_records_per_arrow_batch=parse_positive_int(
-                "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"),
-                default=10_000) or 10_000,
+                "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"), default=10_000
+            )
+            or 10_000,
             client_settings=kafka_client_settings(opts, role="consumer"),
         )
 

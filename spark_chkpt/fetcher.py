@@ -70,8 +70,12 @@ class RangeFetcher:
         begin = int(consumer.beginning_offsets([ktp])[ktp])
         position = rng.start
         if position < begin:
-            self._lost(rng, position, min(begin, rng.end), "deleted by retention or the topic "
-                       "was recreated")
+            self._lost(
+                rng,
+                position,
+                min(begin, rng.end),
+                "deleted by retention or the topic was recreated",
+            )
             position = begin
         if position >= rng.end:
             return
@@ -82,8 +86,10 @@ class RangeFetcher:
         idle = Deadline.after(seconds=timeout_s)
         while position < rng.end:
             try:
-                polled = consumer.poll(timeout_ms=min(1000, self._config.poll_timeout_ms),
-                                       max_records=limit - len(pending))
+                polled = consumer.poll(
+                    timeout_ms=min(1000, self._config.poll_timeout_ms),
+                    max_records=limit - len(pending),
+                )
             except OffsetOutOfRangeError as e:
                 begin = int(consumer.beginning_offsets([ktp])[ktp])
                 self._lost(rng, position, min(begin, rng.end), f"out of range: {e}")
@@ -99,8 +105,9 @@ class RangeFetcher:
                     records = [r for r in records if r.offset < rng.end]
                 pending.extend(records)
                 if len(pending) >= limit:
-                    yield to_record_batch(pending, topic=rng.tp.topic,
-                                          partition=rng.tp.partition, schema=self._schema)
+                    yield to_record_batch(
+                        pending, topic=rng.tp.topic, partition=rng.tp.partition, schema=self._schema
+                    )
                     pending = []
             position = max(position, int(consumer.position(ktp)))
             if records or position >= rng.end:
@@ -116,5 +123,6 @@ class RangeFetcher:
                     "kafkaConsumer.pollTimeoutMs if the broker is slow"
                 )
         if pending:
-            yield to_record_batch(pending, topic=rng.tp.topic, partition=rng.tp.partition,
-                                  schema=self._schema)
+            yield to_record_batch(
+                pending, topic=rng.tp.topic, partition=rng.tp.partition, schema=self._schema
+            )

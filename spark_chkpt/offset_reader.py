@@ -102,8 +102,9 @@ class OffsetReader:
                 ends[tp] = max(ends[tp], hw)
         return ends
 
-    def _high_watermarks(self, tps: list[TopicPartition],
-                         ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    def _high_watermarks(
+        self, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
         consumer = self.consumer
         ktps = {tp: _ktp(tp) for tp in tps}
         consumer.assign(list(ktps.values()))
@@ -112,8 +113,9 @@ class OffsetReader:
         answered: set[TopicPartition] = set()
         deadline = Deadline.after(seconds=_PROBE_SECONDS)
         while len(answered) < len(tps) and not deadline.expired():
-            polled = consumer.poll(timeout_ms=max(1, int(deadline.remaining() * 1000)),
-                                   max_records=1)
+            polled = consumer.poll(
+                timeout_ms=max(1, int(deadline.remaining() * 1000)), max_records=1
+            )
             returned = {TopicPartition(k.topic, k.partition) for k, v in polled.items() if v}
             for tp, ktp in ktps.items():
                 if tp in returned or consumer.position(ktp) >= ends[tp]:
@@ -137,8 +139,14 @@ class OffsetReader:
             result[tp] = None if found is None or found.timestamp < 0 else int(found.offset)
         return result
 
-    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str,
-                missing_time: str = "error") -> PartitionOffsets:
+    def resolve(
+        self,
+        spec: OffsetSpec,
+        tps: list[TopicPartition],
+        *,
+        option: str,
+        missing_time: str = "error",
+    ) -> PartitionOffsets:
         """Concrete offsets for ``spec`` on ``tps`` (-2/-1 and times looked up).
 
         ``missing_time``: what a timestamp with no offset at or after it becomes:
@@ -159,7 +167,8 @@ class OffsetReader:
             if missing and missing_time == "error":
                 tp = missing[0]
                 raise ConfigError(
-                    option, str(times[tp]),
+                    option,
+                    str(times[tp]),
                     f"no record at or after this time in {tp} (and {len(missing) - 1} other "
                     "partition(s)); set startingOffsetsByTimestampStrategy=latest to start "
                     "at the end of such partitions",
@@ -168,23 +177,25 @@ class OffsetReader:
         wanted = self._per_partition(spec, tps, option=option)
         earliest = self.earliest(tp for tp, o in wanted.items() if o == EARLIEST)
         latest = self.latest(tp for tp, o in wanted.items() if o == LATEST)
-        return {tp: earliest.get(tp, latest.get(tp, o)) if o < 0 else o
-                for tp, o in wanted.items()}
+        return {tp: earliest.get(tp, latest.get(tp, o)) if o < 0 else o for tp, o in wanted.items()}
 
-    def _per_partition(self, spec: OffsetSpec, tps: list[TopicPartition], *,
-                       option: str) -> dict[TopicPartition, int]:
+    def _per_partition(
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str
+    ) -> dict[TopicPartition, int]:
         given = {TopicPartition(t, p): v for t, ps in spec.offsets.items() for p, v in ps.items()}
         missing = [tp for tp in tps if tp not in given]
         if missing:
             raise ConfigError(
-                option, spec.describe(),
+                option,
+                spec.describe(),
                 f"specify every partition of the subscribed topics; {missing[0]} is missing "
                 f"({len(missing)} in all)",
             )
         extra = [tp for tp in given if tp not in set(tps)]
         if extra:
-            raise ConfigError(option, spec.describe(),
-                              f"{extra[0]} is not a partition of the subscription")
+            raise ConfigError(
+                option, spec.describe(), f"{extra[0]} is not a partition of the subscription"
+            )
         return {tp: given[tp] for tp in tps}
 
     # -- consumer groups -------------------------------------------------------------
@@ -199,7 +210,8 @@ class OffsetReader:
             settings["group_id"] = group_id
             self._committer = KafkaConsumer(**settings)
         try:
-            self._committer.commit({_ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1)
-                                    for tp, off in offsets.items()})
+            self._committer.commit(
+                {_ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1) for tp, off in offsets.items()}
+            )
         except Exception as e:  # the broker's error classes vary; all mean "not committed"
             raise ChkptError(f"committing offsets of group {group_id!r} failed: {e}") from e

@@ -89,8 +89,9 @@ def split_ranges(ranges: Iterable[OffsetRange], *, min_partitions: int | None) -
     return pieces
 
 
-def allocate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
-                   *, max_records: int) -> PartitionOffsets:
+def allocate_limit(
+    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], *, max_records: int
+) -> PartitionOffsets:
     """Advance each partition toward ``latest`` reading at most ``max_records`` in all.
 
     The budget is shared in proportion to each partition's lag (largest remainder, so

@@ -42,8 +42,9 @@ def arrow_schema(*, include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def to_record_batch(records: Sequence[Any], *, topic: str, partition: int,
-                    schema: pa.Schema) -> pa.RecordBatch:
+def to_record_batch(
+    records: Sequence[Any], *, topic: str, partition: int, schema: pa.Schema
+) -> pa.RecordBatch:
     """Build one Arrow batch from kafka-python ``ConsumerRecord``s of one partition.
 
     One pass per column over the records kafka-python returned; no per-record dicts.
@@ -63,8 +64,10 @@ def to_record_batch(records: Sequence[Any], *, topic: str, partition: int,
         pa.array([r.timestamp_type for r in records], type=pa.int32()),
     ]
     if len(schema) > 7:
-        columns.append(pa.array(
-            [[{"key": k, "value": v} for k, v in (r.headers or ())] for r in records],
-            type=schema.field("headers").type,
-        ))
+        columns.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in (r.headers or ())] for r in records],
+                type=schema.field("headers").type,
+            )
+        )
     return pa.RecordBatch.from_arrays(columns, schema=schema)

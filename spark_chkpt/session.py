@@ -37,8 +37,9 @@ def pin_python() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def build_session(*, app_name: str, master: str | None = None,
-                  conf: Mapping[str, str] | None = None) -> SparkSession:
+def build_session(
+    *, app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None
+) -> SparkSession:
     """``getOrCreate`` a session with the project's formats registered.
 
     ``master`` defaults to what spark-submit set, else ``local[*]``.

@@ -9,8 +9,9 @@ from spark_chkpt.errors import ChkptError
 def _admin(bootstrap_servers: str):  # type: ignore[no-untyped-def]
     from kafka import KafkaAdminClient
 
-    return KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","),
-                            client_id="spark-chkpt-admin")
+    return KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers.split(","), client_id="spark-chkpt-admin"
+    )
 
 
 def partition_count(*, bootstrap_servers: str, name: str) -> int:
@@ -24,17 +25,25 @@ def partition_count(*, bootstrap_servers: str, name: str) -> int:
         consumer.close()
 
 
-def _wait_for_partitions(bootstrap_servers: str, name: str, partitions: int,
-                         timeout_s: float = 30.0) -> None:
+def _wait_for_partitions(
+    bootstrap_servers: str, name: str, partitions: int, timeout_s: float = 30.0
+) -> None:
     deadline = Deadline.after(seconds=timeout_s)
     while partition_count(bootstrap_servers=bootstrap_servers, name=name) < partitions:
         if deadline.expired():
-            raise ChkptError(f"topic {name!r} did not show {partitions} partitions within "
-                             f"{timeout_s}s")
+            raise ChkptError(
+                f"topic {name!r} did not show {partitions} partitions within {timeout_s}s"
+            )
 
 
-def create_topic(*, bootstrap_servers: str, name: str, partitions: int = 1,
-                 replication_factor: int = 1, exist_ok: bool = False) -> None:
+def create_topic(
+    *,
+    bootstrap_servers: str,
+    name: str,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    exist_ok: bool = False,
+) -> None:
     """Create ``name`` and wait until its metadata shows every partition."""
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError

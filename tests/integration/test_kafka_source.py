@@ -39,8 +39,13 @@ def batch(spark: SparkSession, servers: str, **options: str) -> DataFrame:
 
 def to_memory(df: DataFrame, checkpoint: Path, **trigger: Any) -> tuple[StreamingQuery, str]:
     name = "q_" + uuid.uuid4().hex[:10]
-    query = (df.writeStream.format("memory").queryName(name)
-             .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+    query = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
+    )
     return query, name
 
 
@@ -56,8 +61,13 @@ def drain_to_files(spark: SparkSession, df: DataFrame, base: Path) -> list[str]:
     restarts from its checkpoint); return the values this run added."""
     out = base / "out"
     before = _file_values(spark, out)
-    query = (df.writeStream.format("parquet").option("path", str(out))
-             .option("checkpointLocation", str(base / "chk")).trigger(availableNow=True).start())
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(base / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(180)
     assert query.exception() is None, query.exception()
     after = _file_values(spark, out)
@@ -69,8 +79,9 @@ def drain_to_files(spark: SparkSession, df: DataFrame, base: Path) -> list[str]:
 def _file_values(spark: SparkSession, out: Path) -> list[str]:
     if not (out / "_spark_metadata").exists():
         return []
-    return [r[0] for r in spark.read.parquet(str(out))
-            .selectExpr("CAST(value AS STRING)").collect()]
+    return [
+        r[0] for r in spark.read.parquet(str(out)).selectExpr("CAST(value AS STRING)").collect()
+    ]
 
 
 def values(spark: SparkSession, table: str) -> list[str]:
@@ -79,58 +90,78 @@ def values(spark: SparkSession, table: str) -> list[str]:
 
 def expected(spark: SparkSession, rows: list[tuple[Any, ...]]) -> DataFrame:
     return spark.createDataFrame(
-        rows, "key binary, value binary, topic string, partition int, offset long")
+        rows, "key binary, value binary, topic string, partition int, offset long"
+    )
 
 
-def test_batch_read_matches_what_was_produced(spark: SparkSession, bootstrap_servers: str,
-                                              make_topic: Callable[..., str],
-                                              producer: Any) -> None:
+def test_batch_read_matches_what_was_produced(
+    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
     topic = make_topic(partitions=3)
-    produce(producer, topic, [b"v%d" % i for i in range(30)], partitions=3,
-            key=lambda i: b"k%d" % i)
+    produce(
+        producer, topic, [b"v%d" % i for i in range(30)], partitions=3, key=lambda i: b"k%d" % i
+    )
     df = batch(spark, bootstrap_servers, subscribe=topic)
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp,timestampType:int>")
+        "timestamp:timestamp,timestampType:int>"
+    )
     rows = [(b"k%d" % i, b"v%d" % i, topic, i % 3, i // 3) for i in range(30)]
-    assert_df_equality(df.select(*KEY_COLUMNS), expected(spark, rows), ignore_row_order=True,
-                       ignore_nullable=True)
+    assert_df_equality(
+        df.select(*KEY_COLUMNS), expected(spark, rows), ignore_row_order=True, ignore_nullable=True
+    )
     assert {r[0] for r in df.select("timestampType").distinct().collect()} == {0}
 
 
-def test_batch_offsets_json_with_earliest_and_latest(spark: SparkSession,
-                                                     bootstrap_servers: str,
-                                                     make_topic: Callable[..., str],
-                                                     producer: Any) -> None:
+def test_batch_offsets_json_with_earliest_and_latest(
+    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"%d" % i for i in range(20)], partitions=2)
-    df = batch(spark, bootstrap_servers, subscribe=topic,
-               startingOffsets=f'{{"{topic}":{{"0":-2,"1":3}}}}',
-               endingOffsets=f'{{"{topic}":{{"0":4,"1":-1}}}}')
+    df = batch(
+        spark,
+        bootstrap_servers,
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}":{{"0":-2,"1":3}}}}',
+        endingOffsets=f'{{"{topic}":{{"0":4,"1":-1}}}}',
+    )
     got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
     assert got == [(0, o) for o in range(4)] + [(1, o) for o in range(3, 10)]
 
 
-def test_headers_are_returned_when_asked(spark: SparkSession, bootstrap_servers: str,
-                                         make_topic: Callable[..., str], producer: Any) -> None:
+def test_headers_are_returned_when_asked(
+    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
     topic = make_topic()
-    produce(producer, topic, [b"a", b"b"],
-            headers=lambda i: [("trace", b"t%d" % i), ("n", b"%d" % i)] if i == 0 else None)
+    produce(
+        producer,
+        topic,
+        [b"a", b"b"],
+        headers=lambda i: [("trace", b"t%d" % i), ("n", b"%d" % i)] if i == 0 else None,
+    )
     df = batch(spark, bootstrap_servers, subscribe=topic, includeHeaders="true")
-    assert df.schema["headers"].dataType.simpleString() == \
-        "array<struct<key:string,value:binary>>"
+    assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
     rows = {r.offset: r.headers for r in df.collect()}
     assert [(h.key, bytes(h.value)) for h in rows[0]] == [("trace", b"t0"), ("n", b"0")]
     assert rows[1] == []
 
 
-def test_stream_honours_max_offsets_per_trigger(spark: SparkSession, bootstrap_servers: str,
-                                                make_topic: Callable[..., str], producer: Any,
-                                                tmp_path: Path) -> None:
+def test_stream_honours_max_offsets_per_trigger(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
     topic = make_topic(partitions=4)
     produce(producer, topic, [b"%d" % i for i in range(1000)], partitions=4)
-    df = source(spark, bootstrap_servers, subscribe=topic, startingOffsets="earliest",
-                maxOffsetsPerTrigger="300")
+    df = source(
+        spark,
+        bootstrap_servers,
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="300",
+    )
     query, name = drain(df, tmp_path / "chk")
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]
@@ -141,8 +172,12 @@ def test_stream_honours_max_offsets_per_trigger(spark: SparkSession, bootstrap_s
 
 
 def test_available_now_then_restart_reads_only_new_records(
-        spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str],
-        producer: Any, tmp_path: Path) -> None:
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"old%d" % i for i in range(10)], partitions=2)
     df = source(spark, bootstrap_servers, subscribe=topic, startingOffsets="earliest")
@@ -154,9 +189,14 @@ def test_available_now_then_restart_reads_only_new_records(
 
 
 @pytest.mark.parametrize("form", ["latest", "json", "timestamp"])
-def test_starting_offsets_forms(spark: SparkSession, bootstrap_servers: str,
-                                make_topic: Callable[..., str], producer: Any, tmp_path: Path,
-                                form: str) -> None:
+def test_starting_offsets_forms(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+    form: str,
+) -> None:
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"before%d" % i for i in range(8)], partitions=2)
     time.sleep(0.05)
@@ -186,8 +226,12 @@ def test_starting_offsets_forms(spark: SparkSession, bootstrap_servers: str,
 
 
 def test_partitions_appearing_mid_stream_are_read_from_earliest(
-        spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str],
-        producer: Any, tmp_path: Path) -> None:
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
     # Tansu has no CreatePartitions, so new partitions come from a new topic matching the
     # subscribed pattern: the same path (a partition absent from the batch's start offset).
     first = make_topic(partitions=1, suffix="a")
@@ -212,8 +256,9 @@ def test_partitions_appearing_mid_stream_are_read_from_earliest(
     assert {(r.topic, r.partition) for r in got} == {(first, 0), (second, 0), (second, 1)}
 
 
-def test_subscribe_pattern_and_assign(spark: SparkSession, bootstrap_servers: str,
-                                      make_topic: Callable[..., str], producer: Any) -> None:
+def test_subscribe_pattern_and_assign(
+    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
     first = make_topic(partitions=2, suffix="x1")
     second = make_topic(partitions=1, suffix="x2")
     produce(producer, first, [b"a", b"b"], partitions=2)
@@ -232,13 +277,14 @@ def _view(df: DataFrame) -> str:
 
 
 def test_transaction_markers_leave_gaps_that_are_read_past(
-        spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str],
-        tmp_path: Path) -> None:
+    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
     from kafka import KafkaProducer
 
     topic = make_topic()
-    tx = KafkaProducer(bootstrap_servers=bootstrap_servers,
-                       transactional_id=f"tx-{uuid.uuid4().hex[:6]}")
+    tx = KafkaProducer(
+        bootstrap_servers=bootstrap_servers, transactional_id=f"tx-{uuid.uuid4().hex[:6]}"
+    )
     tx.init_transactions()
     for batch_no in range(3):
         tx.begin_transaction()
@@ -246,8 +292,13 @@ def test_transaction_markers_leave_gaps_that_are_read_past(
             tx.send(topic, value=b"t%d-%d" % (batch_no, i), partition=0)
         tx.commit_transaction()
     tx.close()
-    df = source(spark, bootstrap_servers, subscribe=topic, startingOffsets="earliest",
-                maxOffsetsPerTrigger="4")
+    df = source(
+        spark,
+        bootstrap_servers,
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="4",
+    )
     _, name = drain(df, tmp_path / "chk")
     rows = spark.sql(f"SELECT offset, CAST(value AS STRING) v FROM {name}").collect()
     assert sorted(r.v for r in rows) == sorted(f"t{b}-{i}" for b in range(3) for i in range(3))
@@ -255,21 +306,33 @@ def test_transaction_markers_leave_gaps_that_are_read_past(
     assert max(r.offset for r in rows) > 9  # the markers took offsets: not contiguous
 
 
-def test_consumer_group_offsets_are_committed(spark: SparkSession, bootstrap_servers: str,
-                                              make_topic: Callable[..., str], producer: Any,
-                                              tmp_path: Path) -> None:
+def test_consumer_group_offsets_are_committed(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"%d" % i for i in range(10)], partitions=2)
     group = f"lag-{uuid.uuid4().hex[:6]}"
-    df = source(spark, bootstrap_servers, subscribe=topic, startingOffsets="earliest",
-                maxOffsetsPerTrigger="4", **{"kafka.group.id": group})
+    df = source(
+        spark,
+        bootstrap_servers,
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="4",
+        **{"kafka.group.id": group},
+    )
     query, _ = drain(df, tmp_path / "chk")
-    ends = [json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress
-            if p["numInputRows"]]
-    watcher = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group,
-                            enable_auto_commit=False)
+    ends = [
+        json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress if p["numInputRows"]
+    ]
+    watcher = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
     try:
         committed = {p: watcher.committed(TopicPartition(topic, p)) for p in (0, 1)}
     finally:
@@ -280,9 +343,13 @@ def test_consumer_group_offsets_are_committed(spark: SparkSession, bootstrap_ser
     assert committed == {int(p): off for p, off in ends[1][topic].items()} == {0: 4, 1: 4}
 
 
-def test_recreated_topic_fails_with_data_loss(spark: SparkSession, bootstrap_servers: str,
-                                              make_topic: Callable[..., str], producer: Any,
-                                              tmp_path: Path) -> None:
+def test_recreated_topic_fails_with_data_loss(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(10)])
     df = source(spark, bootstrap_servers, subscribe=topic, startingOffsets="earliest")
@@ -295,12 +362,21 @@ def test_recreated_topic_fails_with_data_loss(spark: SparkSession, bootstrap_ser
 
 
 def test_recreated_topic_goes_on_without_fail_on_data_loss(
-        spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str],
-        producer: Any, tmp_path: Path) -> None:
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(10)])
-    df = source(spark, bootstrap_servers, subscribe=topic, startingOffsets="earliest",
-                failOnDataLoss="false")
+    df = source(
+        spark,
+        bootstrap_servers,
+        subscribe=topic,
+        startingOffsets="earliest",
+        failOnDataLoss="false",
+    )
     assert len(drain_to_files(spark, df, tmp_path)) == 10
     delete_topic(bootstrap_servers=bootstrap_servers, name=topic)
     create_topic(bootstrap_servers=bootstrap_servers, name=topic, partitions=1)
@@ -319,8 +395,8 @@ def test_recreated_topic_goes_on_without_fail_on_data_loss(
         ({"startingOffsets": "{bad json"}, "startingOffsets"),
     ],
 )
-def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession,
-                                                    bootstrap_servers: str,
-                                                    options: dict[str, str], named: str) -> None:
+def test_bad_options_fail_at_load_naming_the_option(
+    spark: SparkSession, bootstrap_servers: str, options: dict[str, str], named: str
+) -> None:
     with pytest.raises(Exception, match=named):
         source(spark, bootstrap_servers, subscribe="whatever", **options)

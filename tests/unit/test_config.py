@@ -26,8 +26,9 @@ def test_defaults_follow_spark() -> None:
 
 
 def test_option_names_are_case_insensitive() -> None:
-    cfg = SourceConfig.from_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Subscribe": "a,b",
-                                     "STARTINGOFFSETS": "earliest"})
+    cfg = SourceConfig.from_options(
+        {"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Subscribe": "a,b", "STARTINGOFFSETS": "earliest"}
+    )
     assert cfg.subscription.topics == ("a", "b")
     assert cfg.starting.kind == "earliest"
 
@@ -44,8 +45,11 @@ def test_option_names_are_case_insensitive() -> None:
         ({"startingOffsets": '{"events":{"0":-3}}'}, "startingOffsets", "below -2"),
         ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger", "whole number"),
         ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", "greater than 0"),
-        ({"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger",
-         "must not exceed"),
+        (
+            {"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            "minOffsetsPerTrigger",
+            "must not exceed",
+        ),
         ({"maxTriggerDelay": "soon"}, "maxTriggerDelay", "duration"),
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
         ({"startingTimestamp": "yesterday"}, "startingTimestamp", "milliseconds"),
@@ -54,14 +58,18 @@ def test_option_names_are_case_insensitive() -> None:
         ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "not supported"),
         ({"kafka.fetch.max.wait.mss": "5"}, "kafka.fetch.max.wait.mss", "kafka.fetch.max.wait.ms"),
         ({"kafka.max.poll.records": "lots"}, "kafka.max.poll.records", "number"),
-        ({"kafka.ssl.truststore.location": "/x.jks"}, "kafka.ssl.truststore.location",
-         "ssl.cafile"),
+        (
+            {"kafka.ssl.truststore.location": "/x.jks"},
+            "kafka.ssl.truststore.location",
+            "ssl.cafile",
+        ),
         ({"subscribePattern": "(", "subscribe": None}, "subscribePattern", "regular expression"),
         ({"assign": "[0,1]", "subscribe": None}, "assign", "JSON"),
     ],
 )
-def test_bad_option_names_option_value_and_rule(options: dict[str, str | None],
-                                                option_named: str, fragment: str) -> None:
+def test_bad_option_names_option_value_and_rule(
+    options: dict[str, str | None], option_named: str, fragment: str
+) -> None:
     merged = {**BASE, **options}
     given = {k: v for k, v in merged.items() if v is not None}
     with pytest.raises(ConfigError) as info:
@@ -93,7 +101,8 @@ def test_offset_forms() -> None:
     assert cfg.starting.kind == "offsets"
     assert cfg.starting.offsets == {"events": {0: -2, 1: -1, 2: 42}}
     assert parse(startingTimestamp="1700000000000").starting == OffsetSpec(
-        kind="timestamp", timestamp_ms=1_700_000_000_000)
+        kind="timestamp", timestamp_ms=1_700_000_000_000
+    )
     by_ts = parse(startingOffsetsByTimestamp='{"events":{"0":1700000000000}}').starting
     assert by_ts.kind == "timestamps"
     # Spark's precedence: startingTimestamp over startingOffsetsByTimestamp over startingOffsets
@@ -102,11 +111,11 @@ def test_offset_forms() -> None:
 
 
 def test_assign_and_pattern() -> None:
-    cfg = SourceConfig.from_options({"kafka.bootstrap.servers": "h:1",
-                                     "assign": '{"a":[1,0],"b":[3]}'})
+    cfg = SourceConfig.from_options(
+        {"kafka.bootstrap.servers": "h:1", "assign": '{"a":[1,0],"b":[3]}'}
+    )
     assert cfg.subscription.assigned == {"a": (0, 1), "b": (3,)}
-    cfg = SourceConfig.from_options({"kafka.bootstrap.servers": "h:1",
-                                     "subscribePattern": "ev.*"})
+    cfg = SourceConfig.from_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "ev.*"})
     assert cfg.subscription.pattern == "ev.*"
 
 
@@ -117,8 +126,8 @@ def test_kafka_settings_map_to_kafka_python_types() -> None:
             "kafka.check.crcs": "false",
             "kafka.security.protocol": "SASL_SSL",
             "kafka.sasl.mechanism": "PLAIN",
-            "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
-                                      'required username="alice" password="s3cr\\"t";',
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+            'required username="alice" password="s3cr\\"t";',
             "kafka.isolation.level": "read_committed",
             "kafka.api.version": "2.8.0",
             "kafka.bootstrap.servers": "ignored-here:1",
@@ -154,7 +163,9 @@ def test_consumer_settings_are_group_less_and_never_auto_commit() -> None:
     assert cfg.group_id == "lag-visible"
 
 
-@pytest.mark.parametrize(("raw", "ms"), [("100ms", 100), ("30s", 30_000), ("15m", 900_000),
-                                         ("2h", 7_200_000), ("250", 250)])
+@pytest.mark.parametrize(
+    ("raw", "ms"),
+    [("100ms", 100), ("30s", 30_000), ("15m", 900_000), ("2h", 7_200_000), ("250", 250)],
+)
 def test_durations(raw: str, ms: int) -> None:
     assert parse_duration_ms("maxTriggerDelay", raw, default_ms=1) == ms

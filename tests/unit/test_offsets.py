@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,8 +46,10 @@ def test_split_gives_large_ranges_more_pieces() -> None:
     assert sum(p.size for p in pieces) == 1000
 
 
-@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=6),
-       st.integers(1, 40))
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=6),
+    st.integers(1, 40),
+)
 def test_split_covers_each_range_exactly(spans: list[tuple[int, int]], min_parts: int) -> None:
     ranges = [OffsetRange(TopicPartition("t", i), s, s + n) for i, (s, n) in enumerate(spans)]
     pieces = split_ranges(ranges, min_partitions=min_parts)
@@ -55,7 +59,7 @@ def test_split_covers_each_range_exactly(spans: list[tuple[int, int]], min_parts
             assert mine == []
             continue
         assert mine[0].start == r.start and mine[-1].end == r.end
-        assert all(a.end == b.start for a, b in zip(mine, mine[1:]))
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
         assert all(p.size > 0 for p in mine)
     if sum(r.size for r in ranges) >= min_parts:
         assert len(pieces) >= min(min_parts, sum(1 for r in ranges if r.size))
@@ -79,9 +83,12 @@ def test_small_limit_still_makes_progress() -> None:
     assert sum(end.values()) == 1
 
 
-@given(st.dictionaries(st.integers(0, 7), st.tuples(st.integers(0, 10**6), st.integers(0, 10**4)),
-                       min_size=1),
-       st.integers(1, 50_000))
+@given(
+    st.dictionaries(
+        st.integers(0, 7), st.tuples(st.integers(0, 10**6), st.integers(0, 10**4)), min_size=1
+    ),
+    st.integers(1, 50_000),
+)
 def test_limit_never_exceeds_budget_or_lag(parts: dict[int, tuple[int, int]], limit: int) -> None:
     start = {TopicPartition("t", p): s for p, (s, _) in parts.items()}
     latest = {TopicPartition("t", p): s + lag for p, (s, lag) in parts.items()}

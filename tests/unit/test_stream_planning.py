@@ -21,8 +21,9 @@ T0, T1, T2 = (TopicPartition("ev", p) for p in range(3))
 class ScriptedOffsets:
     """Answers offset queries from dictionaries the test changes between calls."""
 
-    def __init__(self, earliest: dict[TopicPartition, int],
-                 latest: dict[TopicPartition, int]) -> None:
+    def __init__(
+        self, earliest: dict[TopicPartition, int], latest: dict[TopicPartition, int]
+    ) -> None:
         self.earliest_map = earliest
         self.latest_map = latest
 
@@ -41,7 +42,8 @@ class ScriptedOffsets:
 
 def reader(offsets: ScriptedOffsets, **options: str) -> KafkaStreamReader:
     config = SourceConfig.from_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options})
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}
+    )
     r = KafkaStreamReader(config=config)
     r._offsets = offsets  # type: ignore[assignment]
     return r
@@ -55,20 +57,24 @@ def test_max_offsets_per_trigger_is_the_default_read_limit() -> None:
     end = r.latestOffset({"ev": {"0": 0, "1": 0}}, limit)
     assert end == {"ev": {"0": 150, "1": 50}}
     # Trigger.AvailableNow / ReadAllAvailable ignores the option, as Spark requires.
-    assert r.latestOffset({"ev": {"0": 0, "1": 0}}, ReadAllAvailable()) == \
-        {"ev": {"0": 300, "1": 100}}
+    assert r.latestOffset({"ev": {"0": 0, "1": 0}}, ReadAllAvailable()) == {
+        "ev": {"0": 300, "1": 100}
+    }
 
 
 def test_min_offsets_waits_until_enough_or_max_trigger_delay() -> None:
     offsets = ScriptedOffsets({T0: 0}, {T0: 5})
-    r = reader(offsets, minOffsetsPerTrigger="10", maxOffsetsPerTrigger="100",
-               maxTriggerDelay="1h")
+    r = reader(offsets, minOffsetsPerTrigger="10", maxOffsetsPerTrigger="100", maxTriggerDelay="1h")
     start = {"ev": {"0": 0}}
     assert r.latestOffset(start, r.getDefaultReadLimit()) is start  # 5 < 10: skip trigger
     offsets.latest_map[T0] = 12
     assert r.latestOffset(start, r.getDefaultReadLimit()) == {"ev": {"0": 12}}
-    r2 = reader(ScriptedOffsets({T0: 0}, {T0: 5}), minOffsetsPerTrigger="10",
-                maxOffsetsPerTrigger="100", maxTriggerDelay="0ms")
+    r2 = reader(
+        ScriptedOffsets({T0: 0}, {T0: 5}),
+        minOffsetsPerTrigger="10",
+        maxOffsetsPerTrigger="100",
+        maxTriggerDelay="0ms",
+    )
     assert r2.latestOffset(start, r2.getDefaultReadLimit()) == {"ev": {"0": 5}}
 
 
@@ -100,7 +106,8 @@ def test_lost_partition_fails_or_warns() -> None:
     with pytest.raises(DataLossError, match="ev-1"):
         reader(offsets).latestOffset({"ev": {"0": 0, "1": 3}}, ReadAllAvailable())
     end = reader(offsets, failOnDataLoss="false").latestOffset(
-        {"ev": {"0": 0, "1": 3}}, ReadAllAvailable())
+        {"ev": {"0": 0, "1": 3}}, ReadAllAvailable()
+    )
     assert end == {"ev": {"0": 10}}
 
 
@@ -113,10 +120,15 @@ def test_offsets_going_back_is_data_loss() -> None:
 def test_min_partitions_splits_ranges() -> None:
     offsets = ScriptedOffsets({T0: 0, T1: 0}, {T0: 100, T1: 100})
     parts = reader(offsets, minPartitions="4").partitions(
-        {"ev": {"0": 0, "1": 0}}, {"ev": {"0": 100, "1": 100}})
+        {"ev": {"0": 0, "1": 0}}, {"ev": {"0": 100, "1": 100}}
+    )
     assert len(parts) == 4
     assert sorted((p.partition, p.start, p.end) for p in parts) == [
-        (0, 0, 50), (0, 50, 100), (1, 0, 50), (1, 50, 100)]
+        (0, 0, 50),
+        (0, 50, 100),
+        (1, 0, 50),
+        (1, 50, 100),
+    ]
 
 
 def test_reader_pickles_without_its_driver_consumer() -> None:

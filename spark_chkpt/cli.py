@@ -1,0 +1,81 @@
+"""``spark-chkpt``: the project's command line.
+
+spark-chkpt broker [--port N] [--topic NAME[:PARTITIONS] ...]   run the embedded broker
+spark-chkpt demo                                               run the demo pipeline
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from spark_chkpt.broker import EmbeddedBroker
+    from spark_chkpt.topics import create_topic
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with EmbeddedBroker(host=args.host, port=args.port) as broker:
+        for spec in args.topic:
+            name, _, parts = spec.partition(":")
+            create_topic(
+                bootstrap_servers=broker.bootstrap_servers,
+                name=name,
+                partitions=int(parts or 1),
+                exist_ok=True,
+            )
+        print(broker.bootstrap_servers, flush=True)
+        print(
+            f"# embedded Kafka-protocol broker (in memory); log: {broker.log_path}; "
+            "Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.wait()
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from spark_chkpt.jobs import demo
+
+    return demo.main([])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="spark-chkpt",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    broker = sub.add_parser(
+        "broker", help="run the embedded broker in the foreground and print its bootstrap address"
+    )
+    broker.add_argument("--host", default="127.0.0.1")
+    broker.add_argument("--port", type=int, default=None, help="default: a free port")
+    broker.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        help="create NAME[:PARTITIONS] once the broker is up (repeatable)",
+    )
+    broker.set_defaults(run=_broker)
+    demo = sub.add_parser("demo", help="run the demo pipeline on an embedded broker")
+    demo.set_defaults(run=_demo)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
