@@ -2,8 +2,9 @@
 
 from pyspark.sql.datasource import DataSource
 
+from spark_chkpt.connectors.delta import DeltaDataSource
 from spark_chkpt.connectors.kafka import KafkaDataSource
 
-DATA_SOURCES: tuple[type[DataSource], ...] = (KafkaDataSource,)
+DATA_SOURCES: tuple[type[DataSource], ...] = (KafkaDataSource, DeltaDataSource)
 
-__all__ = ["DATA_SOURCES", "KafkaDataSource"]
+__all__ = ["DATA_SOURCES", "DeltaDataSource", "KafkaDataSource"]

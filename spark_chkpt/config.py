@@ -13,7 +13,7 @@ import difflib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -503,3 +503,91 @@ class SourceConfig:
         }
         settings.update(self.client_settings)
         return settings
+
+
+_KNOWN_DELTA_OPTIONS = {
+    k.lower() for k in (
+        "path", "partitionBy", "mergeSchema", "txnAppId", "checkpointLocation", "queryName",
+        "retainedSnapshots", "maxRecordsPerFile", "targetFileSize", "orphanRetention",
+    )
+}
+
+
+def _parse_size(option: str, raw: str | None, *, default: int) -> int:
+    if raw is None:
+        return default
+    match = re.match(r"^\s*(\d+)\s*([kmg]?)b?\s*$", raw, re.IGNORECASE)
+    if not match:
+        raise ConfigError(option, raw, "a size such as 134217728, 128m or 1g")
+    amount, unit = match.groups()
+    size = int(amount) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()]
+    if size <= 0:
+        raise ConfigError(option, raw, "must be greater than 0")
+    return size
+
+
+@dataclass(frozen=True)
+class DeltaSinkConfig:
+    """Validated options of the ``chkpt-delta`` sink."""
+
+    path: str
+    checkpoint_location: str
+    query_name: str | None
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    txn_app_id: str | None
+    retained_snapshots: int
+    max_records_per_file: int
+    target_file_bytes: int
+    orphan_retention_ms: int
+    storage_options: Mapping[str, str]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
+        opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+        path = opts.get("path", "").strip()
+        if not path:
+            raise ConfigError("path", None, "required: the Delta table's location "
+                              "(.option('path', ...) or .start(path))")
+        checkpoint = opts.get("checkpointlocation", "").strip()
+        if not checkpoint:
+            raise ConfigError("checkpointLocation", None,
+                              "required: exactly-once needs Spark's checkpoint (its offset log "
+                              "is the snapshot plan)")
+        partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",")
+                             if c.strip())
+        unknown = sorted(k for k in opts if k not in _KNOWN_DELTA_OPTIONS and
+                         not k.startswith("storage."))
+        if unknown:
+            log.warning("chkpt-delta ignores unknown option(s): %s", ", ".join(unknown))
+        return cls(
+            path=path,
+            checkpoint_location=checkpoint,
+            query_name=opts.get("queryname"),
+            partition_by=partition_by,
+            merge_schema=parse_bool("mergeSchema", opts.get("mergeschema"), default=False),
+            txn_app_id=opts.get("txnappid") or None,
+            retained_snapshots=parse_positive_int(
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10) or 10,
+            max_records_per_file=parse_positive_int(
+                "maxRecordsPerFile", opts.get("maxrecordsperfile"), default=1_000_000)
+            or 1_000_000,
+            target_file_bytes=_parse_size("targetFileSize", opts.get("targetfilesize"),
+                                          default=128 * 1024**2),
+            orphan_retention_ms=parse_duration_ms("orphanRetention",
+                                                  opts.get("orphanretention"),
+                                                  default_ms=60 * 60_000),
+            storage_options={k[len("storage."):]: v for k, v in opts.items()
+                             if k.startswith("storage.")},
+        )
+
+    def check_columns(self, columns: Sequence[str]) -> None:
+        """partitionBy names columns of the query's output."""
+        missing = [c for c in self.partition_by if c not in columns]
+        if missing:
+            raise ConfigError("partitionBy", ",".join(self.partition_by),
+                              f"column(s) {', '.join(missing)} are not in the query's output "
+                              f"({', '.join(columns)})")
+        if self.partition_by and len(self.partition_by) == len(columns):
+            raise ConfigError("partitionBy", ",".join(self.partition_by),
+                              "at least one column must stay out of the partition columns")

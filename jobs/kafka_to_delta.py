@@ -1,0 +1,185 @@
+"""Kafka → Delta, exactly once: JSON values parsed into columns, appended by chkpt-delta.
+
+Run it any of these ways:
+
+    spark-submit --properties-file conf/spark-defaults.conf \\
+        jobs/kafka_to_delta.py --conf-file conf/kafka_to_delta.properties
+    python -m spark_chkpt.jobs.kafka_to_delta --set source.subscribe=orders
+    spark-chkpt-kafka-to-delta --bootstrap-servers host:9092 --topic orders \\
+        --table /data/orders --checkpoint /chk/orders
+
+Settings: built-in defaults, then ``--conf-file`` (default ``conf/kafka_to_delta.properties``
+when it exists), then ``--set key=value`` and the shortcut flags. Keys are
+``source.<chkpt-kafka option>``, ``sink.<chkpt-delta option>`` and ``job.<name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("spark_chkpt.jobs.kafka_to_delta")
+
+DEFAULT_CONF = Path("conf/kafka_to_delta.properties")
+DEFAULTS: dict[str, str] = {
+    "source.startingOffsets": "earliest",
+    "job.queryName": "kafka_to_delta",
+    "job.trigger": "processingTime=10 seconds",
+    "job.badRecords": "fail",
+    "job.kafkaColumns": "true",
+}
+_SHORTCUTS = {
+    "bootstrap_servers": "source.kafka.bootstrap.servers",
+    "topic": "source.subscribe",
+    "table": "sink.path",
+    "checkpoint": "sink.checkpointLocation",
+    "schema": "job.schema",
+    "trigger": "job.trigger",
+    "max_offsets_per_trigger": "source.maxOffsetsPerTrigger",
+}
+
+
+def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.Namespace]:
+    from spark_chkpt.session import load_properties
+
+    parser = argparse.ArgumentParser(prog="kafka_to_delta", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conf-file", type=Path, default=None)
+    parser.add_argument("--spark-conf", type=Path, default=None,
+                        help="spark-defaults.conf to apply (default conf/spark-defaults.conf "
+                             "when it exists and the job is not under spark-submit)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--bootstrap-servers")
+    parser.add_argument("--topic")
+    parser.add_argument("--table")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--schema", help="Spark DDL of the JSON value")
+    parser.add_argument("--trigger", help="availableNow, once, or processingTime=<interval>")
+    parser.add_argument("--max-offsets-per-trigger")
+    parser.add_argument("--master", default=None, help="default: spark-submit's, else local[*]")
+    args = parser.parse_args(argv)
+    settings = dict(DEFAULTS)
+    conf_file = args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.exists() else None)
+    if conf_file is not None:
+        settings.update(load_properties(conf_file))
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        settings[key.strip()] = value.strip()
+    for attr, key in _SHORTCUTS.items():
+        value = getattr(args, attr)
+        if value is not None:
+            settings[key] = str(value)
+    return settings, args
+
+
+def _section(settings: Mapping[str, str], prefix: str) -> dict[str, str]:
+    return {k[len(prefix):]: v for k, v in settings.items() if k.startswith(prefix)}
+
+
+def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataFrame:
+    """The chkpt-kafka stream with the JSON value parsed into the schema's columns."""
+    from pyspark.sql import functions as F
+
+    from spark_chkpt.errors import ConfigError
+
+    job = _section(settings, "job.")
+    schema = job.get("schema")
+    if not schema and job.get("schemaFile"):
+        schema = Path(job["schemaFile"]).read_text().strip()
+    if not schema:
+        raise ConfigError("job.schema", None, "required: the JSON value's columns as Spark DDL")
+    bad = job.get("badRecords", "fail").lower()
+    if bad not in ("fail", "keep"):
+        raise ConfigError("job.badRecords", bad, "one of 'fail', 'keep'")
+    reader = spark.readStream.format("chkpt-kafka")
+    for key, value in _section(settings, "source.").items():
+        reader = reader.option(key, value)
+    raw = reader.load()
+    parsed = raw.select(
+        F.from_json(F.col("value").cast("string"), f"{schema}, _corrupt_record string",
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+                    ).alias("v"),
+        F.col("value").cast("string").alias("_raw"), "topic", "partition", "offset",
+        "timestamp")
+    malformed = F.col("v._corrupt_record").isNotNull()
+    if bad == "fail":  # a filter, so the optimizer cannot prune the check away
+        parsed = parsed.where(F.when(malformed, F.raise_error(F.concat(
+            F.lit("malformed JSON value at "), F.col("topic"), F.lit("-"),
+            F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string"),
+            F.lit(" (job.badRecords=fail; set keep to write it to _malformed): "),
+            F.substring(F.col("_raw"), 1, 200)))).otherwise(F.lit(True)))
+    columns = [F.col(f"v.{name}") for name in spark.createDataFrame([], schema).columns]
+    if bad == "keep":
+        columns.append(F.when(malformed, F.col("_raw")).alias("_malformed"))
+    if job.get("kafkaColumns", "true").lower() == "true":
+        columns += [F.col("partition").alias("kafka_partition"),
+                    F.col("offset").alias("kafka_offset"),
+                    F.col("timestamp").alias("kafka_timestamp")]
+    return parsed.select(*columns)
+
+
+def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
+    from spark_chkpt.errors import ConfigError
+
+    job = _section(settings, "job.")
+    writer = build_query_input(spark, settings).writeStream.format("chkpt-delta")
+    for key, value in _section(settings, "sink.").items():
+        writer = writer.option(key, value)
+    writer = writer.queryName(job.get("queryName", "kafka_to_delta"))
+    trigger = job.get("trigger", "availableNow").strip()
+    if trigger == "availableNow":
+        writer = writer.trigger(availableNow=True)
+    elif trigger == "once":
+        writer = writer.trigger(once=True)
+    elif trigger.startswith("processingTime="):
+        writer = writer.trigger(processingTime=trigger.split("=", 1)[1])
+    else:
+        raise ConfigError("job.trigger", trigger,
+                          "availableNow, once, or processingTime=<interval> such as 10 seconds")
+    return writer.start()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings, args = settings_from(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    for noisy in ("kafka", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from spark_chkpt.session import build_session, load_properties
+
+    spark_conf: dict[str, str] = {}
+    conf_path = args.spark_conf or Path("conf/spark-defaults.conf")
+    if conf_path.exists() and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
+        spark_conf = load_properties(conf_path)
+    spark = build_session(app_name=settings.get("job.queryName", "kafka_to_delta"),
+                          master=args.master, conf=spark_conf)
+    query = start(spark, settings)
+    log.info("query %s started: %s -> %s (checkpoint %s)", query.name,
+             settings.get("source.subscribe") or settings.get("source.subscribePattern"),
+             settings.get("sink.path"), settings.get("sink.checkpointLocation"))
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    error = query.exception()
+    if error is not None:
+        log.error("query failed: %s", error)
+        return 1
+    for progress in query.recentProgress[-3:]:
+        log.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

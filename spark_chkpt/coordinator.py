@@ -1,0 +1,207 @@
+"""The driver-side coordinator: phase 2 of the two-phase commit of one snapshot.
+
+Spark's micro-batch engine is Flink's checkpoint trigger: before batch N it writes the
+planned source offsets to ``<checkpointLocation>/offsets/N``. Batch N is snapshot N.
+Executors stage their output (phase 1, :mod:`spark_chkpt.staging`); the sink's
+``commit(messages, N)`` hands the staged output here, and :meth:`DeltaCoordinator.commit`
+makes it visible in one Delta commit that also records the snapshot. A crash anywhere
+leaves either nothing visible (Spark re-runs batch N with the same offsets) or the
+whole batch visible with ``txn(appId, N)`` (the re-run finds it and discards itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.checkpoint import SparkCheckpoint
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.fault import FaultPoint, maybe_fail, maybe_kill
+from spark_chkpt.snapshot import CommitOutcome, SnapshotRecord
+from spark_chkpt.staging import StagedFile, StagedOutput
+from spark_chkpt.store import SnapshotStore
+from spark_chkpt.table import DeltaTarget
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_KEY = "chkpt.snapshot"
+_CONFLICT_RETRIES = 10
+# Tables whose orphans this process already cleaned (the commit runs in a long-lived
+# Python worker; once per process and table is "at start-up").
+_CLEANED: set[str] = set()
+
+
+@dataclass(frozen=True)
+class CommitSettings:
+    """What the coordinator needs from the sink's options."""
+
+    table_uri: str
+    checkpoint_location: str
+    app_id: str
+    query_name: str | None
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    retained_snapshots: int
+    orphan_retention_s: float
+    storage_options: dict[str, str]
+
+
+class DeltaCoordinator:
+    """Completes snapshots of one query into one Delta table."""
+
+    def __init__(self, *, settings: CommitSettings) -> None:
+        self.settings = settings
+        self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)
+        self.checkpoint = SparkCheckpoint(location=settings.checkpoint_location)
+        self.store = SnapshotStore(checkpoint_location=settings.checkpoint_location,
+                                   retained=settings.retained_snapshots)
+
+    def clean_orphans_once(self, *, in_progress: Sequence[StagedFile] = ()) -> int:
+        """Remove files staged by crashed attempts, once per process and table."""
+        key = self.settings.table_uri
+        if key in _CLEANED:
+            return 0
+        _CLEANED.add(key)
+        removed = self.target.remove_orphans(older_than_s=self.settings.orphan_retention_s,
+                                             keep={f.path for f in in_progress})
+        if removed:
+            log.warning("chkpt-delta removed %d staged file(s) of crashed attempts from %s",
+                        removed, key)
+        return removed
+
+    def commit(self, *, messages: Sequence[StagedOutput | None], batch_id: int,
+               schema: pa.Schema) -> SnapshotRecord:
+        """Complete snapshot ``batch_id``.
+
+        Step 1: read Spark's plan for the batch (``offsets/<batch_id>``): the source
+                offsets this snapshot covers.
+        Step 2: idempotency. If the table's ``txn(appId)`` is already ``>= batch_id`` the
+                batch was committed by an earlier attempt: delete this attempt's staged
+                files and return DUPLICATE (writing the snapshot record if a crash lost it).
+        Step 3: schema. A column the table lacks fails the batch naming it, unless
+                mergeSchema adds it; a changed type always fails.
+        Step 4: one Delta commit with the add actions, ``txn(appId, batch_id)`` and the
+                snapshot record in commitInfo. A conflict with another writer is retried
+                from step 2.
+        Step 5: write the snapshot record to the store atomically (newest N kept).
+        """
+        started = time.monotonic()
+        maybe_kill(FaultPoint.AFTER_STAGING, batch_id)
+        maybe_fail(FaultPoint.IN_COMMIT, batch_id)
+        outputs = [m for m in messages if m is not None]
+        files = [f for m in outputs for f in m.files]
+        self.clean_orphans_once(in_progress=files)
+
+        # Step 1
+        plan = self.checkpoint.plan(batch_id)
+
+        for attempt in range(_CONFLICT_RETRIES):
+            # Step 2
+            table = self.target.open()
+            done = table.transaction_version(self.settings.app_id) if table is not None else None
+            if done is not None and done >= batch_id:
+                removed = self.target.delete_unreferenced(files, table)
+                log.warning("chkpt-delta batch %d was already committed (table txn %s=%d); "
+                            "discarded this attempt's %d staged file(s)", batch_id,
+                            self.settings.app_id, done, removed)
+                return self._repair_record(batch_id, plan.sources, outputs, started)
+
+            # Step 3
+            if table is not None:
+                schema_plan = self.target.check_schema(table, schema,
+                                                       merge=self.settings.merge_schema)
+                if schema_plan.new_columns:
+                    self.target.add_columns(table, schema, schema_plan.new_columns)
+                    table = self.target.open()
+
+            # Step 4
+            record = self._record(batch_id, plan.sources, outputs, files, started,
+                                  outcome=CommitOutcome.COMMITTED if files else
+                                  CommitOutcome.EMPTY, version=None)
+            try:
+                self.target.commit(table=table, schema=schema,
+                                   partition_by=self.settings.partition_by, files=files,
+                                   app_id=self.settings.app_id, version=batch_id,
+                                   metadata={SNAPSHOT_KEY: record.to_json(),
+                                             "chkpt.batchId": batch_id})
+            except Exception as e:
+                if not _is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
+                    raise ChkptError(f"chkpt-delta could not commit batch {batch_id} to "
+                                     f"{self.settings.table_uri}: {e}") from e
+                log.warning("chkpt-delta batch %d: commit conflict (%s); retrying", batch_id, e)
+                time.sleep(min(2.0, 0.05 * 2 ** attempt))
+                continue
+            maybe_kill(FaultPoint.AFTER_DELTA_COMMIT, batch_id)
+
+            # Step 5
+            committed = self.target.open()
+            record = self._record(batch_id, plan.sources, outputs, files, started,
+                                  outcome=CommitOutcome(record.outcome),
+                                  version=committed.version() if committed else None)
+            self.store.put(record)
+            maybe_kill(FaultPoint.AFTER_SNAPSHOT, batch_id)
+            log.info("chkpt-delta snapshot %d committed: %d rows in %d files, Delta version "
+                     "%s, %.0f ms", batch_id, record.rows, record.files, record.table_version,
+                     record.commit_ms)
+            return record
+        raise ChkptError(f"chkpt-delta batch {batch_id}: gave up after {_CONFLICT_RETRIES} "
+                         "commit conflicts")
+
+    def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
+        """Delete the staged files of a failed attempt (never files the table references)."""
+        maybe_kill(FaultPoint.IN_ABORT, batch_id)
+        files = [f for m in messages if m is not None for f in m.files]
+        removed = self.target.delete_unreferenced(files, self.target.open())
+        log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
+        return removed
+
+    # -- records ---------------------------------------------------------------------
+
+    def _record(self, batch_id: int, sources: Sequence[Any], outputs: Sequence[StagedOutput],
+                files: Sequence[StagedFile], started: float, *, outcome: CommitOutcome,
+                version: int | None) -> SnapshotRecord:
+        return SnapshotRecord(
+            batch_id=batch_id,
+            app_id=self.settings.app_id,
+            query_name=self.settings.query_name,
+            sink="chkpt-delta",
+            source_offsets=list(sources),
+            table_version=version,
+            rows=sum(f.rows for f in files),
+            files=len(files),
+            bytes=sum(f.size for f in files),
+            commit_ms=round((time.monotonic() - started) * 1000, 1),
+            outcome=outcome.value,
+            attempts=sorted({m.attempt for m in outputs}),
+        )
+
+    def _repair_record(self, batch_id: int, sources: Sequence[Any],
+                       outputs: Sequence[StagedOutput], started: float) -> SnapshotRecord:
+        existing = self.store.get(batch_id)
+        if existing is not None:
+            return existing
+        # The crash came between the Delta commit and the store: take the record the
+        # commit itself carries, so the store matches the table.
+        table = self.target.open()
+        for entry in table.history(limit=50) if table is not None else []:
+            if entry.get("chkpt.batchId") == batch_id and SNAPSHOT_KEY in entry:
+                record = SnapshotRecord.from_json(entry[SNAPSHOT_KEY])
+                record = SnapshotRecord(**{**record.__dict__, "table_version": entry["version"]})
+                self.store.put(record)
+                return record
+        record = self._record(batch_id, sources, outputs, [], started,
+                              outcome=CommitOutcome.DUPLICATE, version=None)
+        self.store.put(record)
+        return record
+
+
+def _is_conflict(error: Exception) -> bool:
+    text = str(error).lower()
+    return type(error).__name__ == "CommitFailedError" or any(
+        word in text for word in ("conflict", "concurrent", "already exists"))

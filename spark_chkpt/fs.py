@@ -1,0 +1,91 @@
+"""One filesystem layer for checkpoint and table paths: ``pyarrow.fs``.
+
+Local paths, ``file://``, ``s3://``, ``gs://``, ``abfss://`` and Databricks
+``/Volumes/...`` (a local mount on Databricks) all resolve through
+:func:`resolve`; the rest of the project never calls ``open`` or ``os`` on them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+
+@dataclass(frozen=True)
+class Location:
+    """A filesystem and a path on it."""
+
+    fs: pafs.FileSystem
+    path: str
+
+    @property
+    def is_local(self) -> bool:
+        import pyarrow.fs as pafs
+
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def child(self, *parts: str) -> Location:
+        return Location(self.fs, posixpath.join(self.path, *parts))
+
+    def exists(self) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(self.path).type != pafs.FileType.NotFound)
+
+    def read_text(self) -> str:
+        with self.fs.open_input_stream(self.path) as stream:
+            return bytes(stream.read()).decode("utf-8")
+
+    def write_atomic(self, text: str) -> None:
+        """Write so a reader sees the old content or the new, never a torn file.
+
+        Local and HDFS-like stores: write a temporary sibling, then rename. Object stores
+        (S3, GCS, ABFS) make a single PUT visible atomically, so write in place.
+        """
+        parent = posixpath.dirname(self.path)
+        self.fs.create_dir(parent, recursive=True)
+        data = text.encode("utf-8")
+        if not self.is_local:
+            with self.fs.open_output_stream(self.path) as out:
+                out.write(data)
+            return
+        tmp = posixpath.join(parent, f".{posixpath.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, self.path)
+
+    def list(self, *, recursive: bool = False) -> list[pafs.FileInfo]:
+        import pyarrow.fs as pafs
+
+        if not self.exists():
+            return []
+        selector = pafs.FileSelector(self.path, recursive=recursive, allow_not_found=True)
+        return list(self.fs.get_file_info(selector))
+
+    def delete(self) -> bool:
+        """Delete the file; False if it was already gone."""
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def resolve(uri: str) -> Location:
+    """``Location`` for a local path or a URI pyarrow knows (s3://, gs://, abfss://, ...)."""
+    import pyarrow.fs as pafs
+
+    if "://" not in uri:
+        import os
+
+        return Location(pafs.LocalFileSystem(), os.path.abspath(uri))
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return Location(fs, path)

@@ -1,0 +1,50 @@
+"""The snapshot record: what one completed snapshot (= one micro-batch) contains.
+
+Written in the sink's Delta commit (commitInfo custom metadata) and in the snapshot
+store, so the table alone can say which source offsets it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class CommitOutcome(str, Enum):
+    """What the coordinator did with one batch (Flink's PendingCheckpoint results)."""
+
+    COMMITTED = "committed"  # staged output made visible in this call
+    DUPLICATE = "duplicate"  # the batch was already committed; this attempt discarded
+    EMPTY = "empty"  # nothing staged; the snapshot is recorded without a data commit
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """One completed snapshot, as JSON in commitInfo and in the snapshot store."""
+
+    batch_id: int
+    app_id: str
+    query_name: str | None
+    sink: str
+    source_offsets: list[Any]
+    table_version: int | None
+    rows: int
+    files: int
+    bytes: int
+    commit_ms: float
+    outcome: str = CommitOutcome.COMMITTED.value
+    attempts: list[str] = field(default_factory=list)
+    upstream_snapshots: list[Any] = field(default_factory=list)
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> SnapshotRecord:
+        doc = json.loads(text)
+        known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
+        return cls(**known)

@@ -1,0 +1,58 @@
+"""The snapshot store: ``<checkpointLocation>/chkpt/snapshots/<batchId>.json``.
+
+Each record is written atomically (see :meth:`spark_chkpt.fs.Location.write_atomic`);
+the newest ``retained`` records are kept, older ones deleted after each write.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.fs import Location, resolve
+from spark_chkpt.snapshot import SnapshotRecord
+
+log = logging.getLogger(__name__)
+
+STORE_DIR = "chkpt/snapshots"
+
+
+class SnapshotStore:
+    """Completed snapshots of one query, next to Spark's checkpoint."""
+
+    def __init__(self, *, checkpoint_location: str, retained: int = 10) -> None:
+        if retained < 1:
+            raise ChkptError(f"retainedSnapshots must be at least 1, got {retained}")
+        self.root: Location = resolve(checkpoint_location).child(*STORE_DIR.split("/"))
+        self.retained = retained
+
+    def _path(self, batch_id: int) -> Location:
+        return self.root.child(f"{batch_id}.json")
+
+    def batch_ids(self) -> list[int]:
+        ids = []
+        for info in self.root.list():
+            name = info.base_name
+            if name.endswith(".json") and name[: -len(".json")].isdigit():
+                ids.append(int(name[: -len(".json")]))
+        return sorted(ids)
+
+    def put(self, record: SnapshotRecord) -> None:
+        """Write ``record`` atomically, then drop records beyond the newest ``retained``."""
+        self._path(record.batch_id).write_atomic(record.to_json() + "\n")
+        ids = self.batch_ids()
+        for old in ids[: max(0, len(ids) - self.retained)]:
+            self._path(old).delete()
+
+    def get(self, batch_id: int) -> SnapshotRecord | None:
+        path = self._path(batch_id)
+        try:
+            return SnapshotRecord.from_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as e:
+            raise ChkptError(f"snapshot record {path} is corrupt: {e}") from e
+
+    def latest(self) -> SnapshotRecord | None:
+        ids = self.batch_ids()
+        return self.get(ids[-1]) if ids else None

@@ -1,0 +1,223 @@
+"""The Delta table a sink writes: schema checks, atomic commits through delta-rs, orphans.
+
+Facts about delta-rs (``deltalake`` 1.x) this module relies on, each checked here:
+
+* ``create_write_transaction(mode="append")`` ignores a new schema, so new columns are
+  added with ``alter.add_columns`` first, and types are compared here (delta-rs would
+  commit a file whose types disagree with the table's and leave it unreadable).
+* The app-transaction check only catches *concurrent* commits of the same app id:
+  ``transaction_version(app_id)`` must be checked before every attempt.
+* Blind appends are retried by delta-rs itself on conflicts with other writers;
+  a conflict on the same app id raises ``CommitFailedError``.
+* ``get_add_actions()`` returns URL-encoded paths; staged paths are raw.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.fs import Location, resolve
+from spark_chkpt.staging import STAGED_NAME, StagedFile, normalize_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+class SchemaMismatch(ChkptError):
+    """The batch's columns disagree with the table's; the message names them."""
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """How a batch's schema relates to the table's."""
+
+    new_columns: tuple[str, ...]
+    type_changes: tuple[str, ...]  # "col: table int64, batch string"
+
+    @property
+    def compatible(self) -> bool:
+        return not self.new_columns and not self.type_changes
+
+
+class DeltaTarget:
+    """One Delta table addressed by URI, opened fresh for each decision."""
+
+    def __init__(self, *, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = uri
+        self.location: Location = resolve(uri)
+        self.storage_options = dict(storage_options or {})
+
+    def open(self) -> Any | None:
+        """The ``DeltaTable`` at its latest version, or None if there is no table yet."""
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options or None):
+            return None
+        return DeltaTable(self.uri, storage_options=self.storage_options or None)
+
+    # -- schema ----------------------------------------------------------------------
+
+    @staticmethod
+    def arrow_schema(table: Any) -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema(table.schema().to_arrow())
+
+    def plan_schema(self, table: Any, batch_schema: pa.Schema) -> SchemaPlan:
+        current = self.arrow_schema(table)
+        wanted = normalize_schema(batch_schema)
+        new, changed = [], []
+        for f in wanted:
+            idx = current.get_field_index(f.name)
+            if idx < 0:
+                new.append(f.name)
+            elif not _same_type(current.field(idx).type, f.type):
+                changed.append(f"{f.name}: table {current.field(idx).type}, batch {f.type}")
+        return SchemaPlan(new_columns=tuple(new), type_changes=tuple(changed))
+
+    def check_schema(self, table: Any, batch_schema: pa.Schema, *, merge: bool) -> SchemaPlan:
+        """Raise :class:`SchemaMismatch` unless the batch fits (or may evolve) the table."""
+        plan = self.plan_schema(table, batch_schema)
+        if plan.type_changes:
+            raise SchemaMismatch(
+                f"Delta table {self.uri}: column types differ ({'; '.join(plan.type_changes)})"
+                ". Cast the columns in the query; mergeSchema adds columns but never changes "
+                "a type."
+            )
+        if plan.new_columns and not merge:
+            raise SchemaMismatch(
+                f"Delta table {self.uri} has no column(s) {', '.join(plan.new_columns)} that "
+                "the query writes. Set option mergeSchema=true to add them, or drop them "
+                "from the query."
+            )
+        return plan
+
+    def add_columns(self, table: Any, batch_schema: pa.Schema, names: Sequence[str]) -> None:
+        from deltalake import Field, Schema
+
+        wanted = normalize_schema(batch_schema)
+        fields = Schema.from_arrow(wanted).fields
+        new = [Field(f.name, f.type, nullable=True) for f in fields if f.name in set(names)]
+        table.alter.add_columns(new)
+        log.info("Delta table %s: added column(s) %s (mergeSchema)", self.uri, ", ".join(names))
+
+    # -- commits ---------------------------------------------------------------------
+
+    def commit(self, *, table: Any, schema: pa.Schema, partition_by: Sequence[str],
+               files: Sequence[StagedFile], app_id: str, version: int,
+               metadata: Mapping[str, Any]) -> None:
+        """One atomic Delta commit: the add actions, ``txn(app_id, version)`` and
+        ``metadata`` in commitInfo. Creates the table when ``table`` is None."""
+        from deltalake import CommitProperties, Schema, Transaction
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
+        actions = [AddAction(path=f.path, size=f.size, partition_values=f.partition_values,
+                             modification_time=f.modification_time, data_change=True,
+                             stats=f.stats) for f in files]
+        props = CommitProperties(
+            custom_metadata=dict(metadata),
+            app_transactions=[Transaction(app_id=app_id, version=version,
+                                          last_updated=int(time.time() * 1000))],
+        )
+        if table is None:
+            create_table_with_add_actions(
+                self.uri, Schema.from_arrow(normalize_schema(schema)), actions, mode="error",
+                partition_by=list(partition_by) or None,
+                storage_options=self.storage_options or None, commit_properties=props,
+            )
+            return
+        table.create_write_transaction(actions, "append", table.schema(),
+                                       partition_by=list(partition_by) or None,
+                                       commit_properties=props)
+
+    # -- what the log references -----------------------------------------------------
+
+    def referenced(self, table: Any, *, whole_log: bool = False) -> set[str]:
+        """Relative paths the table references now; with ``whole_log``, also every path
+        any JSON commit still in ``_delta_log`` added (so time travel keeps its files)."""
+        import pyarrow as pa
+
+        if table is None:
+            return set()
+        adds = pa.table(table.get_add_actions(flatten=False))
+        paths = {unquote(p) for p in adds.column("path").to_pylist()}
+        if whole_log:
+            log_dir = self.location.child("_delta_log")
+            for info in log_dir.list():
+                if not info.base_name.endswith(".json"):
+                    continue
+                for line in log_dir.child(info.base_name).read_text().splitlines():
+                    if '"add"' in line:
+                        action = json.loads(line).get("add")
+                        if action:
+                            paths.add(unquote(action["path"]))
+        return paths
+
+    def delete_unreferenced(self, files: Sequence[StagedFile], table: Any) -> int:
+        """Delete staged files the table does not reference; returns how many."""
+        if not files:
+            return 0
+        keep = self.referenced(table) if table is not None else set()
+        removed = 0
+        for f in files:
+            if f.path not in keep and self.location.child(f.path).delete():
+                removed += 1
+        return removed
+
+    def remove_orphans(self, *, older_than_s: float, keep: Set[str] = frozenset()) -> int:
+        """Delete staged files of crashed attempts: named by the sink, referenced by no
+        commit, not in ``keep`` (the commit in progress), older than ``older_than_s``."""
+        import pyarrow.fs as pafs
+
+        table = self.open()
+        if table is None and not self.location.exists():
+            return 0
+        keep = set(keep) | self.referenced(table, whole_log=True)
+        cutoff = time.time() - older_than_s
+        removed = 0
+        root = self.location.path.rstrip("/") + "/"
+        for info in self.location.list(recursive=True):
+            if info.type != pafs.FileType.File or not STAGED_NAME.match(info.base_name):
+                continue
+            relative = info.path[len(root):] if info.path.startswith(root) else info.path
+            if relative.startswith("_delta_log") or relative in keep:
+                continue
+            mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+            if mtime <= cutoff and self.location.child(relative).delete():
+                removed += 1
+        return removed
+
+
+def _same_type(table_type: pa.DataType, batch_type: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    if table_type == batch_type:
+        return True
+    # delta-rs reads strings/binary back as their large or view variants.
+    families = (
+        (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view),
+        (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view),
+    )
+    for family in families:
+        if any(f(table_type) for f in family) and any(f(batch_type) for f in family):
+            return True
+    if (pa.types.is_list(table_type) or pa.types.is_large_list(table_type)
+            or pa.types.is_list_view(table_type)) and (
+            pa.types.is_list(batch_type) or pa.types.is_large_list(batch_type)):
+        return _same_type(table_type.value_type, batch_type.value_type)
+    if pa.types.is_struct(table_type) and pa.types.is_struct(batch_type):
+        return [f.name for f in table_type] == [f.name for f in batch_type] and all(
+            _same_type(a.type, b.type) for a, b in zip(table_type, batch_type, strict=True))
+    if pa.types.is_map(table_type) and pa.types.is_map(batch_type):
+        return _same_type(table_type.key_type, batch_type.key_type) and _same_type(
+            table_type.item_type, batch_type.item_type)
+    return False

@@ -1,0 +1,181 @@
+"""Exactly-once under kill -9: the driver SIGKILLs itself at each step of the commit
+protocol; a restart must leave every input event in the Delta table exactly once.
+
+Each case runs the real job (``python -m spark_chkpt.jobs.kafka_to_delta``) as a driver
+process in its own session, so the kill takes the Python driver and its JVM, as
+``kill -9`` of a driver would. The broker keeps running (its storage is in memory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.staging import STAGED_NAME
+from spark_chkpt.store import SnapshotStore
+from spark_chkpt.table import DeltaTarget
+
+pytestmark = pytest.mark.fault
+
+EVENTS = 3000
+PER_BATCH = 1000  # 3 partitions, 3 batches: the fault strikes batch 1
+
+
+def run_job(tmp_path: Path, bootstrap_servers: str, topic: str, *,
+            kill_at: str | None = None, fail_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CHKPT_")}
+    if kill_at:
+        env["SPARK_CHKPT_KILL_AT"] = kill_at
+    if fail_at:
+        env["SPARK_CHKPT_FAIL_AT"] = fail_at
+    command = [
+        sys.executable, "-m", "spark_chkpt.jobs.kafka_to_delta",
+        "--bootstrap-servers", bootstrap_servers, "--topic", topic,
+        "--table", str(tmp_path / "table"), "--checkpoint", str(tmp_path / "chk"),
+        "--schema", PAGE_VIEW_SCHEMA_DDL, "--trigger", "availableNow",
+        "--max-offsets-per-trigger", str(PER_BATCH), "--master", "local[2]",
+        "--set", "sink.orphanRetention=0ms", "--set", "sink.partitionBy=app",
+        "--set", "job.queryName=fault_test",
+    ]
+    return subprocess.run(command, cwd=tmp_path, env=env, start_new_session=True,
+                          capture_output=True, text=True, timeout=420)
+
+
+def staged_files(table: Path) -> set[str]:
+    return {str(p.relative_to(table)) for p in table.rglob("*.parquet")
+            if STAGED_NAME.match(p.name)}
+
+
+def referenced(table: Path) -> set[str]:
+    target = DeltaTarget(uri=str(table))
+    return target.referenced(target.open())
+
+
+def txn_version(tmp_path: Path) -> int | None:
+    app_id = json.loads((tmp_path / "chk" / "metadata").read_text())["id"]
+    return DeltaTable(str(tmp_path / "table")).transaction_version(app_id)
+
+
+def assert_exactly_once(tmp_path: Path) -> pa.Table:
+    table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table()
+    ids = sorted(table.column("event_id").to_pylist())
+    missing = sorted(set(range(EVENTS)) - set(ids))
+    duplicated = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
+    assert not missing and not duplicated, f"missing {missing[:10]}, duplicated {duplicated[:10]}"
+    assert ids == list(range(EVENTS))
+    positions = list(zip(table.column("kafka_partition").to_pylist(),
+                         table.column("kafka_offset").to_pylist(), strict=True))
+    assert len(set(positions)) == EVENTS
+    # Every staged file left on disk is one the table references: nothing dangling.
+    assert staged_files(tmp_path / "table") == referenced(tmp_path / "table")
+    return table
+
+
+def snapshots(tmp_path: Path) -> list[int]:
+    return SnapshotStore(checkpoint_location=str(tmp_path / "chk")).batch_ids()
+
+
+def spark_committed(tmp_path: Path) -> list[int]:
+    commits = tmp_path / "chk" / "commits"
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+
+
+@pytest.fixture
+def topic(make_topic: Callable[..., str], bootstrap_servers: str) -> str:
+    name = make_topic(partitions=3)
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=name, first=0, count=EVENTS)
+    return name
+
+
+def _killed(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == -signal.SIGKILL, (
+        f"expected SIGKILL, got {result.returncode}\n{result.stderr[-3000:]}")
+    # (the injection's own message dies with the JVM that relays worker stderr)
+
+
+def test_kill_after_staging(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-staging@1"))
+    # Prepared, not committed: batch 1's files are on disk, none is visible.
+    assert txn_version(tmp_path) == 0
+    assert snapshots(tmp_path) == [0]
+    assert spark_committed(tmp_path) == [0]
+    staged_batch1 = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
+    assert staged_batch1 and not staged_batch1 & referenced(tmp_path / "table")
+    assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == PER_BATCH
+
+    result = run_job(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_exactly_once(tmp_path)
+    assert not staged_batch1 & staged_files(tmp_path / "table")  # orphans cleaned at start-up
+    assert snapshots(tmp_path) == [0, 1, 2]
+
+
+def test_kill_after_delta_commit(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-delta-commit@1"))
+    # Visible in Delta, but neither the snapshot store nor Spark's commit log has it.
+    assert txn_version(tmp_path) == 1
+    assert snapshots(tmp_path) == [0]
+    assert spark_committed(tmp_path) == [0]
+    assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == 2 * PER_BATCH
+
+    result = run_job(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_exactly_once(tmp_path)
+    store = SnapshotStore(checkpoint_location=str(tmp_path / "chk"))
+    repaired = store.get(1)
+    assert repaired is not None and repaired.rows == PER_BATCH  # taken from commitInfo
+    assert snapshots(tmp_path) == [0, 1, 2]
+
+
+def test_kill_after_snapshot_record(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-snapshot@1"))
+    assert txn_version(tmp_path) == 1
+    assert snapshots(tmp_path) == [0, 1]
+    assert spark_committed(tmp_path) == [0]
+
+    result = run_job(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_exactly_once(tmp_path)
+    assert "was already committed" in result.stderr
+
+
+def test_kill_inside_abort(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
+    # Batch 1 is staged, its commit fails, Spark aborts it, and the driver dies inside
+    # abort before deleting the staged files.
+    _killed(run_job(tmp_path, bootstrap_servers, topic, fail_at="in-commit@1",
+                    kill_at="in-abort@1"))
+    assert txn_version(tmp_path) == 0
+    assert snapshots(tmp_path) == [0]
+    left = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
+    assert left and not left & referenced(tmp_path / "table")
+
+    result = run_job(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_exactly_once(tmp_path)
+
+
+def test_failed_batch_is_aborted_and_retried_on_restart(tmp_path: Path, bootstrap_servers: str,
+                                                        topic: str) -> None:
+    failed = run_job(tmp_path, bootstrap_servers, topic, fail_at="in-write@1")
+    assert failed.returncode == 1
+    assert "fault injection: failing in-write of batch 1" in failed.stderr
+    assert "aborted: removed" in failed.stderr
+    # A task still running when the job failed may finish after the abort: its files are
+    # on disk but never visible, and the next start-up removes them.
+    left = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
+    assert not left & referenced(tmp_path / "table")
+    assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == PER_BATCH
+
+    result = run_job(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_exactly_once(tmp_path)
