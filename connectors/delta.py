@@ -47,12 +47,14 @@ class DeltaDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         if overwrite:
-            raise ConfigError("outputMode", "complete",
-                              "chkpt-delta supports outputMode('append') only for now")
+            raise ConfigError(
+                "outputMode", "complete", "chkpt-delta supports outputMode('append') only for now"
+            )
         config = DeltaSinkConfig.from_options(self.options)
         config.check_columns(schema.fieldNames())
-        app_id = config.txn_app_id or SparkCheckpoint(
-            location=config.checkpoint_location).query_id()
+        app_id = (
+            config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id()
+        )
         return DeltaStreamWriter(config=config, schema=schema, app_id=app_id)
 
 
@@ -89,22 +91,25 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         except BaseException:
             stager.discard()
             raise
-        message = StagedMessage(attempt=staged.attempt, batch_id=staged.batch_id,
-                                task=staged.task, files=staged.files)
+        message = StagedMessage(
+            attempt=staged.attempt, batch_id=staged.batch_id, task=staged.task, files=staged.files
+        )
         return message
 
     def _coordinator(self) -> DeltaCoordinator:
-        return DeltaCoordinator(settings=CommitSettings(
-            table_uri=self.config.path,
-            checkpoint_location=self.config.checkpoint_location,
-            app_id=self.app_id,
-            query_name=self.config.query_name,
-            partition_by=self.config.partition_by,
-            merge_schema=self.config.merge_schema,
-            retained_snapshots=self.config.retained_snapshots,
-            orphan_retention_s=self.config.orphan_retention_ms / 1000,
-            storage_options=dict(self.config.storage_options),
-        ))
+        return DeltaCoordinator(
+            settings=CommitSettings(
+                table_uri=self.config.path,
+                checkpoint_location=self.config.checkpoint_location,
+                app_id=self.app_id,
+                query_name=self.config.query_name,
+                partition_by=self.config.partition_by,
+                merge_schema=self.config.merge_schema,
+                retained_snapshots=self.config.retained_snapshots,
+                orphan_retention_s=self.config.orphan_retention_ms / 1000,
+                storage_options=dict(self.config.storage_options),
+            )
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = [m if isinstance(m, StagedOutput) else None for m in messages]

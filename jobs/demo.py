@@ -1,23 +1,93 @@
-"""The demo: page-view events through the chkpt-kafka source on an embedded broker.
+"""The demo: Kafka → Spark → Delta exactly once, through a kill -9 of the driver.
 
-    make demo        # or: python -m spark_chkpt.jobs.demo [--events N] [--partitions P]
+    make demo        # or: spark-chkpt demo, python -m spark_chkpt.jobs.demo [--events N]
 
-Starts the embedded broker, writes the seeds' example (per-app page-view log events),
-reads them back with ``Trigger.AvailableNow`` in micro-batches bounded by
-``maxOffsetsPerTrigger``, and prints what a user checks: rows, unique ids, the offsets
-Spark logged, and page views per app.
+1. starts the embedded broker and writes the seeds' example, per-app page-view events;
+2. starts the Kafka → Delta job (``jobs/kafka_to_delta.py``) as its own driver process;
+3. SIGKILLs that driver (Python and JVM) while a micro-batch is in flight;
+4. writes more events, restarts the job, lets it drain the topic;
+5. reads the Delta table back with ``deltalake`` and prints the verification.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
+import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+
+def _say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def _job(
+    *, workdir: Path, servers: str, topic: str, per_batch: int, log_name: str
+) -> subprocess.Popen[bytes]:
+    from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL
+
+    command = [
+        sys.executable,
+        "-m",
+        "spark_chkpt.jobs.kafka_to_delta",
+        "--bootstrap-servers",
+        servers,
+        "--topic",
+        topic,
+        "--table",
+        str(workdir / "page_views"),
+        "--checkpoint",
+        str(workdir / "checkpoint"),
+        "--schema",
+        PAGE_VIEW_SCHEMA_DDL,
+        "--trigger",
+        "availableNow",
+        "--max-offsets-per-trigger",
+        str(per_batch),
+        "--master",
+        "local[2]",
+        "--set",
+        "sink.partitionBy=app",
+        "--set",
+        "job.queryName=page_views",
+        "--set",
+        "sink.orphanRetention=0ms",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CHKPT_")}
+    log = open(workdir / log_name, "wb")  # noqa: SIM115 - handed to the child process
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
+    )
+
+
+def _batch_in_flight(checkpoint: Path, *, after: int) -> int | None:
+    """A batch Spark has planned (offsets/N) but not committed (commits/N), N > after."""
+    offsets, commits = checkpoint / "offsets", checkpoint / "commits"
+    if not offsets.exists():
+        return None
+    planned = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()]
+    for batch in sorted(planned, reverse=True):
+        if batch > after and not (commits / str(batch)).exists():
+            return batch
+    return None
+
+
+def _staged_not_visible(table: Path) -> int:
+    from spark_chkpt.staging import STAGED_NAME
+    from spark_chkpt.table import DeltaTarget
+
+    target = DeltaTarget(uri=str(table))
+    referenced = target.referenced(target.open())
+    on_disk = {
+        str(p.relative_to(table)) for p in table.rglob("*.parquet") if STAGED_NAME.match(p.name)
+    }
+    return len(on_disk - referenced)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,85 +96,130 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument(
+        "--more-events", type=int, default=10_000, help="written while the job is down"
+    )
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=6_000)
+    parser.add_argument("--per-batch", type=int, default=4_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--workdir", default=None, help="default: a new temporary folder")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+
+    from deltalake import DeltaTable
 
     from spark_chkpt.broker import EmbeddedBroker
-    from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-    from spark_chkpt.session import build_session
+    from spark_chkpt.config import SourceConfig
+    from spark_chkpt.generator import produce_page_views
+    from spark_chkpt.metrics import store_records
+    from spark_chkpt.offset_reader import OffsetReader
+    from spark_chkpt.offsets import to_json
     from spark_chkpt.topics import create_topic
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-demo-"))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-demo-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    checkpoint, table = workdir / "checkpoint", workdir / "page_views"
     topic = "page-views"
+    total = args.events + args.more_events
     with EmbeddedBroker() as broker:
-        print(f"[demo] embedded broker at {broker.bootstrap_servers}")
-        create_topic(
-            bootstrap_servers=broker.bootstrap_servers, name=topic, partitions=args.partitions
+        servers = broker.bootstrap_servers
+        _say(f"embedded Kafka broker at {servers}; work folder {workdir}")
+        create_topic(bootstrap_servers=servers, name=topic, partitions=args.partitions)
+        produce_page_views(bootstrap_servers=servers, topic=topic, first=0, count=args.events)
+        _say(f"wrote {args.events} page-view events to '{topic}' ({args.partitions} partitions)")
+
+        _say(f"starting the Kafka -> Delta job ({args.per_batch} records per micro-batch)")
+        job = _job(
+            workdir=workdir,
+            servers=servers,
+            topic=topic,
+            per_batch=args.per_batch,
+            log_name="job-run1.log",
         )
-        started = time.monotonic()
-        produce_page_views(
-            bootstrap_servers=broker.bootstrap_servers, topic=topic, first=0, count=args.events
+        deadline = time.monotonic() + 300
+        in_flight = None
+        while time.monotonic() < deadline and job.poll() is None:
+            in_flight = _batch_in_flight(checkpoint, after=1)
+            if in_flight is not None:
+                break
+            time.sleep(0.02)
+        staged_by = time.monotonic() + 5  # let the batch stage some files, then strike
+        while in_flight is not None and time.monotonic() < staged_by and job.poll() is None:
+            if any(table.rglob(f"part-b{in_flight:05d}-*.parquet")):
+                break
+            time.sleep(0.01)
+        if job.poll() is not None:
+            _say(
+                f"the job ended before it could be killed (exit {job.returncode}); see "
+                f"{workdir / 'job-run1.log'}"
+            )
+            return 1
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        rows_then = DeltaTable(str(table)).to_pyarrow_table().num_rows if table.exists() else 0
+        _say(
+            f"SIGKILL the job's driver (Python + JVM) while batch {in_flight} was in flight "
+            f"(exit {job.returncode})"
         )
-        print(
-            f"[demo] wrote {args.events} page-view events to {topic} "
-            f"({args.partitions} partitions) in {time.monotonic() - started:.1f}s"
+        _say(
+            f"  state left behind: Delta has {rows_then} rows; Spark planned batch "
+            f"{in_flight} (offsets/{in_flight}) but never committed it; "
+            f"{_staged_not_visible(table)} staged Parquet file(s) on disk, not in the log"
         )
 
-        spark = build_session(
-            app_name="spark-chkpt-demo",
-            master="local[2]",
-            conf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
+        produce_page_views(
+            bootstrap_servers=servers, topic=topic, first=args.events, count=args.more_events
         )
-        spark.sparkContext.setLogLevel("ERROR")
-        events = (
-            spark.readStream.format("chkpt-kafka")
-            .option("kafka.bootstrap.servers", broker.bootstrap_servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-            .load()
-            .selectExpr(
-                f"from_json(CAST(value AS STRING), '{PAGE_VIEW_SCHEMA_DDL}') AS e",
-                "partition",
-                "offset",
+        _say(f"wrote {args.more_events} more events while the job was down")
+        _say("restarting the job from its checkpoint")
+        job = _job(
+            workdir=workdir,
+            servers=servers,
+            topic=topic,
+            per_batch=args.per_batch,
+            log_name="job-run2.log",
+        )
+        if job.wait(timeout=600) != 0:
+            _say(
+                f"the restarted job failed (exit {job.returncode}); see {workdir / 'job-run2.log'}"
             )
-            .select("e.*", "partition", "offset")
-        )
-        checkpoint = workdir / "checkpoint"
-        query = (
-            events.writeStream.format("memory")
-            .queryName("page_views")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        for progress in query.recentProgress:
-            print(
-                f"[demo] batch {progress['batchId']}: {progress['numInputRows']} rows, "
-                f"offsets -> {progress['sources'][0]['endOffset']}"
-            )
-        rows, unique = spark.sql(
-            "SELECT count(*), count(DISTINCT event_id) FROM page_views"
-        ).first()  # type: ignore[misc]
-        print("[demo] page views per app:")
-        for row in spark.sql(
-            "SELECT app, count(*) AS pv FROM page_views GROUP BY app ORDER BY app"
-        ).collect():
-            print(f"         {row.app}: {row.pv}")
-        last = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-        logged = json.loads((checkpoint / "offsets" / str(last)).read_text().splitlines()[-1])
-        print(f"[demo] offsets in Spark's log (batch {last}): {json.dumps(logged)}")
-        ok = rows == unique == args.events
+            return 1
+
+        config = SourceConfig.from_options({"kafka.bootstrap.servers": servers, "subscribe": topic})
+        reader = OffsetReader(config=config, client_id="spark-chkpt-demo")
+        end = to_json(reader.latest(reader.partitions()))
+        reader.close()
+
+    delta = DeltaTable(str(table))
+    data = delta.to_pyarrow_table()
+    ids = data.column("event_id").to_pylist()
+    unique = len(set(ids))
+    snapshots = store_records(checkpoint_location=str(checkpoint))
+    last = snapshots[-1] if snapshots else None
+    per_app = sorted(
+        data.group_by("app").aggregate([("event_id", "count")]).to_pylist(), key=lambda r: r["app"]
+    )
+    print()
+    _say("verification (Delta table read back with deltalake, no Spark):")
+    print(f"  rows in the table           {len(ids)}")
+    print(f"  unique event ids            {unique}")
+    print(f"  events written to Kafka     {total}")
+    print(f"  missing / duplicated ids    {total - unique} / {len(ids) - unique}")
+    print(f"  Delta versions              0..{delta.version()}")
+    print(f"  snapshot records kept       {[s.batch_id for s in snapshots]}")
+    if last is not None:
         print(
-            f"[demo] rows read: {rows}, unique event ids: {unique}, written: {args.events}"
-            f" -> every event exactly once: {'yes' if ok else 'NO'}"
+            f"  offsets in last snapshot    {json.dumps(last.source_offsets[0])} "
+            f"(batch {last.batch_id})"
         )
-        spark.stop()
+    print(f"  topic end offsets           {json.dumps(end)}")
+    print(
+        "  page views per app          "
+        + ", ".join(f"{r['app']}={r['event_id_count']}" for r in per_app)
+    )
+    ok = len(ids) == unique == total and sorted(ids) == list(range(total))
+    print(f"  exactly-once                {'yes' if ok else 'NO'}")
+    print()
+    _say(f"inspect it: spark-chkpt snapshots {checkpoint}")
     return 0 if ok else 1
 
 

@@ -51,12 +51,19 @@ _SHORTCUTS = {
 def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.Namespace]:
     from spark_chkpt.session import load_properties
 
-    parser = argparse.ArgumentParser(prog="kafka_to_delta", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="kafka_to_delta",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--conf-file", type=Path, default=None)
-    parser.add_argument("--spark-conf", type=Path, default=None,
-                        help="spark-defaults.conf to apply (default conf/spark-defaults.conf "
-                             "when it exists and the job is not under spark-submit)")
+    parser.add_argument(
+        "--spark-conf",
+        type=Path,
+        default=None,
+        help="spark-defaults.conf to apply (default conf/spark-defaults.conf "
+        "when it exists and the job is not under spark-submit)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--bootstrap-servers")
     parser.add_argument("--topic")
@@ -84,7 +91,7 @@ def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.
 
 
 def _section(settings: Mapping[str, str], prefix: str) -> dict[str, str]:
-    return {k[len(prefix):]: v for k, v in settings.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in settings.items() if k.startswith(prefix)}
 
 
 def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataFrame:
@@ -107,25 +114,45 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
         reader = reader.option(key, value)
     raw = reader.load()
     parsed = raw.select(
-        F.from_json(F.col("value").cast("string"), f"{schema}, _corrupt_record string",
-                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
-                    ).alias("v"),
-        F.col("value").cast("string").alias("_raw"), "topic", "partition", "offset",
-        "timestamp")
+        F.from_json(
+            F.col("value").cast("string"),
+            f"{schema}, _corrupt_record string",
+            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
+        ).alias("v"),
+        F.col("value").cast("string").alias("_raw"),
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+    )
     malformed = F.col("v._corrupt_record").isNotNull()
     if bad == "fail":  # a filter, so the optimizer cannot prune the check away
-        parsed = parsed.where(F.when(malformed, F.raise_error(F.concat(
-            F.lit("malformed JSON value at "), F.col("topic"), F.lit("-"),
-            F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string"),
-            F.lit(" (job.badRecords=fail; set keep to write it to _malformed): "),
-            F.substring(F.col("_raw"), 1, 200)))).otherwise(F.lit(True)))
+        parsed = parsed.where(
+            F.when(
+                malformed,
+                F.raise_error(
+                    F.concat(
+                        F.lit("malformed JSON value at "),
+                        F.col("topic"),
+                        F.lit("-"),
+                        F.col("partition").cast("string"),
+                        F.lit(" offset "),
+                        F.col("offset").cast("string"),
+                        F.lit(" (job.badRecords=fail; set keep to write it to _malformed): "),
+                        F.substring(F.col("_raw"), 1, 200),
+                    )
+                ),
+            ).otherwise(F.lit(True))
+        )
     columns = [F.col(f"v.{name}") for name in spark.createDataFrame([], schema).columns]
     if bad == "keep":
         columns.append(F.when(malformed, F.col("_raw")).alias("_malformed"))
     if job.get("kafkaColumns", "true").lower() == "true":
-        columns += [F.col("partition").alias("kafka_partition"),
-                    F.col("offset").alias("kafka_offset"),
-                    F.col("timestamp").alias("kafka_timestamp")]
+        columns += [
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+            F.col("timestamp").alias("kafka_timestamp"),
+        ]
     return parsed.select(*columns)
 
 
@@ -145,15 +172,19 @@ def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
     elif trigger.startswith("processingTime="):
         writer = writer.trigger(processingTime=trigger.split("=", 1)[1])
     else:
-        raise ConfigError("job.trigger", trigger,
-                          "availableNow, once, or processingTime=<interval> such as 10 seconds")
+        raise ConfigError(
+            "job.trigger",
+            trigger,
+            "availableNow, once, or processingTime=<interval> such as 10 seconds",
+        )
     return writer.start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, args = settings_from(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from spark_chkpt.session import build_session, load_properties
@@ -162,12 +193,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     conf_path = args.spark_conf or Path("conf/spark-defaults.conf")
     if conf_path.exists() and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         spark_conf = load_properties(conf_path)
-    spark = build_session(app_name=settings.get("job.queryName", "kafka_to_delta"),
-                          master=args.master, conf=spark_conf)
+    spark = build_session(
+        app_name=settings.get("job.queryName", "kafka_to_delta"),
+        master=args.master,
+        conf=spark_conf,
+    )
+    from spark_chkpt.metrics import SnapshotReporter
+
+    reporter = SnapshotReporter.attach(spark)
     query = start(spark, settings)
-    log.info("query %s started: %s -> %s (checkpoint %s)", query.name,
-             settings.get("source.subscribe") or settings.get("source.subscribePattern"),
-             settings.get("sink.path"), settings.get("sink.checkpointLocation"))
+    reporter.track(query, checkpoint_location=settings["sink.checkpointLocation"])
+    log.info(
+        "query %s started: %s -> %s (checkpoint %s)",
+        query.name,
+        settings.get("source.subscribe") or settings.get("source.subscribePattern"),
+        settings.get("sink.path"),
+        settings.get("sink.checkpointLocation"),
+    )
     try:
         query.awaitTermination()
     except KeyboardInterrupt:

@@ -38,8 +38,9 @@ class SparkCheckpoint:
         try:
             return str(json.loads(meta.read_text())["id"])
         except FileNotFoundError as e:
-            raise ChkptError(f"{meta} does not exist: is {self.uri} a Spark streaming "
-                             "checkpoint location?") from e
+            raise ChkptError(
+                f"{meta} does not exist: is {self.uri} a Spark streaming checkpoint location?"
+            ) from e
         except (ValueError, KeyError, TypeError) as e:
             raise ChkptError(f"{meta} is not Spark query metadata: {e}") from e
 
@@ -53,8 +54,7 @@ class SparkCheckpoint:
             raise ChkptError(f"{path} is not a Spark offset log entry")
         try:
             metadata = json.loads(lines[1])
-            sources = tuple(None if line.strip() == "-" else json.loads(line)
-                            for line in lines[2:])
+            sources = tuple(None if line.strip() == "-" else json.loads(line) for line in lines[2:])
         except ValueError as e:
             raise ChkptError(f"{path}: malformed offset line: {e}") from e
         return BatchPlan(batch_id=batch_id, sources=sources, metadata=metadata)

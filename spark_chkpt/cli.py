@@ -47,6 +47,42 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.main([])
 
 
+def _snapshots(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.metrics import as_table, store_records, summarize
+
+    records = store_records(checkpoint_location=args.checkpoint)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "summary": summarize(records),
+                    "snapshots": [json.loads(r.to_json()) for r in records],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    if not records:
+        print(f"no snapshot records under {args.checkpoint}/chkpt/snapshots")
+        return 1
+    print(
+        f"{'batch':>6} {'outcome':<10} {'rows':>10} {'files':>6} {'commit ms':>10} {'version':>8}"
+    )
+    for row in as_table(records):
+        print(
+            f"{row['batch']:>6} {row['outcome']:<10} {row['rows']:>10} {row['files']:>6} "
+            f"{row['commit_ms']:>10.1f} {row['version']!s:>8}"
+        )
+    summary = summarize(records)
+    print(
+        f"commit latency p50 {summary['commit_ms_p50']:.1f} ms, p99 "
+        f"{summary['commit_ms_p99']:.1f} ms; last offsets {json.dumps(summary['last_offsets'])}"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="spark-chkpt",
@@ -69,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.set_defaults(run=_broker)
     demo = sub.add_parser("demo", help="run the demo pipeline on an embedded broker")
     demo.set_defaults(run=_demo)
+    snaps = sub.add_parser("snapshots", help="list the snapshot records of a query")
+    snaps.add_argument("checkpoint", help="the query's checkpointLocation")
+    snaps.add_argument("--json", action="store_true", help="print JSON with a summary")
+    snaps.set_defaults(run=_snapshots)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -506,9 +506,18 @@ class SourceConfig:
 
 
 _KNOWN_DELTA_OPTIONS = {
-    k.lower() for k in (
-        "path", "partitionBy", "mergeSchema", "txnAppId", "checkpointLocation", "queryName",
-        "retainedSnapshots", "maxRecordsPerFile", "targetFileSize", "orphanRetention",
+    k.lower()
+    for k in (
+        "path",
+        "partitionBy",
+        "mergeSchema",
+        "txnAppId",
+        "checkpointLocation",
+        "queryName",
+        "retainedSnapshots",
+        "maxRecordsPerFile",
+        "targetFileSize",
+        "orphanRetention",
     )
 }
 
@@ -547,17 +556,23 @@ class DeltaSinkConfig:
         opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
         path = opts.get("path", "").strip()
         if not path:
-            raise ConfigError("path", None, "required: the Delta table's location "
-                              "(.option('path', ...) or .start(path))")
+            raise ConfigError(
+                "path",
+                None,
+                "required: the Delta table's location (.option('path', ...) or .start(path))",
+            )
         checkpoint = opts.get("checkpointlocation", "").strip()
         if not checkpoint:
-            raise ConfigError("checkpointLocation", None,
-                              "required: exactly-once needs Spark's checkpoint (its offset log "
-                              "is the snapshot plan)")
-        partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",")
-                             if c.strip())
-        unknown = sorted(k for k in opts if k not in _KNOWN_DELTA_OPTIONS and
-                         not k.startswith("storage."))
+            raise ConfigError(
+                "checkpointLocation",
+                None,
+                "required: exactly-once needs Spark's checkpoint (its offset log "
+                "is the snapshot plan)",
+            )
+        partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",") if c.strip())
+        unknown = sorted(
+            k for k in opts if k not in _KNOWN_DELTA_OPTIONS and not k.startswith("storage.")
+        )
         if unknown:
             log.warning("chkpt-delta ignores unknown option(s): %s", ", ".join(unknown))
         return cls(
@@ -568,26 +583,37 @@ class DeltaSinkConfig:
             merge_schema=parse_bool("mergeSchema", opts.get("mergeschema"), default=False),
             txn_app_id=opts.get("txnappid") or None,
             retained_snapshots=parse_positive_int(
-                "retainedSnapshots", opts.get("retainedsnapshots"), default=10) or 10,
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10
+            )
+            or 10,
             max_records_per_file=parse_positive_int(
-                "maxRecordsPerFile", opts.get("maxrecordsperfile"), default=1_000_000)
+                "maxRecordsPerFile", opts.get("maxrecordsperfile"), default=1_000_000
+            )
             or 1_000_000,
-            target_file_bytes=_parse_size("targetFileSize", opts.get("targetfilesize"),
-                                          default=128 * 1024**2),
-            orphan_retention_ms=parse_duration_ms("orphanRetention",
-                                                  opts.get("orphanretention"),
-                                                  default_ms=60 * 60_000),
-            storage_options={k[len("storage."):]: v for k, v in opts.items()
-                             if k.startswith("storage.")},
+            target_file_bytes=_parse_size(
+                "targetFileSize", opts.get("targetfilesize"), default=128 * 1024**2
+            ),
+            orphan_retention_ms=parse_duration_ms(
+                "orphanRetention", opts.get("orphanretention"), default_ms=60 * 60_000
+            ),
+            storage_options={
+                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+            },
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:
         """partitionBy names columns of the query's output."""
         missing = [c for c in self.partition_by if c not in columns]
         if missing:
-            raise ConfigError("partitionBy", ",".join(self.partition_by),
-                              f"column(s) {', '.join(missing)} are not in the query's output "
-                              f"({', '.join(columns)})")
+            raise ConfigError(
+                "partitionBy",
+                ",".join(self.partition_by),
+                f"column(s) {', '.join(missing)} are not in the query's output "
+                f"({', '.join(columns)})",
+            )
         if self.partition_by and len(self.partition_by) == len(columns):
-            raise ConfigError("partitionBy", ",".join(self.partition_by),
-                              "at least one column must stay out of the partition columns")
+            raise ConfigError(
+                "partitionBy",
+                ",".join(self.partition_by),
+                "at least one column must stay out of the partition columns",
+            )

@@ -59,8 +59,9 @@ class DeltaCoordinator:
         self.settings = settings
         self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)
         self.checkpoint = SparkCheckpoint(location=settings.checkpoint_location)
-        self.store = SnapshotStore(checkpoint_location=settings.checkpoint_location,
-                                   retained=settings.retained_snapshots)
+        self.store = SnapshotStore(
+            checkpoint_location=settings.checkpoint_location, retained=settings.retained_snapshots
+        )
 
     def clean_orphans_once(self, *, in_progress: Sequence[StagedFile] = ()) -> int:
         """Remove files staged by crashed attempts, once per process and table."""
@@ -68,15 +69,18 @@ class DeltaCoordinator:
         if key in _CLEANED:
             return 0
         _CLEANED.add(key)
-        removed = self.target.remove_orphans(older_than_s=self.settings.orphan_retention_s,
-                                             keep={f.path for f in in_progress})
+        removed = self.target.remove_orphans(
+            older_than_s=self.settings.orphan_retention_s, keep={f.path for f in in_progress}
+        )
         if removed:
-            log.warning("chkpt-delta removed %d staged file(s) of crashed attempts from %s",
-                        removed, key)
+            log.warning(
+                "chkpt-delta removed %d staged file(s) of crashed attempts from %s", removed, key
+            )
         return removed
 
-    def commit(self, *, messages: Sequence[StagedOutput | None], batch_id: int,
-               schema: pa.Schema) -> SnapshotRecord:
+    def commit(
+        self, *, messages: Sequence[StagedOutput | None], batch_id: int, schema: pa.Schema
+    ) -> SnapshotRecord:
         """Complete snapshot ``batch_id``.
 
         Step 1: read Spark's plan for the batch (``offsets/<batch_id>``): the source
@@ -107,51 +111,80 @@ class DeltaCoordinator:
             done = table.transaction_version(self.settings.app_id) if table is not None else None
             if done is not None and done >= batch_id:
                 removed = self.target.delete_unreferenced(files, table)
-                log.warning("chkpt-delta batch %d was already committed (table txn %s=%d); "
-                            "discarded this attempt's %d staged file(s)", batch_id,
-                            self.settings.app_id, done, removed)
+                log.warning(
+                    "chkpt-delta batch %d was already committed (table txn %s=%d); "
+                    "discarded this attempt's %d staged file(s)",
+                    batch_id,
+                    self.settings.app_id,
+                    done,
+                    removed,
+                )
                 return self._repair_record(batch_id, plan.sources, outputs, started)
 
             # Step 3
             if table is not None:
-                schema_plan = self.target.check_schema(table, schema,
-                                                       merge=self.settings.merge_schema)
+                schema_plan = self.target.check_schema(
+                    table, schema, merge=self.settings.merge_schema
+                )
                 if schema_plan.new_columns:
                     self.target.add_columns(table, schema, schema_plan.new_columns)
                     table = self.target.open()
 
             # Step 4
-            record = self._record(batch_id, plan.sources, outputs, files, started,
-                                  outcome=CommitOutcome.COMMITTED if files else
-                                  CommitOutcome.EMPTY, version=None)
+            record = self._record(
+                batch_id,
+                plan.sources,
+                outputs,
+                files,
+                started,
+                outcome=CommitOutcome.COMMITTED if files else CommitOutcome.EMPTY,
+                version=None,
+            )
             try:
-                self.target.commit(table=table, schema=schema,
-                                   partition_by=self.settings.partition_by, files=files,
-                                   app_id=self.settings.app_id, version=batch_id,
-                                   metadata={SNAPSHOT_KEY: record.to_json(),
-                                             "chkpt.batchId": batch_id})
+                self.target.commit(
+                    table=table,
+                    schema=schema,
+                    partition_by=self.settings.partition_by,
+                    files=files,
+                    app_id=self.settings.app_id,
+                    version=batch_id,
+                    metadata={SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id},
+                )
             except Exception as e:
                 if not _is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
-                    raise ChkptError(f"chkpt-delta could not commit batch {batch_id} to "
-                                     f"{self.settings.table_uri}: {e}") from e
+                    raise ChkptError(
+                        f"chkpt-delta could not commit batch {batch_id} to "
+                        f"{self.settings.table_uri}: {e}"
+                    ) from e
                 log.warning("chkpt-delta batch %d: commit conflict (%s); retrying", batch_id, e)
-                time.sleep(min(2.0, 0.05 * 2 ** attempt))
+                time.sleep(min(2.0, 0.05 * 2**attempt))
                 continue
             maybe_kill(FaultPoint.AFTER_DELTA_COMMIT, batch_id)
 
             # Step 5
-            committed = self.target.open()
-            record = self._record(batch_id, plan.sources, outputs, files, started,
-                                  outcome=CommitOutcome(record.outcome),
-                                  version=committed.version() if committed else None)
+            record = self._record(
+                batch_id,
+                plan.sources,
+                outputs,
+                files,
+                started,
+                outcome=CommitOutcome(record.outcome),
+                version=self._version_of(batch_id),
+            )
             self.store.put(record)
             maybe_kill(FaultPoint.AFTER_SNAPSHOT, batch_id)
-            log.info("chkpt-delta snapshot %d committed: %d rows in %d files, Delta version "
-                     "%s, %.0f ms", batch_id, record.rows, record.files, record.table_version,
-                     record.commit_ms)
+            log.info(
+                "chkpt-delta snapshot %d committed: %d rows in %d files, Delta version %s, %.0f ms",
+                batch_id,
+                record.rows,
+                record.files,
+                record.table_version,
+                record.commit_ms,
+            )
             return record
-        raise ChkptError(f"chkpt-delta batch {batch_id}: gave up after {_CONFLICT_RETRIES} "
-                         "commit conflicts")
+        raise ChkptError(
+            f"chkpt-delta batch {batch_id}: gave up after {_CONFLICT_RETRIES} commit conflicts"
+        )
 
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
         """Delete the staged files of a failed attempt (never files the table references)."""
@@ -163,9 +196,17 @@ class DeltaCoordinator:
 
     # -- records ---------------------------------------------------------------------
 
-    def _record(self, batch_id: int, sources: Sequence[Any], outputs: Sequence[StagedOutput],
-                files: Sequence[StagedFile], started: float, *, outcome: CommitOutcome,
-                version: int | None) -> SnapshotRecord:
+    def _record(
+        self,
+        batch_id: int,
+        sources: Sequence[Any],
+        outputs: Sequence[StagedOutput],
+        files: Sequence[StagedFile],
+        started: float,
+        *,
+        outcome: CommitOutcome,
+        version: int | None,
+    ) -> SnapshotRecord:
         return SnapshotRecord(
             batch_id=batch_id,
             app_id=self.settings.app_id,
@@ -181,22 +222,42 @@ class DeltaCoordinator:
             attempts=sorted({m.attempt for m in outputs}),
         )
 
-    def _repair_record(self, batch_id: int, sources: Sequence[Any],
-                       outputs: Sequence[StagedOutput], started: float) -> SnapshotRecord:
+    def _commit_entry(self, batch_id: int) -> dict[str, Any] | None:
+        """Our commit of ``batch_id`` in the table's recent history (newest first)."""
+        table = self.target.open()
+        for entry in table.history(limit=50) if table is not None else []:
+            snapshot = entry.get(SNAPSHOT_KEY)
+            if (
+                entry.get("chkpt.batchId") == batch_id
+                and snapshot
+                and SnapshotRecord.from_json(snapshot).app_id == self.settings.app_id
+            ):
+                return dict(entry)
+        return None
+
+    def _version_of(self, batch_id: int) -> int | None:
+        """The Delta version our commit of ``batch_id`` became (another writer may have
+        committed since, so not simply the latest version)."""
+        entry = self._commit_entry(batch_id)
+        return int(entry["version"]) if entry is not None else None
+
+    def _repair_record(
+        self, batch_id: int, sources: Sequence[Any], outputs: Sequence[StagedOutput], started: float
+    ) -> SnapshotRecord:
         existing = self.store.get(batch_id)
         if existing is not None:
             return existing
         # The crash came between the Delta commit and the store: take the record the
         # commit itself carries, so the store matches the table.
-        table = self.target.open()
-        for entry in table.history(limit=50) if table is not None else []:
-            if entry.get("chkpt.batchId") == batch_id and SNAPSHOT_KEY in entry:
-                record = SnapshotRecord.from_json(entry[SNAPSHOT_KEY])
-                record = SnapshotRecord(**{**record.__dict__, "table_version": entry["version"]})
-                self.store.put(record)
-                return record
-        record = self._record(batch_id, sources, outputs, [], started,
-                              outcome=CommitOutcome.DUPLICATE, version=None)
+        entry = self._commit_entry(batch_id)
+        if entry is not None:
+            record = SnapshotRecord.from_json(entry[SNAPSHOT_KEY])
+            record = SnapshotRecord(**{**record.__dict__, "table_version": entry["version"]})
+            self.store.put(record)
+            return record
+        record = self._record(
+            batch_id, sources, outputs, [], started, outcome=CommitOutcome.DUPLICATE, version=None
+        )
         self.store.put(record)
         return record
 
@@ -204,4 +265,5 @@ class DeltaCoordinator:
 def _is_conflict(error: Exception) -> bool:
     text = str(error).lower()
     return type(error).__name__ == "CommitFailedError" or any(
-        word in text for word in ("conflict", "concurrent", "already exists"))
+        word in text for word in ("conflict", "concurrent", "already exists")
+    )

@@ -4,8 +4,8 @@ Set ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]`` in the driver's environment (it 
 Spark's Python workers, where the sink's commit runs). At that point the process kills
 its session's process group (the driver started with ``start_new_session=True``: the
 Python driver and its JVM) and then itself, like ``kill -9`` of the driver. Never set it
-outside tests. ``SPARK_CHKPT_FAIL_AT=in-write@<batchId>`` (or ``in-commit@<batchId>``) makes the first
-write task (or the coordinator) raise instead, so Spark aborts the batch.
+outside tests. ``SPARK_CHKPT_FAIL_AT=in-write@<batchId>`` (or ``in-commit@<batchId>``)
+makes the first write task (or the coordinator) raise instead, so Spark aborts the batch.
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ def maybe_kill(point: FaultPoint, batch_id: int) -> None:
     """SIGKILL the driver's process group and this process if ``point`` is armed."""
     if not armed(point, batch_id):
         return
-    sys.stderr.write(f"spark-chkpt fault injection: SIGKILL at {point.value} of batch "
-                     f"{batch_id}\n")
+    sys.stderr.write(f"spark-chkpt fault injection: SIGKILL at {point.value} of batch {batch_id}\n")
     sys.stderr.flush()
     try:
         os.killpg(os.getsid(0), signal.SIGKILL)
@@ -57,5 +56,6 @@ def maybe_kill(point: FaultPoint, batch_id: int) -> None:
 def maybe_fail(point: FaultPoint, batch_id: int | None) -> None:
     """Raise :class:`InjectedFailure` if ``SPARK_CHKPT_FAIL_AT`` names ``point``."""
     if batch_id is not None and armed(point, batch_id, env=FAIL_ENV):
-        raise InjectedFailure(f"spark-chkpt fault injection: failing {point.value} of batch "
-                              f"{batch_id}")
+        raise InjectedFailure(
+            f"spark-chkpt fault injection: failing {point.value} of batch {batch_id}"
+        )

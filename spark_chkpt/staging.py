@@ -95,6 +95,8 @@ def partition_value_string(value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value != value:
+        return "NaN"  # Spark's spelling
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
@@ -140,6 +142,7 @@ class _ColumnStats:
             or pa.types.is_nested(arrow_type)
             or pa.types.is_boolean(arrow_type)
             or pa.types.is_null(arrow_type)
+            or pa.types.is_decimal(arrow_type)  # JSON floats would make inexact bounds
         )
         self.counts_nulls = not (pa.types.is_binary(arrow_type) or pa.types.is_nested(arrow_type))
         self.is_string = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
@@ -170,8 +173,14 @@ class _ColumnStats:
 
 
 class _OpenFile:
-    def __init__(self, *, location: Location, relative: str, schema: pa.Schema,
-                 partition_values: dict[str, str | None]) -> None:
+    def __init__(
+        self,
+        *,
+        location: Location,
+        relative: str,
+        schema: pa.Schema,
+        partition_values: dict[str, str | None],
+    ) -> None:
         import pyarrow.parquet as pq
 
         self.location = location
@@ -182,8 +191,7 @@ class _OpenFile:
         self.stats = {f.name: _ColumnStats(f.type) for f in schema}
         location.fs.create_dir(location.path.rsplit("/", 1)[0], recursive=True)
         self._stream = location.fs.open_output_stream(location.path)
-        self.writer: pq.ParquetWriter = pq.ParquetWriter(self._stream, schema,
-                                                         compression="snappy")
+        self.writer: pq.ParquetWriter = pq.ParquetWriter(self._stream, schema, compression="snappy")
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
@@ -196,8 +204,12 @@ class _OpenFile:
         self.writer.close()
         self._stream.close()
         info = self.location.fs.get_file_info(self.location.path)
-        stats: dict[str, Any] = {"numRecords": self.rows, "minValues": {}, "maxValues": {},
-                                 "nullCount": {}}
+        stats: dict[str, Any] = {
+            "numRecords": self.rows,
+            "minValues": {},
+            "maxValues": {},
+            "nullCount": {},
+        }
         for name, col in self.stats.items():
             if col.counts_nulls:
                 stats["nullCount"][name] = col.nulls
@@ -217,9 +229,18 @@ class _OpenFile:
 class ParquetStager:
     """Writes one task's Arrow batches as staged Parquet files (phase 1 of the commit)."""
 
-    def __init__(self, *, table: Location, schema: pa.Schema, partition_by: Sequence[str],
-                 batch_id: int | None, task: int, max_records_per_file: int,
-                 target_file_bytes: int, max_open_files: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        table: Location,
+        schema: pa.Schema,
+        partition_by: Sequence[str],
+        batch_id: int | None,
+        task: int,
+        max_records_per_file: int,
+        target_file_bytes: int,
+        max_open_files: int = 64,
+    ) -> None:
         self.table = table
         self.schema = normalize_schema(schema)
         self.partition_by = list(partition_by)
@@ -241,36 +262,41 @@ class ParquetStager:
             oldest = next(iter(self._open))
             self.output.files.append(self._open.pop(oldest).close())
         folder = partition_dir(self.partition_by, key) if self.partition_by else ""
-        name = (f"part-b{self.output.batch_id or 0:05d}-t{self.output.task:05d}-"
-                f"{self.output.attempt}-{self._seq:03d}.chkpt.snappy.parquet")
+        name = (
+            f"part-b{self.output.batch_id or 0:05d}-t{self.output.task:05d}-"
+            f"{self.output.attempt}-{self._seq:03d}.chkpt.snappy.parquet"
+        )
         self._seq += 1
         relative = f"{folder}/{name}" if folder else name
-        opened = _OpenFile(location=self.table.child(relative), relative=relative,
-                           schema=self.data_schema,
-                           partition_values=dict(zip(self.partition_by, key, strict=True)))
+        opened = _OpenFile(
+            location=self.table.child(relative),
+            relative=relative,
+            schema=self.data_schema,
+            partition_values=dict(zip(self.partition_by, key, strict=True)),
+        )
         self._open[key] = opened
         return opened
 
-    def _groups(self, batch: pa.RecordBatch) -> Iterable[tuple[tuple[str | None, ...],
-                                                                pa.RecordBatch]]:
+    def _groups(
+        self, batch: pa.RecordBatch
+    ) -> Iterable[tuple[tuple[str | None, ...], pa.RecordBatch]]:
         if not self.partition_by:
             yield (), batch
             return
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         table = pa.Table.from_batches([batch])
-        keys = table.select(self.partition_by).group_by(self.partition_by).aggregate([])
-        for row in keys.to_pylist():
-            mask = None
-            for name in self.partition_by:
-                value = row[name]
-                column = table.column(name)
-                cond = pc.is_null(column) if value is None else pc.equal(column, value)
-                mask = cond if mask is None else pc.and_(mask, cond)
-            part = table.filter(mask).drop_columns(self.partition_by)
-            key = tuple(partition_value_string(row[name]) for name in self.partition_by)
-            for chunk in part.to_batches():
+        rows = pa.array(range(table.num_rows), type=pa.int64())
+        groups = (
+            table.select(self.partition_by)
+            .append_column("__row", rows)
+            .group_by(self.partition_by, use_threads=False)
+            .aggregate([("__row", "list")])
+        )
+        data = table.drop_columns(self.partition_by)
+        for group in groups.to_pylist():  # one entry per distinct key, NaN and null included
+            key = tuple(partition_value_string(group[name]) for name in self.partition_by)
+            for chunk in data.take(pa.array(group["__row_list"], type=pa.int64())).to_batches():
                 yield key, chunk
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -280,11 +306,18 @@ class ParquetStager:
         if batch.schema != self.schema:
             batch = batch.cast(self.schema)
         for key, part in self._groups(batch):
-            target = self._file_for(key)
-            target.write(part)
-            if (target.rows >= self.max_records_per_file
-                    or target.arrow_bytes >= self.target_file_bytes):
-                self.output.files.append(self._open.pop(key).close())
+            offset = 0
+            while offset < part.num_rows:  # a file never exceeds maxRecordsPerFile
+                target = self._file_for(key)
+                room = self.max_records_per_file - target.rows
+                piece = part.slice(offset, room)
+                target.write(piece)
+                offset += piece.num_rows
+                if (
+                    target.rows >= self.max_records_per_file
+                    or target.arrow_bytes >= self.target_file_bytes
+                ):
+                    self.output.files.append(self._open.pop(key).close())
 
     def finish(self) -> StagedOutput:
         for key in list(self._open):

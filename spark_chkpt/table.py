@@ -112,32 +112,57 @@ class DeltaTarget:
 
     # -- commits ---------------------------------------------------------------------
 
-    def commit(self, *, table: Any, schema: pa.Schema, partition_by: Sequence[str],
-               files: Sequence[StagedFile], app_id: str, version: int,
-               metadata: Mapping[str, Any]) -> None:
+    def commit(
+        self,
+        *,
+        table: Any,
+        schema: pa.Schema,
+        partition_by: Sequence[str],
+        files: Sequence[StagedFile],
+        app_id: str,
+        version: int,
+        metadata: Mapping[str, Any],
+    ) -> None:
         """One atomic Delta commit: the add actions, ``txn(app_id, version)`` and
         ``metadata`` in commitInfo. Creates the table when ``table`` is None."""
         from deltalake import CommitProperties, Schema, Transaction
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
-        actions = [AddAction(path=f.path, size=f.size, partition_values=f.partition_values,
-                             modification_time=f.modification_time, data_change=True,
-                             stats=f.stats) for f in files]
+        actions = [
+            AddAction(
+                path=f.path,
+                size=f.size,
+                partition_values=f.partition_values,
+                modification_time=f.modification_time,
+                data_change=True,
+                stats=f.stats,
+            )
+            for f in files
+        ]
         props = CommitProperties(
             custom_metadata=dict(metadata),
-            app_transactions=[Transaction(app_id=app_id, version=version,
-                                          last_updated=int(time.time() * 1000))],
+            app_transactions=[
+                Transaction(app_id=app_id, version=version, last_updated=int(time.time() * 1000))
+            ],
         )
         if table is None:
             create_table_with_add_actions(
-                self.uri, Schema.from_arrow(normalize_schema(schema)), actions, mode="error",
+                self.uri,
+                Schema.from_arrow(normalize_schema(schema)),
+                actions,
+                mode="error",
                 partition_by=list(partition_by) or None,
-                storage_options=self.storage_options or None, commit_properties=props,
+                storage_options=self.storage_options or None,
+                commit_properties=props,
             )
             return
-        table.create_write_transaction(actions, "append", table.schema(),
-                                       partition_by=list(partition_by) or None,
-                                       commit_properties=props)
+        table.create_write_transaction(
+            actions,
+            "append",
+            table.schema(),
+            partition_by=list(partition_by) or None,
+            commit_properties=props,
+        )
 
     # -- what the log references -----------------------------------------------------
 
@@ -163,10 +188,11 @@ class DeltaTarget:
         return paths
 
     def delete_unreferenced(self, files: Sequence[StagedFile], table: Any) -> int:
-        """Delete staged files the table does not reference; returns how many."""
+        """Delete staged files no table version references; returns how many. (Only on
+        the rare paths: abort, and a replayed batch discarding its attempt.)"""
         if not files:
             return 0
-        keep = self.referenced(table) if table is not None else set()
+        keep = self.referenced(table, whole_log=True) if table is not None else set()
         removed = 0
         for f in files:
             if f.path not in keep and self.location.child(f.path).delete():
@@ -188,7 +214,7 @@ class DeltaTarget:
         for info in self.location.list(recursive=True):
             if info.type != pafs.FileType.File or not STAGED_NAME.match(info.base_name):
                 continue
-            relative = info.path[len(root):] if info.path.startswith(root) else info.path
+            relative = info.path[len(root) :] if info.path.startswith(root) else info.path
             if relative.startswith("_delta_log") or relative in keep:
                 continue
             mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
@@ -210,14 +236,18 @@ def _same_type(table_type: pa.DataType, batch_type: pa.DataType) -> bool:
     for family in families:
         if any(f(table_type) for f in family) and any(f(batch_type) for f in family):
             return True
-    if (pa.types.is_list(table_type) or pa.types.is_large_list(table_type)
-            or pa.types.is_list_view(table_type)) and (
-            pa.types.is_list(batch_type) or pa.types.is_large_list(batch_type)):
+    if (
+        pa.types.is_list(table_type)
+        or pa.types.is_large_list(table_type)
+        or pa.types.is_list_view(table_type)
+    ) and (pa.types.is_list(batch_type) or pa.types.is_large_list(batch_type)):
         return _same_type(table_type.value_type, batch_type.value_type)
     if pa.types.is_struct(table_type) and pa.types.is_struct(batch_type):
         return [f.name for f in table_type] == [f.name for f in batch_type] and all(
-            _same_type(a.type, b.type) for a, b in zip(table_type, batch_type, strict=True))
+            _same_type(a.type, b.type) for a, b in zip(table_type, batch_type, strict=True)
+        )
     if pa.types.is_map(table_type) and pa.types.is_map(batch_type):
         return _same_type(table_type.key_type, batch_type.key_type) and _same_type(
-            table_type.item_type, batch_type.item_type)
+            table_type.item_type, batch_type.item_type
+        )
     return False

@@ -31,29 +31,61 @@ EVENTS = 3000
 PER_BATCH = 1000  # 3 partitions, 3 batches: the fault strikes batch 1
 
 
-def run_job(tmp_path: Path, bootstrap_servers: str, topic: str, *,
-            kill_at: str | None = None, fail_at: str | None = None) -> subprocess.CompletedProcess:
+def run_job(
+    tmp_path: Path,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    kill_at: str | None = None,
+    fail_at: str | None = None,
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CHKPT_")}
     if kill_at:
         env["SPARK_CHKPT_KILL_AT"] = kill_at
     if fail_at:
         env["SPARK_CHKPT_FAIL_AT"] = fail_at
     command = [
-        sys.executable, "-m", "spark_chkpt.jobs.kafka_to_delta",
-        "--bootstrap-servers", bootstrap_servers, "--topic", topic,
-        "--table", str(tmp_path / "table"), "--checkpoint", str(tmp_path / "chk"),
-        "--schema", PAGE_VIEW_SCHEMA_DDL, "--trigger", "availableNow",
-        "--max-offsets-per-trigger", str(PER_BATCH), "--master", "local[2]",
-        "--set", "sink.orphanRetention=0ms", "--set", "sink.partitionBy=app",
-        "--set", "job.queryName=fault_test",
+        sys.executable,
+        "-m",
+        "spark_chkpt.jobs.kafka_to_delta",
+        "--bootstrap-servers",
+        bootstrap_servers,
+        "--topic",
+        topic,
+        "--table",
+        str(tmp_path / "table"),
+        "--checkpoint",
+        str(tmp_path / "chk"),
+        "--schema",
+        PAGE_VIEW_SCHEMA_DDL,
+        "--trigger",
+        "availableNow",
+        "--max-offsets-per-trigger",
+        str(PER_BATCH),
+        "--master",
+        "local[2]",
+        "--set",
+        "sink.orphanRetention=0ms",
+        "--set",
+        "sink.partitionBy=app",
+        "--set",
+        "job.queryName=fault_test",
     ]
-    return subprocess.run(command, cwd=tmp_path, env=env, start_new_session=True,
-                          capture_output=True, text=True, timeout=420)
+    return subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
 
 
 def staged_files(table: Path) -> set[str]:
-    return {str(p.relative_to(table)) for p in table.rglob("*.parquet")
-            if STAGED_NAME.match(p.name)}
+    return {
+        str(p.relative_to(table)) for p in table.rglob("*.parquet") if STAGED_NAME.match(p.name)
+    }
 
 
 def referenced(table: Path) -> set[str]:
@@ -73,8 +105,13 @@ def assert_exactly_once(tmp_path: Path) -> pa.Table:
     duplicated = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
     assert not missing and not duplicated, f"missing {missing[:10]}, duplicated {duplicated[:10]}"
     assert ids == list(range(EVENTS))
-    positions = list(zip(table.column("kafka_partition").to_pylist(),
-                         table.column("kafka_offset").to_pylist(), strict=True))
+    positions = list(
+        zip(
+            table.column("kafka_partition").to_pylist(),
+            table.column("kafka_offset").to_pylist(),
+            strict=True,
+        )
+    )
     assert len(set(positions)) == EVENTS
     # Every staged file left on disk is one the table references: nothing dangling.
     assert staged_files(tmp_path / "table") == referenced(tmp_path / "table")
@@ -99,7 +136,8 @@ def topic(make_topic: Callable[..., str], bootstrap_servers: str) -> str:
 
 def _killed(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == -signal.SIGKILL, (
-        f"expected SIGKILL, got {result.returncode}\n{result.stderr[-3000:]}")
+        f"expected SIGKILL, got {result.returncode}\n{result.stderr[-3000:]}"
+    )
     # (the injection's own message dies with the JVM that relays worker stderr)
 
 
@@ -152,8 +190,9 @@ def test_kill_after_snapshot_record(tmp_path: Path, bootstrap_servers: str, topi
 def test_kill_inside_abort(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
     # Batch 1 is staged, its commit fails, Spark aborts it, and the driver dies inside
     # abort before deleting the staged files.
-    _killed(run_job(tmp_path, bootstrap_servers, topic, fail_at="in-commit@1",
-                    kill_at="in-abort@1"))
+    _killed(
+        run_job(tmp_path, bootstrap_servers, topic, fail_at="in-commit@1", kill_at="in-abort@1")
+    )
     assert txn_version(tmp_path) == 0
     assert snapshots(tmp_path) == [0]
     left = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
@@ -164,8 +203,9 @@ def test_kill_inside_abort(tmp_path: Path, bootstrap_servers: str, topic: str) -
     assert_exactly_once(tmp_path)
 
 
-def test_failed_batch_is_aborted_and_retried_on_restart(tmp_path: Path, bootstrap_servers: str,
-                                                        topic: str) -> None:
+def test_failed_batch_is_aborted_and_retried_on_restart(
+    tmp_path: Path, bootstrap_servers: str, topic: str
+) -> None:
     failed = run_job(tmp_path, bootstrap_servers, topic, fail_at="in-write@1")
     assert failed.returncode == 1
     assert "fault injection: failing in-write of batch 1" in failed.stderr

@@ -1,0 +1,144 @@
+"""Snapshot metrics: per-batch commit figures next to Spark's query progress.
+
+Spark 4.2's Python DataSource API has no custom-metrics hook for a Python sink, so the
+coordinator puts its figures (rows, files, bytes, commit duration, source offsets) in
+the snapshot record, and this module brings them to where users look:
+
+* :class:`SnapshotReporter`, a ``StreamingQueryListener``: after each batch's progress
+  event it reads that batch's snapshot record and logs one line, keeps a history, and
+  calls your callback (push to your metrics system there);
+* :func:`summarize`: count, rows, commit-latency p50/p99 over snapshot records, used by
+  ``spark-chkpt snapshots <checkpointLocation>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from spark_chkpt.snapshot import SnapshotRecord
+from spark_chkpt.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarize(records: Iterable[SnapshotRecord]) -> dict[str, Any]:
+    items = list(records)
+    commit_ms = [r.commit_ms for r in items]
+    return {
+        "snapshots": len(items),
+        "first_batch": items[0].batch_id if items else None,
+        "last_batch": items[-1].batch_id if items else None,
+        "rows": sum(r.rows for r in items),
+        "files": sum(r.files for r in items),
+        "bytes": sum(r.bytes for r in items),
+        "commit_ms_p50": percentile(commit_ms, 50),
+        "commit_ms_p99": percentile(commit_ms, 99),
+        "duplicates": sum(1 for r in items if r.outcome == "duplicate"),
+        "last_offsets": items[-1].source_offsets if items else None,
+    }
+
+
+def describe(record: SnapshotRecord) -> str:
+    return (
+        f"snapshot {record.batch_id} {record.outcome}: {record.rows} rows, "
+        f"{record.files} files, {record.bytes} bytes, commit {record.commit_ms:.0f} ms, "
+        f"{record.sink} version {record.table_version}, offsets {record.source_offsets}"
+    )
+
+
+class SnapshotReporter(StreamingQueryListener):
+    """Logs each completed snapshot of the queries it knows, after Spark's progress event.
+
+    reporter = SnapshotReporter.attach(spark)
+    query = df.writeStream.format("chkpt-delta")...start()
+    reporter.track(query, checkpoint_location="/chk/events")
+    """
+
+    def __init__(
+        self, *, on_snapshot: Callable[[SnapshotRecord], None] | None = None, keep: int = 1000
+    ) -> None:
+        self._stores: dict[str, SnapshotStore] = {}
+        self._on_snapshot = on_snapshot
+        self._keep = keep
+        self.history: dict[str, list[SnapshotRecord]] = {}
+
+    @classmethod
+    def attach(
+        cls, spark: SparkSession, *, on_snapshot: Callable[[SnapshotRecord], None] | None = None
+    ) -> SnapshotReporter:
+        reporter = cls(on_snapshot=on_snapshot)
+        spark.streams.addListener(reporter)
+        return reporter
+
+    def track(self, query: StreamingQuery, *, checkpoint_location: str) -> None:
+        self._stores[str(query.id)] = SnapshotStore(checkpoint_location=checkpoint_location)
+
+    def records(self, query: StreamingQuery) -> list[SnapshotRecord]:
+        return list(self.history.get(str(query.id), []))
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        store = self._stores.get(str(progress.id))
+        if store is None:
+            return
+        try:
+            record = store.get(int(progress.batchId))
+        except Exception as e:  # a listener must never take the query down
+            log.warning("snapshot record of batch %s unreadable: %s", progress.batchId, e)
+            return
+        if record is None:
+            return
+        history = self.history.setdefault(str(progress.id), [])
+        if history and history[-1].batch_id == record.batch_id:
+            return
+        history.append(record)
+        del history[: max(0, len(history) - self._keep)]
+        log.info("%s: %s", progress.name or progress.id, describe(record))
+        if self._on_snapshot is not None:
+            self._on_snapshot(record)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+def store_records(*, checkpoint_location: str) -> list[SnapshotRecord]:
+    store = SnapshotStore(checkpoint_location=checkpoint_location)
+    return [r for r in (store.get(i) for i in store.batch_ids()) if r is not None]
+
+
+def as_table(records: Iterable[SnapshotRecord]) -> list[Mapping[str, Any]]:
+    return [
+        {
+            "batch": r.batch_id,
+            "outcome": r.outcome,
+            "rows": r.rows,
+            "files": r.files,
+            "commit_ms": r.commit_ms,
+            "version": r.table_version,
+        }
+        for r in records
+    ]
