@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+)
 from pyspark.sql.types import StructType
 
-from spark_chkpt.config import SourceConfig, parse_bool
+from spark_chkpt.checkpoint import SparkCheckpoint
+from spark_chkpt.config import ConfigError, KafkaSinkConfig, SourceConfig, parse_bool
 from spark_chkpt.records import spark_schema_ddl
 
 
 class KafkaDataSource(DataSource):
-    """``spark.readStream.format("chkpt-kafka")``: drop-in for ``format("kafka")``."""
+    """``format("chkpt-kafka")``: drop-in for ``format("kafka")`` as source and sink."""
 
     @classmethod
     def name(cls) -> str:
@@ -35,3 +41,17 @@ class KafkaDataSource(DataSource):
         from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 
         return KafkaStreamReader(config=SourceConfig.from_options(self.options, streaming=True))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter, check_sink_schema
+
+        if overwrite:
+            raise ConfigError(
+                "outputMode", "complete", "the chkpt-kafka sink supports outputMode('append') only"
+            )
+        config = KafkaSinkConfig.from_options(self.options)
+        check_sink_schema(schema, config)
+        app_id = (
+            config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id()
+        )
+        return KafkaStreamWriter(config=config, app_id=app_id)

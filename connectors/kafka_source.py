@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -24,8 +24,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_chkpt.aligner import Mode
+from spark_chkpt.barrier import IndexEntry, control_topic_for
+from spark_chkpt.barrier_index import BarrierIndex
 from spark_chkpt.config import SourceConfig
+from spark_chkpt.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.errors import DataLossError
+from spark_chkpt.fetcher import ReadSpec
 from spark_chkpt.offset_reader import OffsetReader
 from spark_chkpt.offsets import (
     OffsetRange,
@@ -33,6 +38,7 @@ from spark_chkpt.offsets import (
     TopicPartition,
     allocate_limit,
     from_json,
+    meta_of,
     split_ranges,
     to_json,
     total_lag,
@@ -45,21 +51,22 @@ log = logging.getLogger(__name__)
 
 
 class KafkaInputPartition(InputPartition):
-    """One read task: an offset range of one topic-partition (pickled to the executor)."""
+    """One read task: offset ranges of one or more topic-partitions (pickled to the
+    executor), with what to skip and drop on topics that carry barriers."""
 
-    def __init__(self, rng: OffsetRange) -> None:
+    def __init__(self, specs: Sequence[ReadSpec]) -> None:
         super().__init__(None)
-        self.topic = rng.tp.topic
-        self.partition = rng.tp.partition
-        self.start = rng.start
-        self.end = rng.end
-
-    @property
-    def range(self) -> OffsetRange:
-        return OffsetRange(TopicPartition(self.topic, self.partition), self.start, self.end)
+        self.specs = list(specs)
 
     def __repr__(self) -> str:
-        return f"KafkaInputPartition({self.range})"
+        return f"KafkaInputPartition({', '.join(str(s.range) for s in self.specs)})"
+
+
+_TASK_ALIGNMENT: dict[str, Mode] = {
+    "aligned": "aligned",
+    "unaligned": "unaligned",
+    "none": "at-least-once",
+}
 
 
 def _read_partition(
@@ -67,9 +74,25 @@ def _read_partition(
 ) -> Iterator[pa.RecordBatch]:
     from spark_chkpt.fetcher import RangeFetcher
 
-    assert isinstance(partition, KafkaInputPartition), partition  # Spark hands back ours
-    with RangeFetcher(config=config, client_id=client_id) as fetcher:
-        yield from fetcher.read(partition.range)
+    if not isinstance(partition, KafkaInputPartition):
+        raise TypeError(f"chkpt-kafka cannot read {partition!r}")
+    with RangeFetcher(
+        config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]
+    ) as fetcher:
+        yield from fetcher.read_group(partition.specs)
+
+
+def _group(pieces: Sequence[OffsetRange], per_task: int) -> list[list[OffsetRange]]:
+    """Up to ``per_task`` ranges of distinct partitions per read task."""
+    groups: list[list[OffsetRange]] = []
+    for piece in sorted(pieces, key=lambda r: (r.tp, r.start)):
+        for group in groups:
+            if len(group) < per_task and all(r.tp != piece.tp for r in group):
+                group.append(piece)
+                break
+        else:
+            groups.append([piece])
+    return groups
 
 
 class _Planner:
@@ -79,6 +102,7 @@ class _Planner:
         self.config = config
         self._run_id = uuid.uuid4().hex[:12]
         self._offsets: OffsetReader | None = None
+        self._indexes: dict[str, BarrierIndex] = {}
 
     @property
     def client_id(self) -> str:
@@ -94,9 +118,36 @@ class _Planner:
         # The reader is pickled to executors for read(): leave the driver's consumer behind.
         state = self.__dict__.copy()
         state["_offsets"] = None
+        state["_indexes"] = {}
         return state
 
-    def plan(self, start: PartitionOffsets, end: PartitionOffsets) -> list[InputPartition]:
+    def barrier_entries(self, topic: str) -> list[IndexEntry] | None:
+        """The topic's complete barrier index entries; None for a topic without barriers
+        (no control topic), read like Spark's source reads any topic."""
+        index = self._indexes.get(topic)
+        if index is None:
+            control = self.config.control_topic or control_topic_for(topic)
+            index = BarrierIndex(
+                bootstrap_servers=self.config.bootstrap_servers,
+                control_topic=control,
+                data_topic=topic,
+                client_settings=self.config.client_settings,
+                client_id=self.client_id + "-index",
+            )
+            if not index.exists():
+                index.close()
+                return None
+            self._indexes[topic] = index
+        index.refresh()
+        return index.complete()
+
+    def plan(
+        self,
+        start: PartitionOffsets,
+        end: PartitionOffsets,
+        *,
+        modes: Mapping[str, str] | None = None,
+    ) -> list[InputPartition]:
         """Input partitions for ``[start, end)``. Partitions new since ``start`` are read
         from their earliest offset; an end before its start is data loss (fail, or warn and
         read that partition from its earliest offset)."""
@@ -110,7 +161,35 @@ class _Planner:
         first.update(self.offsets.earliest([tp for tp in end if tp not in start] + went_back))
         ranges = [OffsetRange(tp, first[tp], until) for tp, until in sorted(end.items())]
         pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
-        return [KafkaInputPartition(r) for r in pieces]
+        specs = self._read_specs(first, end, modes or {})
+        return [
+            KafkaInputPartition(
+                [ReadSpec(range=r, markers=specs[r.tp][0], filter=specs[r.tp][1]) for r in group]
+            )
+            for group in _group(pieces, self.config.partitions_per_task)
+        ]
+
+    def _read_specs(
+        self, begin: PartitionOffsets, end: PartitionOffsets, modes: Mapping[str, str]
+    ) -> dict[TopicPartition, tuple[bool, RecordFilter | None]]:
+        """Per partition: does its topic carry barriers, and which records to drop."""
+        specs: dict[TopicPartition, tuple[bool, RecordFilter | None]] = {}
+        for topic in sorted({tp.topic for tp in end}):
+            tps = [tp for tp in end if tp.topic == topic]
+            entries = self.barrier_entries(topic)
+            if entries is None:
+                specs.update({tp: (False, None) for tp in tps})
+                continue
+            mode = modes.get(topic, self.config.alignment)
+            filters = record_filters(
+                topic=topic,
+                mode=mode,  # type: ignore[arg-type]
+                begin={tp: begin[tp] for tp in tps},
+                end={tp: end[tp] for tp in tps},
+                entries=entries,
+            )
+            specs.update({tp: (True, filters.get(tp)) for tp in tps})
+        return specs
 
     def _data_loss(self, message: str) -> None:
         if self.config.fail_on_data_loss:
@@ -124,6 +203,9 @@ class _Planner:
         if self._offsets is not None:
             self._offsets.close()
             self._offsets = None
+        for index in self._indexes.values():
+            index.close()
+        self._indexes = {}
 
 
 class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -134,6 +216,7 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         self._available_now: PartitionOffsets | None = None
         self._last_trigger = time.monotonic()
         self._latest: PartitionOffsets = {}
+        self._waiting_since: dict[str, float] = {}
 
     def initialOffset(self) -> dict:
         spec = self.config.starting
@@ -189,13 +272,81 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         effective.update(self.offsets.earliest(went_back))
         self._latest = latest
         end = latest
-        if isinstance(limit, ReadMaxRows):
-            end = allocate_limit(effective, latest, max_records=limit.max_rows)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if max_rows is not None:
+            end = allocate_limit(effective, latest, max_records=max_rows)
+        end, meta = self._align(effective, latest, end, max_rows)
         if self._waits_for_more(effective, end, limit):
             return start
-        if to_json(end) != start:
-            self._last_trigger = time.monotonic()
-        return to_json(end)
+        if end == from_json(start):
+            return start
+        self._last_trigger = time.monotonic()
+        return to_json(end, meta=meta)
+
+    def _align(
+        self,
+        begin: PartitionOffsets,
+        latest: PartitionOffsets,
+        end: PartitionOffsets,
+        max_rows: int | None,
+    ) -> tuple[PartitionOffsets, dict[str, Any]]:
+        """Cut topics that carry barriers at a consistent snapshot (see spark_chkpt.cut);
+        returns the end offsets and the report written with them to Spark's offset log."""
+        end = dict(end)
+        report: dict[str, Any] = {}
+        now = time.monotonic()
+        for topic in sorted({tp.topic for tp in latest}):
+            entries = self.barrier_entries(topic)
+            if entries is None:
+                continue
+            tps = [tp for tp in latest if tp.topic == topic]
+            t_begin = {tp: begin[tp] for tp in tps}
+            t_latest = {tp: latest[tp] for tp in tps}
+            cut = plan_topic(
+                topic=topic,
+                mode=self.config.alignment,
+                start=t_begin,
+                latest=t_latest,
+                entries=entries,
+                max_records=max_rows,
+            )
+            has_data = any(t_latest[tp] > t_begin[tp] for tp in tps)
+            waited = 0.0
+            if cut.waiting and has_data:
+                since = self._waiting_since.setdefault(topic, now)
+                waited = (now - since) * 1000
+                timeout = self.config.alignment_timeout_ms
+                if timeout is not None and waited >= timeout:
+                    cut = plan_topic(
+                        topic=topic,
+                        mode="aligned",
+                        start=t_begin,
+                        latest=t_latest,
+                        entries=entries,
+                        max_records=max_rows,
+                        force_unaligned=True,
+                    )
+                    log.warning(
+                        "chkpt-kafka: no consistent cut of %s after %.0f ms "
+                        "(alignmentTimeout); reading this batch unaligned",
+                        topic,
+                        waited,
+                    )
+            if not cut.waiting:
+                since = self._waiting_since.pop(topic, now)
+                waited = (now - since) * 1000
+            end.update(cut.end)
+            if cut.note:
+                log.warning("chkpt-kafka %s: %s", topic, cut.note)
+            report[topic] = {
+                "mode": cut.mode,
+                "app": cut.app_id,
+                "snapshots": list(cut.snapshots),
+                "barriers": cut.barriers,
+                "waited_ms": round(waited),
+                **({"note": cut.note} if cut.note else {}),
+            }
+        return end, ({"topics": report} if report else {})
 
     def _waits_for_more(
         self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit
@@ -218,7 +369,11 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         return to_json(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return self.plan(from_json(start), from_json(end))
+        # Spark may replay this from its offset log after a restart: the modes come from
+        # the report stored with the end offset, the drop rules from the barrier index.
+        topics = meta_of(end).get("topics", {})
+        modes = {t: str(r.get("mode")) for t, r in topics.items() if isinstance(r, dict)}
+        return self.plan(from_json(start), from_json(end), modes=modes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(self.config, partition, self.client_id + "-executor")
@@ -239,7 +394,11 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
 
 
 class KafkaBatchReader(_Planner, DataSourceReader):
-    """``spark.read.format("chkpt-kafka")``: reads ``[startingOffsets, endingOffsets)``."""
+    """``spark.read.format("chkpt-kafka")``: reads ``[startingOffsets, endingOffsets)``.
+
+    On topics with barriers it skips barrier records and drops records of failed upstream
+    attempts before the last barrier; records after it (a snapshot in flight) are read.
+    """
 
     def partitions(self) -> Sequence[InputPartition]:
         tps = self.offsets.partitions()
@@ -255,8 +414,9 @@ class KafkaBatchReader(_Planner, DataSourceReader):
             option=_ending_option(self.config.ending.kind),
             missing_time="latest",
         )
+        mode = "none" if self.config.alignment == "none" else "unaligned"
         try:
-            return self.plan(start, end)
+            return self.plan(start, end, modes={tp.topic: mode for tp in end})
         finally:
             self.stop()
 

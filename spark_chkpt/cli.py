@@ -44,7 +44,8 @@ def _broker(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from spark_chkpt.jobs import demo
 
-    return demo.main([])
+    demo.exit_now(demo.main([]))
+    return 0  # not reached
 
 
 def _snapshots(args: argparse.Namespace) -> int:

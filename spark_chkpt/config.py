@@ -391,6 +391,10 @@ class SourceConfig:
     poll_timeout_ms: int
     max_records_per_arrow_batch: int
     client_settings: Mapping[str, Any]
+    alignment: Literal["aligned", "unaligned", "none"] = "aligned"
+    alignment_timeout_ms: int | None = None
+    control_topic: str | None = None
+    partitions_per_task: int = 1
 
     @classmethod
     def from_options(
@@ -452,6 +456,14 @@ class SourceConfig:
         delay = parse_duration_ms(
             "maxTriggerDelay", opts.get("maxtriggerdelay"), default_ms=15 * 60_000
         )
+        alignment = opts.get("alignment", "aligned").strip().lower()
+        if alignment not in ("aligned", "unaligned", "none"):
+            raise ConfigError(
+                "alignment",
+                alignment,
+                "one of 'aligned' (exactly-once across barriers, the default), 'unaligned', 'none'",
+            )
+        timeout = opts.get("alignmenttimeout")
         group_id = opts.get("kafka.group.id")
         prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
         unknown = sorted(
@@ -490,6 +502,15 @@ class SourceConfig:
             )
             or 10_000,
             client_settings=kafka_client_settings(opts, role="consumer"),
+            alignment=alignment,  # type: ignore[arg-type]
+            alignment_timeout_ms=None
+            if timeout is None
+            else parse_duration_ms("alignmentTimeout", timeout, default_ms=0),
+            control_topic=opts.get("controltopic") or None,
+            partitions_per_task=parse_positive_int(
+                "partitionsPerTask", opts.get("partitionspertask"), default=1
+            )
+            or 1,
         )
 
     def consumer_settings(self, *, client_id: str) -> dict[str, Any]:
@@ -617,3 +638,77 @@ class DeltaSinkConfig:
                 ",".join(self.partition_by),
                 "at least one column must stay out of the partition columns",
             )
+
+
+_KNOWN_KAFKA_SINK_OPTIONS = {
+    k.lower()
+    for k in (
+        "topic",
+        "controlTopic",
+        "checkpointLocation",
+        "queryName",
+        "txnAppId",
+        "retainedSnapshots",
+        "path",
+    )
+}
+
+
+@dataclass(frozen=True)
+class KafkaSinkConfig:
+    """Validated options of the ``chkpt-kafka`` sink (Spark's Kafka sink names)."""
+
+    bootstrap_servers: str
+    topic: str | None
+    control_topic: str | None
+    checkpoint_location: str
+    query_name: str | None
+    txn_app_id: str | None
+    retained_snapshots: int
+    producer_settings: Mapping[str, Any]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
+        opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+        servers = opts.get("kafka.bootstrap.servers", "").strip()
+        if not servers:
+            raise ConfigError(
+                "kafka.bootstrap.servers", None, "required: a comma-separated list of host:port"
+            )
+        checkpoint = opts.get("checkpointlocation", "").strip()
+        if not checkpoint:
+            raise ConfigError(
+                "checkpointLocation", None, "required: barriers are numbered by Spark's batch ids"
+            )
+        unknown = sorted(
+            k for k in opts if not k.startswith("kafka.") and k not in _KNOWN_KAFKA_SINK_OPTIONS
+        )
+        if unknown:
+            log.warning("chkpt-kafka sink ignores unknown option(s): %s", ", ".join(unknown))
+        settings: dict[str, Any] = {
+            "acks": "all",
+            "enable_idempotence": True,
+            "linger_ms": 10,
+            "batch_size": 512 * 1024,
+        }
+        settings.update(kafka_client_settings(opts, role="producer"))
+        return cls(
+            bootstrap_servers=servers,
+            topic=opts.get("topic") or None,
+            control_topic=opts.get("controltopic") or None,
+            checkpoint_location=checkpoint,
+            query_name=opts.get("queryname"),
+            txn_app_id=opts.get("txnappid") or None,
+            retained_snapshots=parse_positive_int(
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10
+            )
+            or 10,
+            producer_settings=settings,
+        )
+
+    def producer_kwargs(self, *, client_id: str) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers.split(","),
+            "client_id": client_id,
+            **self.producer_settings,
+        }

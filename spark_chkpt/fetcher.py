@@ -1,21 +1,31 @@
-"""Executor-side reads: one offset range of one partition as bounded Arrow batches.
+"""Executor-side reads: offset ranges of one or more partitions as bounded Arrow batches.
 
 Offsets are never assumed contiguous: transaction markers and compaction leave gaps,
 so a range ends when the consumer's *position* reaches its end, not after
-``end - start`` records. Memory is bounded by ``maxRecordsPerArrowBatch`` and the
-client's fetch sizes, never by the size of the range.
+``end - start`` records. Memory is bounded by ``maxRecordsPerArrowBatch`` per
+partition and the client's fetch sizes, never by the size of a range.
+
+On topics that carry barrier markers (:mod:`spark_chkpt.barrier`), barrier records are
+never returned as rows, and tagged records no barrier confirms (a failed upstream
+attempt's output) are dropped and counted. A task that reads several partitions with
+one consumer passes every record through the aligner (:mod:`spark_chkpt.aligner`), so
+what it emits follows upstream snapshot order across its partitions.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.aligner import Aligner, Forward, Mode
+from spark_chkpt.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.config import SourceConfig
+from spark_chkpt.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import DataLossError, KafkaReadError
-from spark_chkpt.offsets import OffsetRange
+from spark_chkpt.offsets import OffsetRange, TopicPartition
 from spark_chkpt.records import arrow_schema, to_record_batch
 
 if TYPE_CHECKING:
@@ -24,10 +34,41 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class ReadSpec:
+    """One partition's share of a read task."""
+
+    range: OffsetRange
+    markers: bool = False  # the topic carries barriers: never emit them
+    filter: RecordFilter | None = None  # drop unconfirmed tagged records before its bound
+
+
+@dataclass
+class ReadStats:
+    """What a read task saw besides the rows it returned."""
+
+    barriers: int = 0
+    dropped: int = 0
+    dropped_attempts: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Channel:
+    spec: ReadSpec
+    ktp: Any
+    position: int
+    pending: list[Any] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.spec.range.tp
+
+
 class RangeFetcher:
     """Reads offset ranges with one kafka-python consumer (assign + seek, no group)."""
 
-    def __init__(self, *, config: SourceConfig, client_id: str) -> None:
+    def __init__(self, *, config: SourceConfig, client_id: str, align: Mode = "aligned") -> None:
         from kafka import KafkaConsumer
 
         self._config = config
@@ -35,6 +76,8 @@ class RangeFetcher:
         settings.setdefault("max_poll_records", min(config.max_records_per_arrow_batch, 10_000))
         self._consumer: Any = KafkaConsumer(**settings)
         self._schema = arrow_schema(include_headers=config.include_headers)
+        self._align = align
+        self.stats = ReadStats()
 
     def close(self) -> None:
         self._consumer.close()
@@ -58,71 +101,195 @@ class RangeFetcher:
         log.warning("%s; skipping them because failOnDataLoss=false", message)
 
     def read(self, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-        """Yield ``rng``'s records as Arrow batches of at most ``maxRecordsPerArrowBatch``."""
-        from kafka import TopicPartition as KafkaTopicPartition
-        from kafka.errors import OffsetOutOfRangeError
+        """Yield one range's records as Arrow batches (no barrier handling)."""
+        return self.read_group([ReadSpec(range=rng)])
 
-        if rng.size == 0:
+    def read_group(self, specs: Sequence[ReadSpec]) -> Iterator[pa.RecordBatch]:
+        """Yield the records of every spec's range, one consumer for all of them."""
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        channels = {}
+        for spec in specs:
+            if spec.range.size > 0:
+                tp = spec.range.tp
+                channels[tp] = _Channel(
+                    spec, KafkaTopicPartition(tp.topic, tp.partition), spec.range.start
+                )
+        if not channels:
             return
-        ktp = KafkaTopicPartition(rng.tp.topic, rng.tp.partition)
         consumer = self._consumer
-        consumer.assign([ktp])
-        begin = int(consumer.beginning_offsets([ktp])[ktp])
-        position = rng.start
-        if position < begin:
+        consumer.assign([c.ktp for c in channels.values()])
+        begins = consumer.beginning_offsets([c.ktp for c in channels.values()])
+        for channel in channels.values():
+            self._start(channel, int(begins[channel.ktp]))
+        aligner: Aligner[Any] | None = None
+        if any(c.spec.markers for c in channels.values()) and len(channels) > 1:
+            aligner = Aligner(channels=list(channels), mode=self._align)
+        for channel in channels.values():
+            if channel.done and aligner is not None:
+                self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
+        limit = self._config.max_records_per_arrow_batch
+        timeout_s = self._config.poll_timeout_ms / 1000
+        idle = Deadline.after(seconds=timeout_s)
+        while not all(c.done for c in channels.values()):
+            polled = self._poll(channels, limit)
+            got_any = False
+            for ktp, records in polled.items():
+                channel = channels[TopicPartition(ktp.topic, ktp.partition)]
+                if channel.done or not records:
+                    continue
+                got_any = True
+                self._take(channel, records, aligner, channels)
+            for channel in channels.values():
+                if channel.done:
+                    continue
+                channel.position = max(channel.position, int(consumer.position(channel.ktp)))
+                if channel.position >= channel.spec.range.end:
+                    self._finish(channel, aligner, channels)
+            yield from self._flush(channels, limit)
+            if got_any:
+                idle = Deadline.after(seconds=timeout_s)
+                continue
+            for channel in channels.values():
+                if channel.done:
+                    continue
+                hw = consumer.highwater(channel.ktp)  # fresh from the empty fetch just made
+                if hw is not None and int(hw) <= channel.position:
+                    self._lost(
+                        channel.spec.range,
+                        channel.position,
+                        channel.spec.range.end,
+                        f"the partition now ends at offset {hw}",
+                    )
+                    self._finish(channel, aligner, channels)
+                elif idle.expired():
+                    rng = channel.spec.range
+                    raise KafkaReadError(
+                        f"{rng.tp}: no records after waiting {self._config.poll_timeout_ms} ms "
+                        f"at offset {channel.position} of [{rng.start}, {rng.end}); raise "
+                        "kafkaConsumer.pollTimeoutMs if the broker is slow"
+                    )
+        yield from self._flush(channels, 1)
+        if self.stats.dropped:
+            log.warning(
+                "dropped %d record(s) of unconfirmed upstream attempt(s) %s in %s",
+                self.stats.dropped,
+                ", ".join(sorted(self.stats.dropped_attempts)),
+                ", ".join(str(c.spec.range) for c in channels.values()),
+            )
+
+    def _start(self, channel: _Channel, begin: int) -> None:
+        rng = channel.spec.range
+        if channel.position < begin:
             self._lost(
                 rng,
-                position,
+                channel.position,
                 min(begin, rng.end),
                 "deleted by retention or the topic was recreated",
             )
-            position = begin
-        if position >= rng.end:
-            return
-        consumer.seek(ktp, position)
-        limit = self._config.max_records_per_arrow_batch
-        timeout_s = self._config.poll_timeout_ms / 1000
-        pending: list[Any] = []
-        idle = Deadline.after(seconds=timeout_s)
-        while position < rng.end:
-            try:
-                polled = consumer.poll(
-                    timeout_ms=min(1000, self._config.poll_timeout_ms),
-                    max_records=limit - len(pending),
-                )
-            except OffsetOutOfRangeError as e:
-                begin = int(consumer.beginning_offsets([ktp])[ktp])
-                self._lost(rng, position, min(begin, rng.end), f"out of range: {e}")
-                if begin >= rng.end:
-                    break
-                position = max(begin, position)
-                consumer.seek(ktp, position)
-                continue
-            records = polled.get(ktp, [])
-            if records:
-                idle = Deadline.after(seconds=timeout_s)
-                if records[-1].offset >= rng.end:
-                    records = [r for r in records if r.offset < rng.end]
-                pending.extend(records)
-                if len(pending) >= limit:
-                    yield to_record_batch(
-                        pending, topic=rng.tp.topic, partition=rng.tp.partition, schema=self._schema
-                    )
-                    pending = []
-            position = max(position, int(consumer.position(ktp)))
-            if records or position >= rng.end:
-                continue
-            hw = consumer.highwater(ktp)  # fresh from the empty fetch just made
-            if hw is not None and int(hw) <= position:
-                self._lost(rng, position, rng.end, f"the partition now ends at offset {hw}")
-                break
-            if idle.expired():
-                raise KafkaReadError(
-                    f"{rng.tp}: no records after waiting {self._config.poll_timeout_ms} ms at "
-                    f"offset {position} of [{rng.start}, {rng.end}); raise "
-                    "kafkaConsumer.pollTimeoutMs if the broker is slow"
-                )
-        if pending:
-            yield to_record_batch(
-                pending, topic=rng.tp.topic, partition=rng.tp.partition, schema=self._schema
+            channel.position = begin
+        if channel.position >= rng.end:
+            channel.done = True
+            self._consumer.pause(channel.ktp)
+        else:
+            self._consumer.seek(channel.ktp, channel.position)
+
+    def _poll(self, channels: dict[TopicPartition, _Channel], limit: int) -> dict[Any, list[Any]]:
+        from kafka.errors import OffsetOutOfRangeError
+
+        try:
+            polled: dict[Any, list[Any]] = self._consumer.poll(
+                timeout_ms=min(1000, self._config.poll_timeout_ms), max_records=limit
             )
+            return polled
+        except OffsetOutOfRangeError as e:
+            ktps = [c.ktp for c in channels.values() if not c.done]
+            begins = self._consumer.beginning_offsets(ktps)
+            for channel in channels.values():
+                if channel.done:
+                    continue
+                begin = int(begins[channel.ktp])
+                if begin > channel.position:
+                    rng = channel.spec.range
+                    self._lost(rng, channel.position, min(begin, rng.end), f"out of range: {e}")
+                    channel.position = begin
+                    if begin >= rng.end:
+                        channel.done = True
+                        self._consumer.pause(channel.ktp)
+                    else:
+                        self._consumer.seek(channel.ktp, begin)
+            return {}
+
+    def _take(
+        self,
+        channel: _Channel,
+        records: list[Any],
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        spec = channel.spec
+        end = spec.range.end
+        if records[-1].offset >= end:
+            records = [r for r in records if r.offset < end]
+        if not spec.markers:
+            channel.pending.extend(records)
+            return
+        keep_until = spec.filter.confirm_until if spec.filter is not None else -1
+        confirmed = spec.filter.confirmed if spec.filter is not None else frozenset()
+        for record in records:
+            headers = record.headers
+            if headers and is_barrier(headers):
+                barrier = Barrier.parse(
+                    record.value,
+                    topic=spec.range.tp.topic,
+                    partition=spec.range.tp.partition,
+                    offset=record.offset,
+                )
+                self.stats.barriers += 1
+                if aligner is not None:
+                    self._emit(
+                        aligner.on_barrier(channel=channel.tp, snapshot_id=barrier.snapshot_id),
+                        channels,
+                    )
+                continue
+            tag = attempt_of(headers) if headers else None
+            if tag is not None and record.offset < keep_until and tag not in confirmed:
+                self.stats.dropped += 1
+                self.stats.dropped_attempts.add(tag)
+                continue
+            if aligner is None:
+                channel.pending.append(record)
+            else:
+                self._emit(aligner.on_record(channel=channel.tp, record=record), channels)
+
+    @staticmethod
+    def _emit(events: Sequence[Any], channels: dict[TopicPartition, _Channel]) -> None:
+        for event in events:
+            if isinstance(event, Forward):
+                channel = event.channel
+                if isinstance(channel, TopicPartition):
+                    channels[channel].pending.append(event.record)
+
+    def _finish(
+        self,
+        channel: _Channel,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        channel.done = True
+        self._consumer.pause(channel.ktp)
+        if aligner is not None:
+            self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
+
+    def _flush(
+        self, channels: dict[TopicPartition, _Channel], minimum: int
+    ) -> Iterator[pa.RecordBatch]:
+        for channel in channels.values():
+            if channel.pending and len(channel.pending) >= minimum:
+                pending, channel.pending = channel.pending, []
+                yield to_record_batch(
+                    pending,
+                    topic=channel.tp.topic,
+                    partition=channel.tp.partition,
+                    schema=self._schema,
+                )

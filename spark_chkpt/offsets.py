@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from spark_chkpt.errors import ChkptError
 
@@ -25,21 +26,39 @@ class TopicPartition:
 
 PartitionOffsets = dict[TopicPartition, int]
 
+# Key of the alignment report a batch's end offset may carry (mode, upstream snapshots).
+# A legal Kafka topic name, but one the source never subscribes to (``__`` topics are
+# internal and excluded from subscribePattern).
+META_KEY = "__chkpt__"
 
-def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
-    """Spark's offset-log shape: topic -> partition (as a string) -> offset."""
-    doc: dict[str, dict[str, int]] = {}
+
+def to_json(
+    offsets: Mapping[TopicPartition, int], *, meta: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Spark's offset-log shape: topic -> partition (as a string) -> offset, plus the
+    alignment report under ``__chkpt__`` when given."""
+    doc: dict[str, Any] = {}
     for tp in sorted(offsets):
         doc.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+    if meta:
+        doc[META_KEY] = dict(meta)
     return doc
 
 
-def from_json(doc: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
-    """Inverse of :func:`to_json`; raises :class:`ChkptError` naming a malformed entry."""
+def meta_of(doc: Mapping[str, Any] | None) -> dict[str, Any]:
+    value = (doc or {}).get(META_KEY)
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def from_json(doc: Mapping[str, Any]) -> PartitionOffsets:
+    """Inverse of :func:`to_json` (the report is skipped); raises :class:`ChkptError`
+    naming a malformed entry."""
     offsets: PartitionOffsets = {}
     if not isinstance(doc, Mapping):
         raise ChkptError(f"offset {doc!r} is not a JSON object keyed by topic")
     for topic, parts in doc.items():
+        if topic == META_KEY:
+            continue
         if not isinstance(parts, Mapping):
             raise ChkptError(f"offset entry for topic {topic!r} is not an object: {parts!r}")
         for part, value in parts.items():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 
 def produce(
@@ -26,3 +28,94 @@ def produce(
             headers=headers(i) or [],
         )
     producer.flush()  # type: ignore[attr-defined]
+
+
+class Upstream:
+    """Writes what an upstream chkpt-kafka sink writes, step by step: tagged records,
+    barriers and index entries, so tests can stage any interleaving."""
+
+    def __init__(
+        self,
+        producer: Any,
+        *,
+        servers: str,
+        topic: str,
+        partitions: int,
+        app_id: str = "upstream-app",
+    ) -> None:
+        from spark_chkpt.barrier import control_topic_for
+        from spark_chkpt.topics import create_topic
+
+        self.producer, self.servers, self.topic = producer, servers, topic
+        self.partitions, self.app_id = partitions, app_id
+        self.control = control_topic_for(topic)
+        create_topic(bootstrap_servers=servers, name=self.control, partitions=1, exist_ok=True)
+
+    def records(self, tag: str | None, values: Sequence[bytes]) -> None:
+        from spark_chkpt.barrier import ATTEMPT_HEADER
+
+        for i, value in enumerate(values):
+            headers = [(ATTEMPT_HEADER, tag.encode())] if tag else []
+            self.producer.send(
+                self.topic, value=value, partition=i % self.partitions, headers=headers
+            )
+        self.producer.flush()
+
+    def barrier(self, snapshot: int, attempts: Sequence[str], *, index: bool = True) -> None:
+        from spark_chkpt.barrier import BARRIER_KEY, Barrier, IndexEntry
+        from spark_chkpt.barrier_index import write_entry
+
+        marker = Barrier(app_id=self.app_id, snapshot_id=snapshot, attempts=tuple(attempts))
+        futures = {
+            p: self.producer.send(
+                self.topic,
+                key=BARRIER_KEY,
+                value=marker.value(),
+                partition=p,
+                headers=Barrier.headers(),
+            )
+            for p in range(self.partitions)
+        }
+        self.producer.flush()
+        if index:
+            positions = {p: f.get(timeout=30).offset for p, f in futures.items()}
+            write_entry(
+                self.producer,
+                control_topic=self.control,
+                entry=IndexEntry(
+                    kind="complete",
+                    app_id=self.app_id,
+                    snapshot_id=snapshot,
+                    topic=self.topic,
+                    attempts=tuple(attempts),
+                    positions=positions,
+                ),
+            )
+
+
+def drain_to_files(spark: Any, df: Any, base: Path) -> list[str]:
+    """Run an availableNow query into a Parquet file sink (which, unlike the memory sink,
+    restarts from its checkpoint); return the values this run added."""
+    out = base / "out"
+    before = file_values(spark, out)
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(base / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    after = file_values(spark, out)
+    for v in before:
+        after.remove(v)
+    return sorted(after)
+
+
+def file_values(spark: Any, out: Path) -> list[str]:
+    if not (out / "_spark_metadata").exists():
+        return []
+    return [
+        r[0] for r in spark.read.parquet(str(out)).selectExpr("CAST(value AS STRING)").collect()
+    ]

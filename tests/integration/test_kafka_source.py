@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_chkpt.topics import create_topic, delete_topic
-from tests.helpers import produce
+from tests.helpers import drain_to_files, produce
 
 pytestmark = pytest.mark.integration
 
@@ -54,34 +54,6 @@ def drain(df: DataFrame, checkpoint: Path) -> tuple[StreamingQuery, str]:
     query.awaitTermination(180)
     assert query.exception() is None, query.exception()
     return query, name
-
-
-def drain_to_files(spark: SparkSession, df: DataFrame, base: Path) -> list[str]:
-    """Run an availableNow query into a Parquet file sink (which, unlike the memory sink,
-    restarts from its checkpoint); return the values this run added."""
-    out = base / "out"
-    before = _file_values(spark, out)
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(base / "chk"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-    after = _file_values(spark, out)
-    for v in before:
-        after.remove(v)
-    return sorted(after)
-
-
-def _file_values(spark: SparkSession, out: Path) -> list[str]:
-    if not (out / "_spark_metadata").exists():
-        return []
-    return [
-        r[0] for r in spark.read.parquet(str(out)).selectExpr("CAST(value AS STRING)").collect()
-    ]
 
 
 def values(spark: SparkSession, table: str) -> list[str]:

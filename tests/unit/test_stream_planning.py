@@ -40,13 +40,29 @@ class ScriptedOffsets:
         pass
 
 
+def _plain_topic(topic: str) -> None:
+    """No control topic: the topic carries no barriers."""
+
+
 def reader(offsets: ScriptedOffsets, **options: str) -> KafkaStreamReader:
     config = SourceConfig.from_options(
         {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}
     )
     r = KafkaStreamReader(config=config)
     r._offsets = offsets  # type: ignore[assignment]
+    r.barrier_entries = _plain_topic  # type: ignore[method-assign]
     return r
+
+
+def _ranges(part: Any) -> list[tuple[int, int, int]]:
+    return [(s.range.tp.partition, s.range.start, s.range.end) for s in part.specs]
+
+
+def test_partitions_per_task_groups_distinct_partitions() -> None:
+    offsets = ScriptedOffsets({T0: 0, T1: 0, T2: 0}, {T0: 10, T1: 10, T2: 10})
+    parts = reader(offsets, partitionsPerTask="2").partitions(
+        {"ev": {"0": 0, "1": 0, "2": 0}}, {"ev": {"0": 10, "1": 10, "2": 10}})
+    assert [_ranges(p) for p in parts] == [[(0, 0, 10), (1, 0, 10)], [(2, 0, 10)]]
 
 
 def test_max_offsets_per_trigger_is_the_default_read_limit() -> None:
@@ -98,7 +114,7 @@ def test_new_partitions_are_read_from_earliest() -> None:
     end = r.latestOffset({"ev": {"0": 10}}, ReadAllAvailable())
     assert end == {"ev": {"0": 10, "1": 9}}
     parts = r.partitions({"ev": {"0": 10}}, end)
-    assert [(p.partition, p.start, p.end) for p in parts] == [(1, 4, 9)]
+    assert [_ranges(p) for p in parts] == [[(1, 4, 9)]]
 
 
 def test_lost_partition_fails_or_warns() -> None:
@@ -123,7 +139,7 @@ def test_min_partitions_splits_ranges() -> None:
         {"ev": {"0": 0, "1": 0}}, {"ev": {"0": 100, "1": 100}}
     )
     assert len(parts) == 4
-    assert sorted((p.partition, p.start, p.end) for p in parts) == [
+    assert sorted(r for p in parts for r in _ranges(p)) == [
         (0, 0, 50),
         (0, 50, 100),
         (1, 0, 50),

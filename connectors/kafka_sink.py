@@ -1,0 +1,122 @@
+"""The ``chkpt-kafka`` sink: Spark's Kafka sink columns, exactly once for aligned readers.
+
+Executors produce each row tagged with their attempt (:class:`RecordProducer`); the
+driver's ``commit`` writes barrier markers naming the attempts that belong to the batch
+(:class:`~spark_chkpt.coordinator.KafkaCoordinator`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from spark_chkpt.config import ConfigError, KafkaSinkConfig
+from spark_chkpt.coordinator import BarrierSettings, KafkaCoordinator
+from spark_chkpt.producer import ProducedOutput, RecordProducer, produce_all
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class ProducedMessage(ProducedOutput, WriterCommitMessage):
+    """A task's produced output, returned to the driver as Spark's commit message."""
+
+
+def check_sink_schema(schema: StructType, config: KafkaSinkConfig) -> None:
+    """Spark's Kafka sink rules: ``value`` (string/binary) required; ``key`` string/binary,
+    ``topic`` string (unless the option is set), ``partition`` int, ``headers``."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    text = (StringType, BinaryType)
+    if "value" not in fields:
+        raise ConfigError(
+            "value",
+            None,
+            f"the query must have a 'value' column (string or binary); it has {', '.join(fields)}",
+        )
+    for column in ("key", "value"):
+        if column in fields and not isinstance(fields[column], text):
+            raise ConfigError(
+                column,
+                fields[column].simpleString(),
+                f"the '{column}' column must be string or binary",
+            )
+    if config.topic is None:
+        if "topic" not in fields:
+            raise ConfigError("topic", None, "set option 'topic' or write a 'topic' column")
+        if not isinstance(fields["topic"], StringType):
+            raise ConfigError(
+                "topic", fields["topic"].simpleString(), "the 'topic' column must be a string"
+            )
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise ConfigError(
+            "partition", fields["partition"].simpleString(), "the 'partition' column must be an int"
+        )
+    if "headers" in fields:
+        headers = fields["headers"]
+        element = headers.elementType if isinstance(headers, ArrayType) else None
+        ok = (
+            isinstance(element, StructType)
+            and [f.name for f in element.fields] == ["key", "value"]
+            and isinstance(element.fields[0].dataType, StringType)
+            and isinstance(element.fields[1].dataType, BinaryType)
+        )
+        if not ok:
+            raise ConfigError(
+                "headers",
+                headers.simpleString(),
+                "the 'headers' column must be array<struct<key:string,value:binary>>",
+            )
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Phase 1 in ``write`` (executors), barriers in ``commit`` (driver)."""
+
+    def __init__(self, *, config: KafkaSinkConfig, app_id: str) -> None:
+        self.config = config
+        self.app_id = app_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch_prop = context.getLocalProperty("streaming.sql.batchId") if context else None
+        producer = RecordProducer(
+            config=self.config,
+            batch_id=int(batch_prop) if batch_prop is not None else None,
+            task=context.partitionId() if context else 0,
+        )
+        out = produce_all(producer, iterator)
+        return ProducedMessage(
+            attempt=out.attempt, batch_id=out.batch_id, task=out.task, counts=out.counts
+        )
+
+    def _coordinator(self) -> KafkaCoordinator:
+        return KafkaCoordinator(
+            settings=BarrierSettings(
+                bootstrap_servers=self.config.bootstrap_servers,
+                topic=self.config.topic,
+                control_topic=self.config.control_topic,
+                checkpoint_location=self.config.checkpoint_location,
+                app_id=self.app_id,
+                query_name=self.config.query_name,
+                retained_snapshots=self.config.retained_snapshots,
+                producer_settings=dict(self.config.producer_settings),
+            )
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        produced = [m if isinstance(m, ProducedOutput) else None for m in messages]
+        self._coordinator().commit(messages=produced, batch_id=batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        produced = [m if isinstance(m, ProducedOutput) else None for m in messages]
+        self._coordinator().abort(messages=produced, batch_id=batchId)

@@ -1,0 +1,186 @@
+"""Barrier markers carried through Kafka between queries, and their index records.
+
+At snapshot N the ``chkpt-kafka`` sink of an upstream query writes one **barrier
+record** into every partition of the topic it wrote, after all of snapshot N's data.
+Every data record the sink writes carries the header ``chkpt.attempt`` (the tag of the
+task attempt that produced it); the barrier names the attempts whose records belong to
+snapshot N. A downstream reader cuts its micro-batch at a barrier present on every
+partition and drops tagged records no barrier confirms (a failed attempt's output).
+
+The sink also writes **index records** to a control topic (``__chkpt.<topic>`` by
+default) so readers find barrier positions without scanning data: an ``intent`` before
+the barriers (it fixes which attempts snapshot N confirms, so a replayed commit cannot
+confirm a second attempt) and a ``complete`` record with every barrier's offset after.
+
+Records written by ordinary producers carry neither header and pass through readers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from spark_chkpt.errors import ChkptError
+
+ATTEMPT_HEADER = "chkpt.attempt"
+BARRIER_HEADER = "chkpt.barrier"
+BARRIER_KEY = b"__chkpt_barrier__"
+MARKER_VERSION = 1
+CONTROL_PREFIX = "__chkpt."
+
+
+def control_topic_for(topic: str) -> str:
+    """The default control topic of a data topic (``__`` keeps it out of patterns)."""
+    return f"{CONTROL_PREFIX}{topic}"
+
+
+class CorruptMarker(ChkptError):
+    """A barrier or index record that cannot be read; the message names where it is."""
+
+
+def _where(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}-{partition} offset {offset}"
+
+
+def _decode(
+    value: bytes | None, *, what: str, topic: str, partition: int, offset: int
+) -> dict[str, Any]:
+    try:
+        doc = json.loads(value or b"")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptMarker(
+            f"corrupt {what} at {_where(topic, partition, offset)}: not JSON "
+            f"({e}); value starts {bytes(value or b'')[:80]!r}"
+        ) from e
+    if not isinstance(doc, dict):
+        raise CorruptMarker(
+            f"corrupt {what} at {_where(topic, partition, offset)}: "
+            f"expected a JSON object, got {type(doc).__name__}"
+        )
+    version = doc.get("v")
+    if version != MARKER_VERSION:
+        raise CorruptMarker(
+            f"{what} at {_where(topic, partition, offset)} has format version "
+            f"{version!r}; this reader understands {MARKER_VERSION}"
+        )
+    return doc
+
+
+def _field(
+    doc: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, what: str, where: str
+) -> Any:
+    value = doc.get(name)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise CorruptMarker(f"corrupt {what} at {where}: field {name!r} is {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """Barrier record ``snapshot_id`` of upstream query ``app_id`` in one partition."""
+
+    app_id: str
+    snapshot_id: int
+    attempts: tuple[str, ...]
+
+    def value(self) -> bytes:
+        return json.dumps(
+            {
+                "v": MARKER_VERSION,
+                "app": self.app_id,
+                "snapshot": self.snapshot_id,
+                "attempts": list(self.attempts),
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @staticmethod
+    def headers() -> list[tuple[str, bytes]]:
+        return [(BARRIER_HEADER, str(MARKER_VERSION).encode())]
+
+    @classmethod
+    def parse(cls, value: bytes | None, *, topic: str, partition: int, offset: int) -> Barrier:
+        doc = _decode(value, what="barrier record", topic=topic, partition=partition, offset=offset)
+        where = _where(topic, partition, offset)
+        attempts = _field(doc, "attempts", list, what="barrier record", where=where)
+        return cls(
+            app_id=_field(doc, "app", str, what="barrier record", where=where),
+            snapshot_id=_field(doc, "snapshot", int, what="barrier record", where=where),
+            attempts=tuple(str(a) for a in attempts),
+        )
+
+
+def is_barrier(headers: Sequence[tuple[str, bytes]] | None) -> bool:
+    return any(k == BARRIER_HEADER for k, _ in headers or ())
+
+
+def attempt_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    for key, value in headers or ():
+        if key == ATTEMPT_HEADER:
+            return bytes(value).decode("ascii", errors="replace")
+    return None
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One record of the control topic: snapshot N of an app in one data topic."""
+
+    kind: Literal["intent", "complete"]
+    app_id: str
+    snapshot_id: int
+    topic: str
+    attempts: tuple[str, ...]
+    positions: Mapping[int, int] = field(default_factory=dict)  # partition -> barrier offset
+    counts: Mapping[int, int] = field(default_factory=dict)  # partition -> confirmed records
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    offset: int | None = None  # where it sits in the control topic (set when read)
+
+    def key(self) -> bytes:
+        return self.app_id.encode()
+
+    def value(self) -> bytes:
+        return json.dumps(
+            {
+                "v": MARKER_VERSION,
+                "kind": self.kind,
+                "app": self.app_id,
+                "snapshot": self.snapshot_id,
+                "topic": self.topic,
+                "attempts": list(self.attempts),
+                "positions": {str(p): o for p, o in sorted(self.positions.items())},
+                "counts": {str(p): n for p, n in sorted(self.counts.items())},
+                "created_ms": self.created_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def parse(cls, value: bytes | None, *, topic: str, partition: int, offset: int) -> IndexEntry:
+        what = "barrier index record"
+        where = _where(topic, partition, offset)
+        doc = _decode(value, what=what, topic=topic, partition=partition, offset=offset)
+        kind = doc.get("kind")
+        if kind not in ("intent", "complete"):
+            raise CorruptMarker(f"corrupt {what} at {where}: kind {kind!r}")
+        try:
+            positions = {
+                int(p): int(o)
+                for p, o in _field(doc, "positions", dict, what=what, where=where).items()
+            }
+            counts = {int(p): int(n) for p, n in (doc.get("counts") or {}).items()}
+        except (TypeError, ValueError) as e:
+            raise CorruptMarker(f"corrupt {what} at {where}: {e}") from e
+        return cls(
+            kind=kind,
+            app_id=_field(doc, "app", str, what=what, where=where),
+            snapshot_id=_field(doc, "snapshot", int, what=what, where=where),
+            topic=_field(doc, "topic", str, what=what, where=where),
+            attempts=tuple(str(a) for a in _field(doc, "attempts", list, what=what, where=where)),
+            positions=positions,
+            counts=counts,
+            created_ms=int(doc.get("created_ms") or 0),
+            offset=offset,
+        )

@@ -1,0 +1,143 @@
+"""Reading and writing a control topic of barrier index records (driver side).
+
+One :class:`BarrierIndex` follows one control topic for one data topic: each
+:meth:`refresh` reads what was appended since the last call, so a long-running query
+pays for new index records only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from spark_chkpt.barrier import IndexEntry
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import ChkptError
+
+log = logging.getLogger(__name__)
+
+_READ_TIMEOUT_S = 30.0
+
+
+class BarrierIndex:
+    """The index entries of one data topic, read incrementally from its control topic."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        control_topic: str,
+        data_topic: str,
+        client_settings: Mapping[str, Any] | None = None,
+        client_id: str = "spark-chkpt-index",
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.control_topic = control_topic
+        self.data_topic = data_topic
+        self._settings = dict(client_settings or {})
+        self._client_id = client_id
+        self._consumer: Any = None
+        self._position = 0
+        self.entries: list[IndexEntry] = []
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            settings = {
+                **self._settings,
+                "bootstrap_servers": self.bootstrap_servers.split(","),
+                "client_id": self._client_id,
+                "group_id": None,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+                "fetch_max_wait_ms": 50,
+            }
+            self._consumer = KafkaConsumer(**settings)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def exists(self) -> bool:
+        consumer = self._client()
+        return self.control_topic in consumer.topics()
+
+    def refresh(self) -> list[IndexEntry]:
+        """Read entries appended since the last call; returns the new ones."""
+        from kafka import TopicPartition
+
+        consumer = self._client()
+        if self.control_topic not in consumer.topics():
+            return []
+        tp = TopicPartition(self.control_topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, self._position)
+        new: list[IndexEntry] = []
+        deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
+        fetched = False
+        while True:
+            polled = consumer.poll(timeout_ms=200, max_records=10_000)
+            fetched = fetched or consumer.highwater(tp) is not None
+            for record in polled.get(tp, []):
+                entry = IndexEntry.parse(
+                    record.value, topic=self.control_topic, partition=0, offset=record.offset
+                )
+                if entry.topic == self.data_topic:
+                    new.append(entry)
+            self._position = max(self._position, int(consumer.position(tp)))
+            highwater = consumer.highwater(tp)
+            if (
+                fetched
+                and not polled
+                and highwater is not None
+                and self._position >= int(highwater)
+            ):
+                break
+            if deadline.expired():
+                raise ChkptError(
+                    f"reading control topic {self.control_topic} timed out at "
+                    f"offset {self._position} (high watermark {highwater})"
+                )
+        self.entries.extend(new)
+        return new
+
+    def complete(self, *, app_id: str | None = None) -> list[IndexEntry]:
+        """``complete`` entries (of ``app_id``, or all apps), first occurrence of each
+        snapshot, in the order they were written."""
+        seen: set[tuple[str, int]] = set()
+        result = []
+        for entry in self.entries:
+            key = (entry.app_id, entry.snapshot_id)
+            if (
+                entry.kind == "complete"
+                and key not in seen
+                and (app_id is None or entry.app_id == app_id)
+            ):
+                seen.add(key)
+                result.append(entry)
+        return result
+
+    def first(self, *, app_id: str, snapshot_id: int, kind: str | None = None) -> IndexEntry | None:
+        for entry in self.entries:
+            if (
+                entry.app_id == app_id
+                and entry.snapshot_id == snapshot_id
+                and (kind is None or entry.kind == kind)
+            ):
+                return entry
+        return None
+
+    def latest_snapshot(self, *, app_id: str) -> int | None:
+        ids = [e.snapshot_id for e in self.entries if e.app_id == app_id]
+        return max(ids) if ids else None
+
+
+def write_entry(producer: Any, *, control_topic: str, entry: IndexEntry) -> int:
+    """Append ``entry`` and wait for the broker's acknowledgement; returns its offset."""
+    future = producer.send(control_topic, key=entry.key(), value=entry.value(), partition=0)
+    producer.flush()
+    return int(future.get(timeout=60).offset)

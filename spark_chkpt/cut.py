@@ -1,0 +1,228 @@
+"""Where a downstream micro-batch ends on a topic that carries barrier markers.
+
+Pure planning (no Kafka, no Spark): from the batch's start offsets, the log ends and the
+barrier index entries of the upstream query, decide the end offsets, which records the
+read tasks must drop, and what the batch reports about alignment.
+
+* ``aligned``: end on every partition right after barrier S, the newest snapshot whose
+  barriers all lie at or after the start (a consistent cut of upstream snapshots), as
+  large as ``maxOffsetsPerTrigger`` allows; a single snapshot larger than the limit is
+  read whole. Tagged records before the cut that no barrier confirms are dropped.
+* ``unaligned``: read what is there; records before the last known barrier are filtered
+  as above, records after it pass unconfirmed (at-least-once for them).
+* ``none``: plain reads; barrier records are skipped, nothing else is filtered.
+
+The aligner (:mod:`spark_chkpt.aligner`) decides which snapshots are complete across the
+topic's partitions, exactly as it does record by record in a read task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spark_chkpt.aligner import Aligner, SnapshotCompleted
+from spark_chkpt.barrier import IndexEntry
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
+
+AlignmentMode = Literal["aligned", "unaligned", "none"]
+
+
+@dataclass(frozen=True)
+class RecordFilter:
+    """What a read task drops on one topic-partition: tagged records before
+    ``confirm_until`` whose attempt is not in ``confirmed``."""
+
+    confirmed: frozenset[str] = frozenset()
+    confirm_until: int = 0
+
+
+@dataclass(frozen=True)
+class TopicCut:
+    """The plan for one topic of the batch."""
+
+    topic: str
+    mode: AlignmentMode
+    end: PartitionOffsets
+    filters: Mapping[TopicPartition, RecordFilter] = field(default_factory=dict)
+    app_id: str | None = None
+    snapshots: tuple[int, ...] = ()
+    barriers: int = 0
+    note: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.mode == "aligned" and not self.snapshots
+
+
+class AlignmentError(ChkptError):
+    """The index cannot be aligned on (for example two upstream queries in one topic)."""
+
+
+def _app_entries(topic: str, entries: Sequence[IndexEntry]) -> tuple[str | None, list[IndexEntry]]:
+    apps = sorted({e.app_id for e in entries})
+    if len(apps) > 1:
+        raise AlignmentError(
+            f"topic {topic} carries barriers of {len(apps)} upstream queries "
+            f"({', '.join(apps)}); aligned reads need one. Read it with alignment=none, or "
+            "give each upstream query its own topic."
+        )
+    return (apps[0] if apps else None), list(entries)
+
+
+def completed_snapshots(
+    entries: Sequence[IndexEntry],
+    start: Mapping[TopicPartition, int],
+    partitions: Sequence[TopicPartition],
+) -> list[IndexEntry]:
+    """Entries whose barrier lies at or after ``start`` on every partition, in snapshot
+    order, as the aligner completes them."""
+    aligner: Aligner[None] = Aligner(channels=partitions, mode="at-least-once")
+    by_id = {}
+    done: list[IndexEntry] = []
+    for entry in sorted(entries, key=lambda e: e.snapshot_id):
+        by_id[entry.snapshot_id] = entry
+        events = []
+        for tp in partitions:
+            position = entry.positions.get(tp.partition)
+            if position is not None and position >= start.get(tp, 0):
+                events += aligner.on_barrier(channel=tp, snapshot_id=entry.snapshot_id)
+        done += [by_id[e.snapshot_id] for e in events if isinstance(e, SnapshotCompleted)]
+    return done
+
+
+def plan_topic(
+    *,
+    topic: str,
+    mode: AlignmentMode,
+    start: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    entries: Sequence[IndexEntry],
+    max_records: int | None,
+    force_unaligned: bool = False,
+) -> TopicCut:
+    """Plan one topic's part of the batch. ``force_unaligned``: the alignment timeout
+    expired, read this batch unaligned."""
+    partitions = sorted(latest)
+    begin = {tp: start.get(tp, latest[tp]) for tp in partitions}
+
+    def limited(target: Mapping[TopicPartition, int]) -> PartitionOffsets:
+        capped = {tp: max(begin[tp], min(target[tp], latest[tp])) for tp in partitions}
+        if max_records is None:
+            return capped
+        return allocate_limit(begin, capped, max_records=max_records)
+
+    if mode == "none":
+        return TopicCut(topic=topic, mode="none", end=limited(latest))
+    app_id, entries = _app_entries(topic, entries)
+    ahead = entries_ahead(entries, begin, topic)
+    done = completed_snapshots(ahead, begin, partitions)
+
+    if mode == "aligned" and not force_unaligned:
+        if not done:
+            return TopicCut(topic=topic, mode="aligned", end=dict(begin), app_id=app_id)
+        chosen, note = [done[0]], None
+        for entry in done[1:]:
+            span = sum(entry.positions[tp.partition] + 1 - begin[tp] for tp in partitions)
+            if max_records is not None and span > max_records:
+                break
+            chosen.append(entry)
+        last = chosen[-1]
+        end = {tp: last.positions[tp.partition] + 1 for tp in partitions}
+        span = sum(end[tp] - begin[tp] for tp in partitions)
+        if max_records is not None and span > max_records:
+            note = (
+                f"snapshot {last.snapshot_id} alone spans {span} offsets, more than "
+                f"maxOffsetsPerTrigger={max_records}: read whole to keep the cut consistent"
+            )
+        return TopicCut(
+            topic=topic,
+            mode="aligned",
+            end=end,
+            filters=record_filters(
+                topic=topic, mode="aligned", begin=begin, end=end, entries=ahead
+            ),
+            app_id=app_id,
+            snapshots=tuple(e.snapshot_id for e in chosen),
+            barriers=_barriers(ahead, begin, end, topic),
+            note=note,
+        )
+
+    end = limited(latest)
+    covered = tuple(
+        e.snapshot_id for e in done if all(e.positions[tp.partition] < end[tp] for tp in partitions)
+    )
+    return TopicCut(
+        topic=topic,
+        mode="unaligned",
+        end=end,
+        filters=record_filters(topic=topic, mode="unaligned", begin=begin, end=end, entries=ahead),
+        app_id=app_id,
+        snapshots=covered,
+        barriers=_barriers(ahead, begin, end, topic),
+        note="alignment timeout: read unaligned" if force_unaligned else None,
+    )
+
+
+def entries_ahead(
+    entries: Sequence[IndexEntry], begin: Mapping[TopicPartition, int], topic: str
+) -> list[IndexEntry]:
+    """Entries with a barrier at or after ``begin`` on some partition: the snapshots whose
+    records can be in a batch starting there."""
+    return [
+        e
+        for e in entries
+        if any(pos >= begin.get(TopicPartition(topic, p), 0) for p, pos in e.positions.items())
+    ]
+
+
+def record_filters(
+    *,
+    topic: str,
+    mode: AlignmentMode,
+    begin: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    entries: Sequence[IndexEntry],
+) -> dict[TopicPartition, RecordFilter]:
+    """The drop rule per partition of ``[begin, end)``, derived again from the index when
+    Spark replans a batch from its offset log (so a replay filters the same way).
+
+    aligned: every tagged record in the range must be confirmed by a barrier;
+    unaligned: only those before the last known barrier (later ones are in flight).
+    """
+    if mode == "none":
+        return {}
+    ahead = entries_ahead(entries, begin, topic)
+    confirmed = frozenset(a for e in ahead for a in e.attempts)
+    filters = {}
+    for tp, until in end.items():
+        if mode == "aligned":
+            bound = until
+        else:
+            last = max(
+                (
+                    e.positions[tp.partition]
+                    for e in ahead
+                    if tp.partition in e.positions and e.positions[tp.partition] < until
+                ),
+                default=-1,
+            )
+            bound = last + 1
+        filters[tp] = RecordFilter(confirmed=confirmed, confirm_until=bound)
+    return filters
+
+
+def _barriers(
+    entries: Sequence[IndexEntry],
+    begin: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    topic: str,
+) -> int:
+    return sum(
+        1
+        for e in entries
+        for p, pos in e.positions.items()
+        if begin.get(TopicPartition(topic, p), 0) <= pos < end.get(TopicPartition(topic, p), 0)
+    )

@@ -1,0 +1,192 @@
+"""Kafka → A → Kafka → B → Delta: stage A is SIGKILLed mid-batch several times while
+stage B runs; B's Delta table must hold every event exactly once, while a plain
+consumer of the middle topic sees the duplicates A's replays wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_chkpt.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.config import SourceConfig
+from spark_chkpt.generator import produce_page_views
+from spark_chkpt.offset_reader import OffsetReader
+
+pytestmark = pytest.mark.fault
+
+EVENTS = 4000
+PER_BATCH = 500  # stage A: 8 batches
+
+
+def stage(
+    tmp_path: Path,
+    name: str,
+    servers: str,
+    topics: tuple[str, str],
+    *,
+    kill_at: str | None = None,
+    trigger: str = "availableNow",
+) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CHKPT_")}
+    if kill_at:
+        env["SPARK_CHKPT_KILL_AT"] = kill_at
+    command = [
+        sys.executable,
+        "-m",
+        "spark_chkpt.jobs.two_stage",
+        "--stage",
+        name,
+        "--bootstrap-servers",
+        servers,
+        "--input",
+        topics[0],
+        "--middle",
+        topics[1],
+        "--checkpoint",
+        str(tmp_path / f"chk-{name}"),
+        "--trigger",
+        trigger,
+        "--master",
+        "local[2]",
+    ]
+    if name == "a":
+        command += ["--max-offsets-per-trigger", str(PER_BATCH)]
+    else:
+        command += ["--table", str(tmp_path / "table")]
+    log = open(tmp_path / f"stage-{name}.log", "ab")  # noqa: SIM115 - the child's output
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
+    )
+
+
+def in_flight(checkpoint: Path, *, after: int) -> int | None:
+    offsets, commits = checkpoint / "offsets", checkpoint / "commits"
+    if not offsets.exists():
+        return None
+    for batch in sorted((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), reverse=True):
+        if batch > after and not (commits / str(batch)).exists():
+            return batch
+    return None
+
+
+def read_middle(servers: str, topic: str) -> list[tuple[int, object]]:
+    """Every record of the middle topic as a plain consumer sees it: (offset, record)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    reader = OffsetReader(
+        config=SourceConfig.from_options({"kafka.bootstrap.servers": servers, "subscribe": topic}),
+        client_id="plain",
+    )
+    ends = reader.latest(reader.partitions())
+    reader.close()
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    records = []
+    for tp, end in ends.items():
+        ktp = KTP(tp.topic, tp.partition)
+        consumer.assign([ktp])
+        consumer.seek(ktp, 0)
+        while consumer.position(ktp) < end:
+            for batch in consumer.poll(timeout_ms=1000).values():
+                records += [(r.offset, r) for r in batch]
+    consumer.close()
+    return records
+
+
+def test_stage_a_killed_repeatedly_stage_b_exactly_once(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    source = make_topic(partitions=3, suffix="in")
+    middle = make_topic(partitions=3, suffix="mid")
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
+    topics = (source, middle)
+    b = stage(tmp_path, "b", bootstrap_servers, topics, trigger="processingTime=1 second")
+    try:
+        # Kill 1: data of batch 2 produced, no barrier yet (the replay writes it again).
+        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-staging@2")
+        assert a.wait(timeout=300) == -signal.SIGKILL
+        # Kill 2: barriers of batch 4 written, index entry not (the replay resumes it).
+        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-barriers@4")
+        assert a.wait(timeout=300) == -signal.SIGKILL
+        # Kill 3: an outside kill -9 while a batch is in flight.
+        a = stage(tmp_path, "a", bootstrap_servers, topics)
+        deadline = time.monotonic() + 300
+        while (
+            a.poll() is None
+            and time.monotonic() < deadline
+            and in_flight(tmp_path / "chk-a", after=5) is None
+        ):
+            time.sleep(0.02)
+        if a.poll() is None:
+            os.killpg(a.pid, signal.SIGKILL)
+        a.wait(timeout=60)
+        # Then stage A runs to the end.
+        a = stage(tmp_path, "a", bootstrap_servers, topics)
+        assert a.wait(timeout=300) == 0, (tmp_path / "stage-a.log").read_text()[-3000:]
+
+        deadline = time.monotonic() + 240
+        ids: list[int] = []
+        while time.monotonic() < deadline:
+            if (tmp_path / "table" / "_delta_log").exists():
+                ids = (
+                    DeltaTable(str(tmp_path / "table"))
+                    .to_pyarrow_table(columns=["event_id"])
+                    .column("event_id")
+                    .to_pylist()
+                )
+                if len(set(ids)) == EVENTS:
+                    break
+            assert b.poll() is None, (tmp_path / "stage-b.log").read_text()[-3000:]
+            time.sleep(1)
+        time.sleep(4)  # a few more of B's triggers: nothing else may arrive
+    finally:
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait(timeout=60)
+
+    table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table()
+    ids = table.column("event_id").to_pylist()
+    counts = Counter(ids)
+    assert sorted(counts) == list(range(EVENTS)), "events missing in B's table"
+    duplicated = [i for i, n in counts.items() if n > 1]
+    assert not duplicated, f"duplicated in B: {duplicated[:10]}"
+    assert all(table.column("slow_view").to_pylist()[i] is not None for i in range(10))
+
+    # A plain consumer of the middle topic sees what A's replays wrote twice ...
+    records = read_middle(bootstrap_servers, middle)
+    data = [r for _, r in records if not is_barrier(r.headers)]
+    plain = Counter(json.loads(r.value)["event_id"] for r in data)
+    assert sorted(plain) == list(range(EVENTS))
+    assert sum(n - 1 for n in plain.values()) > 0, "the kills should have left duplicates"
+    # ... and can drop them itself by keeping only attempts a barrier names (README).
+    confirmed = {
+        a
+        for _, r in records
+        if is_barrier(r.headers)
+        for a in Barrier.parse(
+            r.value, topic=middle, partition=r.partition, offset=r.offset
+        ).attempts
+    }
+    filtered = Counter(
+        json.loads(r.value)["event_id"] for r in data if attempt_of(r.headers) in confirmed
+    )
+    assert sorted(filtered) == list(range(EVENTS)) and max(filtered.values()) == 1
+
+    # B's snapshot records say which of A's snapshots each of B's batches contains.
+    snapshots = sorted((tmp_path / "chk-b" / "chkpt" / "snapshots").glob("*.json"))
+    upstream = [json.loads(p.read_text())["upstream_snapshots"] for p in snapshots]
+    covered = (
+        [s for report in upstream for topic in report for s in topic[middle]["snapshots"]]
+        if upstream
+        else []
+    )
+    assert covered == sorted(covered) and covered, upstream

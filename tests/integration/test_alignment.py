@@ -1,0 +1,177 @@
+"""Aligned, unaligned and plain reads of a topic that carries barrier markers, the
+alignment timeout, a snapshot larger than the read limit, grouped read tasks, and
+corrupt markers. The upstream is staged record by record with tests.helpers.Upstream."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_chkpt.barrier import BARRIER_HEADER
+from tests.helpers import Upstream, drain_to_files
+
+pytestmark = pytest.mark.integration
+
+T0 = [b"t0-%d" % i for i in range(6)]  # snapshot 0, confirmed by barrier 0
+TX = [b"tx-%d" % i for i in range(3)]  # a failed attempt: no barrier names it
+T1 = [b"t1-%d" % i for i in range(3)]  # snapshot 1, in flight until barrier 1
+
+
+def names(values: list[bytes]) -> list[str]:
+    return sorted(v.decode() for v in values)
+
+
+def source(spark: SparkSession, servers: str, topic: str, **options: str) -> DataFrame:
+    reader = (
+        spark.readStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def last_report(checkpoint: Path) -> dict[str, Any]:
+    logged = sorted((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name))
+    return json.loads(logged[-1].read_text().splitlines()[-1])["__chkpt__"]["topics"]
+
+
+@pytest.fixture
+def upstream(bootstrap_servers: str, make_topic: Callable[..., str], producer: Any) -> Upstream:
+    topic = make_topic(partitions=3)
+    return Upstream(producer, servers=bootstrap_servers, topic=topic, partitions=3)
+
+
+def test_aligned_cuts_at_the_barrier_and_drops_unconfirmed(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0)
+    upstream.barrier(0, ["T0"])
+    upstream.records("TX", TX)
+    upstream.records("T1", T1)
+    df = source(spark, bootstrap_servers, upstream.topic)
+    assert drain_to_files(spark, df, tmp_path) == names(T0)  # T1 waits for its barrier
+    report = last_report(tmp_path / "chk")[upstream.topic]
+    assert report["mode"] == "aligned" and report["snapshots"] == [0]
+    assert report["app"] == "upstream-app" and report["barriers"] == 3
+    upstream.barrier(1, ["T1"])
+    assert drain_to_files(spark, df, tmp_path) == names(T1)  # TX dropped: never confirmed
+
+
+def test_one_read_task_aligns_several_partitions(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0)
+    upstream.barrier(0, ["T0"])
+    upstream.records("TX", TX)
+    upstream.records("T1", T1)
+    upstream.barrier(1, ["T1"])
+    df = source(spark, bootstrap_servers, upstream.topic, partitionsPerTask="3")
+    assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
+    assert last_report(tmp_path / "chk")[upstream.topic]["snapshots"] == [0, 1]
+
+
+def test_unaligned_reads_in_flight_records_but_drops_failed_attempts(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0)
+    upstream.records("TX", TX)
+    upstream.barrier(0, ["T0"])
+    upstream.records("T1", T1)
+    df = source(spark, bootstrap_servers, upstream.topic, alignment="unaligned")
+    assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
+    assert last_report(tmp_path / "chk")[upstream.topic]["mode"] == "unaligned"
+
+
+def test_none_reads_everything_but_barriers(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0)
+    upstream.records("TX", TX)
+    upstream.barrier(0, ["T0"])
+    upstream.records("T1", T1)
+    upstream.records(None, [b"plain"])  # an ordinary producer on the same topic
+    df = source(spark, bootstrap_servers, upstream.topic, alignment="none")
+    assert drain_to_files(spark, df, tmp_path) == names(T0 + TX + T1 + [b"plain"])
+
+
+def test_untagged_records_pass_through_aligned_reads(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records(None, [b"plain-a", b"plain-b"])
+    upstream.records("T0", T0)
+    upstream.barrier(0, ["T0"])
+    df = source(spark, bootstrap_servers, upstream.topic)
+    assert drain_to_files(spark, df, tmp_path) == names([*T0, b"plain-a", b"plain-b"])
+
+
+def test_a_snapshot_larger_than_the_limit_is_read_whole(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0)
+    upstream.barrier(0, ["T0"])
+    upstream.records("T1", T1)
+    upstream.barrier(1, ["T1"])
+    df = source(spark, bootstrap_servers, upstream.topic, maxOffsetsPerTrigger="2")
+    assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
+    reports = [
+        json.loads(p.read_text().splitlines()[-1])["__chkpt__"]["topics"][upstream.topic]
+        for p in sorted((tmp_path / "chk" / "offsets").iterdir(), key=lambda p: int(p.name))
+    ]
+    assert [r["snapshots"] for r in reports] == [[0], [1]]  # one snapshot per batch
+    assert "read whole" in reports[0]["note"]
+
+
+def test_alignment_timeout_switches_one_batch_to_unaligned(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0)
+    upstream.barrier(0, ["T0"])
+    df = source(spark, bootstrap_servers, upstream.topic, alignmentTimeout="1500ms")
+    name = "aligned_timeout"
+    query = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        upstream.records("T1", T1)  # snapshot 1 in flight; its barrier never comes
+        time.sleep(0.6)
+        query.processAllAvailable()
+        seen = sorted(
+            r[0] for r in spark.sql(f"SELECT CAST(value AS STRING) FROM {name}").collect()
+        )
+        assert seen == names(T0)  # still aligned: waiting for barrier 1
+        deadline = time.monotonic() + 30
+        while spark.table(name).count() < len(T0 + T1) and time.monotonic() < deadline:
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    seen = sorted(r[0] for r in spark.sql(f"SELECT CAST(value AS STRING) FROM {name}").collect())
+    assert seen == names(T0 + T1)
+    report = last_report(tmp_path / "chk")[upstream.topic]
+    assert report["mode"] == "unaligned" and report["waited_ms"] >= 1500
+    assert "alignment timeout" in report["note"]
+
+
+def test_corrupt_barrier_names_topic_partition_and_offset(
+    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, producer: Any, tmp_path: Path
+) -> None:
+    upstream.records("T0", T0[:3])
+    producer.send(upstream.topic, value=b"{broken", partition=1, headers=[(BARRIER_HEADER, b"1")])
+    producer.flush()
+    upstream.barrier(0, ["T0"])
+    df = source(spark, bootstrap_servers, upstream.topic)
+    with pytest.raises(Exception, match=rf"corrupt barrier record at {upstream.topic}-1 offset 1"):
+        drain_to_files(spark, df, tmp_path)
