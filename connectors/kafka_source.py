@@ -344,6 +344,7 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
                 "snapshots": list(cut.snapshots),
                 "barriers": cut.barriers,
                 "waited_ms": round(waited),
+                "span": sum(cut.end[tp] - t_begin[tp] for tp in tps),
                 **({"note": cut.note} if cut.note else {}),
             }
         return end, ({"topics": report} if report else {})

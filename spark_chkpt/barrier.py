@@ -61,7 +61,7 @@ def _decode(
             f"expected a JSON object, got {type(doc).__name__}"
         )
     version = doc.get("v")
-    if version != MARKER_VERSION:
+    if type(version) is not int or version != MARKER_VERSION:
         raise CorruptMarker(
             f"{what} at {_where(topic, partition, offset)} has format version "
             f"{version!r}; this reader understands {MARKER_VERSION}"
@@ -170,7 +170,11 @@ class IndexEntry:
                 int(p): int(o)
                 for p, o in _field(doc, "positions", dict, what=what, where=where).items()
             }
-            counts = {int(p): int(n) for p, n in (doc.get("counts") or {}).items()}
+            raw_counts = doc.get("counts") or {}
+            if not isinstance(raw_counts, dict):
+                raise TypeError(f"field 'counts' is {raw_counts!r}")
+            counts = {int(p): int(n) for p, n in raw_counts.items()}
+            created_ms = int(doc.get("created_ms") or 0)
         except (TypeError, ValueError) as e:
             raise CorruptMarker(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -181,6 +185,6 @@ class IndexEntry:
             attempts=tuple(str(a) for a in _field(doc, "attempts", list, what=what, where=where)),
             positions=positions,
             counts=counts,
-            created_ms=int(doc.get("created_ms") or 0),
+            created_ms=created_ms,
             offset=offset,
         )

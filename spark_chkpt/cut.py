@@ -118,7 +118,13 @@ def plan_topic(
         return TopicCut(topic=topic, mode="none", end=limited(latest))
     app_id, entries = _app_entries(topic, entries)
     ahead = entries_ahead(entries, begin, topic)
-    done = completed_snapshots(ahead, begin, partitions)
+    # Only snapshots whose barriers are all below the log ends this batch may read (the
+    # index can be newer than ``latest``, and Trigger.AvailableNow fixes ``latest``).
+    done = [
+        e
+        for e in completed_snapshots(ahead, begin, partitions)
+        if all(e.positions[tp.partition] < latest[tp] for tp in partitions)
+    ]
 
     if mode == "aligned" and not force_unaligned:
         if not done:

@@ -7,12 +7,16 @@ the snapshot record, and this module brings them to where users look:
 * :class:`SnapshotReporter`, a ``StreamingQueryListener``: after each batch's progress
   event it reads that batch's snapshot record and logs one line, keeps a history, and
   calls your callback (push to your metrics system there);
+* :func:`alignment_report`: per batch of an aligned read, the mode, the upstream
+  snapshots covered, the wait and the records dropped as unconfirmed (the reporter logs
+  it and keeps it in ``reporter.alignment``);
 * :func:`summarize`: count, rows, commit-latency p50/p99 over snapshot records, used by
   ``spark-chkpt snapshots <checkpointLocation>``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot import SnapshotRecord
 from spark_chkpt.store import SnapshotStore
 
@@ -56,6 +61,34 @@ def summarize(records: Iterable[SnapshotRecord]) -> dict[str, Any]:
     }
 
 
+def _offsets(text: Any) -> dict[str, Any]:
+    """A progress offset as a dict; the listener hands ``str(None)`` for a first batch."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def alignment_report(progress: Any) -> dict[str, dict[str, Any]]:
+    """Per topic of a chkpt-kafka source in one progress event: the alignment mode, the
+    upstream snapshots the batch covers, the wait, barrier records skipped, and records
+    dropped as unconfirmed (offset span - rows - barriers: exact on a topic written only
+    by chkpt-kafka sinks, whose offsets are contiguous; barriers a replayed commit wrote
+    again count as dropped)."""
+    result: dict[str, dict[str, Any]] = {}
+    for source in getattr(progress, "sources", None) or ():
+        topics = meta_of(_offsets(source.endOffset)).get("topics") or {}
+        rows = int(source.numInputRows)
+        for topic, report in topics.items():
+            entry = dict(report)
+            if len(topics) == 1 and "span" in report:  # rows are per source, not per topic
+                barriers = int(report.get("barriers", 0))
+                entry["dropped"] = max(0, int(report["span"]) - rows - barriers)
+            result[topic] = entry
+    return result
+
+
 def describe(record: SnapshotRecord) -> str:
     return (
         f"snapshot {record.batch_id} {record.outcome}: {record.rows} rows, "
@@ -79,6 +112,7 @@ class SnapshotReporter(StreamingQueryListener):
         self._on_snapshot = on_snapshot
         self._keep = keep
         self.history: dict[str, list[SnapshotRecord]] = {}
+        self.alignment: dict[str, list[dict[str, Any]]] = {}
 
     @classmethod
     def attach(
@@ -99,6 +133,22 @@ class SnapshotReporter(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
+        for topic, report in alignment_report(progress).items():
+            self.alignment.setdefault(str(progress.id), []).append(
+                {"batch": progress.batchId, "topic": topic, **report}
+            )
+            log.info(
+                "%s batch %s read %s %s: upstream snapshots %s, waited %s ms, "
+                "%s barrier(s) skipped, %s unconfirmed record(s) dropped",
+                progress.name or progress.id,
+                progress.batchId,
+                topic,
+                report.get("mode"),
+                report.get("snapshots"),
+                report.get("waited_ms"),
+                report.get("barriers"),
+                report.get("dropped", "?"),
+            )
         store = self._stores.get(str(progress.id))
         if store is None:
             return

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_chkpt.barrier import BARRIER_HEADER
+from spark_chkpt.metrics import SnapshotReporter
 from tests.helpers import Upstream, drain_to_files
 
 pytestmark = pytest.mark.integration
@@ -39,9 +40,17 @@ def source(spark: SparkSession, servers: str, topic: str, **options: str) -> Dat
     return reader.load()
 
 
+def reports(checkpoint: Path) -> list[dict[str, Any]]:
+    """The alignment report Spark logged with each batch's end offset."""
+    logged = sorted(
+        (p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
+    return [json.loads(p.read_text().splitlines()[-1])["__chkpt__"]["topics"] for p in logged]
+
+
 def last_report(checkpoint: Path) -> dict[str, Any]:
-    logged = sorted((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name))
-    return json.loads(logged[-1].read_text().splitlines()[-1])["__chkpt__"]["topics"]
+    return reports(checkpoint)[-1]
 
 
 @pytest.fixture
@@ -57,13 +66,29 @@ def test_aligned_cuts_at_the_barrier_and_drops_unconfirmed(
     upstream.barrier(0, ["T0"])
     upstream.records("TX", TX)
     upstream.records("T1", T1)
-    df = source(spark, bootstrap_servers, upstream.topic)
-    assert drain_to_files(spark, df, tmp_path) == names(T0)  # T1 waits for its barrier
-    report = last_report(tmp_path / "chk")[upstream.topic]
-    assert report["mode"] == "aligned" and report["snapshots"] == [0]
-    assert report["app"] == "upstream-app" and report["barriers"] == 3
-    upstream.barrier(1, ["T1"])
-    assert drain_to_files(spark, df, tmp_path) == names(T1)  # TX dropped: never confirmed
+    reporter = SnapshotReporter.attach(spark)
+    try:
+        df = source(spark, bootstrap_servers, upstream.topic)
+        assert drain_to_files(spark, df, tmp_path) == names(T0)  # T1 waits for its barrier
+        report = last_report(tmp_path / "chk")[upstream.topic]
+        assert report["mode"] == "aligned" and report["snapshots"] == [0]
+        assert report["app"] == "upstream-app" and report["barriers"] == 3
+        upstream.barrier(1, ["T1"])
+        assert drain_to_files(spark, df, tmp_path) == names(T1)  # TX dropped: unconfirmed
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            seen = [
+                r
+                for runs in reporter.alignment.values()
+                for r in runs
+                if r["topic"] == upstream.topic
+            ]
+            if len(seen) >= 2:
+                break
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(reporter)
+    assert [(r["snapshots"], r["dropped"]) for r in seen] == [([0], 0), ([1], len(TX))]
 
 
 def test_one_read_task_aligns_several_partitions(
@@ -122,12 +147,9 @@ def test_a_snapshot_larger_than_the_limit_is_read_whole(
     upstream.barrier(1, ["T1"])
     df = source(spark, bootstrap_servers, upstream.topic, maxOffsetsPerTrigger="2")
     assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
-    reports = [
-        json.loads(p.read_text().splitlines()[-1])["__chkpt__"]["topics"][upstream.topic]
-        for p in sorted((tmp_path / "chk" / "offsets").iterdir(), key=lambda p: int(p.name))
-    ]
-    assert [r["snapshots"] for r in reports] == [[0], [1]]  # one snapshot per batch
-    assert "read whole" in reports[0]["note"]
+    logged = [r[upstream.topic] for r in reports(tmp_path / "chk")]
+    assert [r["snapshots"] for r in logged] == [[0], [1]]  # one snapshot per batch
+    assert "read whole" in logged[0]["note"]
 
 
 def test_alignment_timeout_switches_one_batch_to_unaligned(

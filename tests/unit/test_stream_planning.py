@@ -61,7 +61,8 @@ def _ranges(part: Any) -> list[tuple[int, int, int]]:
 def test_partitions_per_task_groups_distinct_partitions() -> None:
     offsets = ScriptedOffsets({T0: 0, T1: 0, T2: 0}, {T0: 10, T1: 10, T2: 10})
     parts = reader(offsets, partitionsPerTask="2").partitions(
-        {"ev": {"0": 0, "1": 0, "2": 0}}, {"ev": {"0": 10, "1": 10, "2": 10}})
+        {"ev": {"0": 0, "1": 0, "2": 0}}, {"ev": {"0": 10, "1": 10, "2": 10}}
+    )
     assert [_ranges(p) for p in parts] == [[(0, 0, 10), (1, 0, 10)], [(2, 0, 10)]]
 
 

@@ -1,0 +1,407 @@
+"""Planning a batch's end on a topic carrying barriers (spark_chkpt.cut): pure, no Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spark_chkpt.barrier import IndexEntry
+from spark_chkpt.cut import (
+    AlignmentError,
+    RecordFilter,
+    TopicCut,
+    completed_snapshots,
+    entries_ahead,
+    plan_topic,
+    record_filters,
+)
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.offsets import TopicPartition
+
+T = "events"
+P0, P1 = TopicPartition(T, 0), TopicPartition(T, 1)
+ZERO = {P0: 0, P1: 0}
+LATEST = {P0: 100, P1: 100}
+
+
+def entry(
+    snapshot: int,
+    positions: Mapping[int, int],
+    *,
+    attempts: Sequence[str] | None = None,
+    app: str = "up",
+) -> IndexEntry:
+    return IndexEntry(
+        kind="complete",
+        app_id=app,
+        snapshot_id=snapshot,
+        topic=T,
+        attempts=tuple(attempts if attempts is not None else (f"t-{snapshot}-0",)),
+        positions=dict(positions),
+        created_ms=0,
+    )
+
+
+# Snapshot 0 spans 10 + 5 offsets, snapshot 1 another 10 + 10, snapshot 2 another 10 + 10.
+THREE = [entry(0, {0: 9, 1: 4}), entry(1, {0: 19, 1: 14}), entry(2, {0: 29, 1: 24})]
+
+
+def plan(
+    mode: str = "aligned",
+    *,
+    start: Mapping[TopicPartition, int] = ZERO,
+    latest: Mapping[TopicPartition, int] = LATEST,
+    entries: Sequence[IndexEntry] = THREE,
+    max_records: int | None = None,
+    force_unaligned: bool = False,
+) -> TopicCut:
+    return plan_topic(
+        topic=T,
+        mode=mode,  # type: ignore[arg-type]
+        start=start,
+        latest=latest,
+        entries=entries,
+        max_records=max_records,
+        force_unaligned=force_unaligned,
+    )
+
+
+# -- aligned ---------------------------------------------------------------------------------
+
+
+def test_aligned_ends_right_after_the_newest_complete_snapshot() -> None:
+    cut = plan()
+    assert cut.mode == "aligned"
+    assert cut.end == {P0: 30, P1: 25}
+    assert cut.snapshots == (0, 1, 2)
+    assert cut.barriers == 6
+    assert cut.app_id == "up"
+    assert cut.note is None
+    assert not cut.waiting
+
+
+def test_aligned_order_of_entries_does_not_matter() -> None:
+    assert plan(entries=list(reversed(THREE))) == plan()
+
+
+def test_aligned_filters_confirm_everything_up_to_the_end() -> None:
+    cut = plan()
+    confirmed = frozenset({"t-0-0", "t-1-0", "t-2-0"})
+    assert cut.filters == {
+        P0: RecordFilter(confirmed=confirmed, confirm_until=30),
+        P1: RecordFilter(confirmed=confirmed, confirm_until=25),
+    }
+
+
+def test_aligned_respects_max_records_across_snapshots() -> None:
+    # snapshot 0 spans 15, 0..1 span 35, 0..2 span 55.
+    cut = plan(max_records=40)
+    assert cut.snapshots == (0, 1)
+    assert cut.end == {P0: 20, P1: 15}
+    assert cut.barriers == 4
+    assert cut.note is None
+    assert plan(max_records=35).snapshots == (0, 1)
+    assert plan(max_records=34).snapshots == (0,)
+    assert plan(max_records=55).snapshots == (0, 1, 2)
+
+
+def test_aligned_reads_a_single_oversized_snapshot_whole() -> None:
+    cut = plan(max_records=10)
+    assert cut.snapshots == (0,)
+    assert cut.end == {P0: 10, P1: 5}
+    assert cut.note is not None
+    assert "snapshot 0 alone spans 15" in cut.note
+    assert "maxOffsetsPerTrigger=10" in cut.note
+
+
+def test_aligned_oversized_later_snapshot_after_start() -> None:
+    cut = plan(start={P0: 10, P1: 5}, max_records=3)
+    assert cut.snapshots == (1,)
+    assert cut.end == {P0: 20, P1: 15}
+    assert cut.note is not None and "snapshot 1 alone spans 20" in cut.note
+
+
+def test_aligned_waits_without_any_snapshot() -> None:
+    cut = plan(entries=[])
+    assert cut.waiting
+    assert cut.end == ZERO
+    assert cut.snapshots == ()
+    assert cut.filters == {}
+    assert cut.app_id is None
+
+
+def test_aligned_waits_when_a_snapshot_misses_a_partition() -> None:
+    cut = plan(entries=[entry(0, {0: 9})])
+    assert cut.waiting
+    assert cut.end == ZERO
+    assert cut.barriers == 0
+
+
+def test_aligned_waits_when_start_is_inside_a_snapshot() -> None:
+    # Snapshot 0's barrier on partition 0 was already read: it cannot be a cut any more.
+    start = {P0: 10, P1: 0}
+    cut = plan(start=start, entries=[entry(0, {0: 9, 1: 4})])
+    assert cut.waiting
+    assert cut.end == start
+
+
+def test_aligned_skips_a_snapshot_straddling_the_start() -> None:
+    cut = plan(start={P0: 10, P1: 0})
+    assert cut.snapshots == (1, 2)
+    assert cut.end == {P0: 30, P1: 25}
+
+
+def test_aligned_skips_an_incomplete_snapshot_before_a_complete_one() -> None:
+    entries = [entry(0, {0: 9}), entry(1, {0: 19, 1: 14})]
+    cut = plan(entries=entries)
+    assert cut.snapshots == (1,)
+    assert cut.end == {P0: 20, P1: 15}
+
+
+def test_consumed_barriers_are_not_candidates() -> None:
+    cut = plan(start={P0: 20, P1: 15})
+    assert cut.snapshots == (2,)
+    assert cut.end == {P0: 30, P1: 25}
+    assert cut.barriers == 2
+    # Only snapshot 2's attempts can be in [20, 30) and [15, 25).
+    assert cut.filters[P0].confirmed == frozenset({"t-2-0"})
+
+
+def test_all_snapshots_consumed_waits() -> None:
+    start = {P0: 30, P1: 25}
+    cut = plan(start=start)
+    assert cut.waiting
+    assert cut.end == start
+
+
+def test_new_partition_starts_at_latest() -> None:
+    # A partition missing from start begins at latest: its older barriers are behind it.
+    cut = plan(start={P0: 0}, latest={P0: 100, P1: 30})
+    assert cut.waiting
+    assert cut.end == {P0: 0, P1: 30}
+
+
+def test_aligned_never_ends_beyond_latest() -> None:
+    # The index was read after the log ends (or latest is Trigger.AvailableNow's bound):
+    # snapshot 2's barrier on partition 0 is past latest.
+    latest = {P0: 25, P1: 25}
+    cut = plan(latest=latest)
+    assert all(cut.end[tp] <= latest[tp] for tp in latest)
+    assert cut.snapshots == (0, 1)
+    assert cut.end == {P0: 20, P1: 15}
+
+
+# -- unaligned -------------------------------------------------------------------------------
+
+
+def test_force_unaligned_reads_latest_with_a_note() -> None:
+    cut = plan(entries=[entry(0, {0: 9})], force_unaligned=True)
+    assert cut.mode == "unaligned"
+    assert not cut.waiting
+    assert cut.end == LATEST
+    assert cut.note is not None and "alignment timeout" in cut.note
+    assert cut.snapshots == ()
+    assert cut.barriers == 1
+    assert cut.filters[P0] == RecordFilter(confirmed=frozenset({"t-0-0"}), confirm_until=10)
+    assert cut.filters[P1] == RecordFilter(confirmed=frozenset({"t-0-0"}), confirm_until=0)
+
+
+def test_unaligned_filters_stop_after_the_last_barrier() -> None:
+    cut = plan("unaligned")
+    assert cut.mode == "unaligned"
+    assert cut.note is None
+    assert cut.end == LATEST
+    assert cut.snapshots == (0, 1, 2)
+    assert cut.barriers == 6
+    confirmed = frozenset({"t-0-0", "t-1-0", "t-2-0"})
+    assert cut.filters == {
+        P0: RecordFilter(confirmed=confirmed, confirm_until=30),
+        P1: RecordFilter(confirmed=confirmed, confirm_until=25),
+    }
+
+
+def test_unaligned_is_limited_and_filters_below_the_limited_end() -> None:
+    cut = plan("unaligned", max_records=40)
+    assert cut.end == {P0: 20, P1: 20}
+    # Last barrier below 20: 19 on partition 0, 14 on partition 1 (24 is past the end).
+    assert cut.filters[P0].confirm_until == 20
+    assert cut.filters[P1].confirm_until == 15
+    assert cut.filters[P0].confirmed == frozenset({"t-0-0", "t-1-0", "t-2-0"})
+    assert cut.snapshots == (0, 1)
+    assert cut.barriers == 4
+
+
+def test_unaligned_without_barriers_filters_nothing() -> None:
+    cut = plan("unaligned", entries=[])
+    assert cut.end == LATEST
+    assert cut.filters == {
+        P0: RecordFilter(confirmed=frozenset(), confirm_until=0),
+        P1: RecordFilter(confirmed=frozenset(), confirm_until=0),
+    }
+    assert cut.snapshots == ()
+
+
+def test_unaligned_confirmed_set_holds_only_entries_ahead() -> None:
+    cut = plan("unaligned", start={P0: 20, P1: 15})
+    assert cut.filters[P0].confirmed == frozenset({"t-2-0"})
+    assert cut.snapshots == (2,)
+    assert cut.barriers == 2
+
+
+# -- none ------------------------------------------------------------------------------------
+
+
+def test_none_returns_latest_without_filters() -> None:
+    cut = plan("none")
+    assert cut == TopicCut(topic=T, mode="none", end=LATEST)
+    assert cut.filters == {}
+    assert cut.snapshots == ()
+    assert cut.barriers == 0
+    assert not cut.waiting
+
+
+def test_none_is_limited() -> None:
+    cut = plan("none", max_records=40)
+    assert cut.end == {P0: 20, P1: 20}
+
+
+def test_none_ignores_several_apps() -> None:
+    entries = [entry(0, {0: 9, 1: 4}, app="a"), entry(0, {0: 19, 1: 14}, app="b")]
+    assert plan("none", entries=entries).end == LATEST
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "start", "max_records"),
+    [
+        ("aligned", ZERO, None),
+        ("aligned", ZERO, 40),
+        ("aligned", ZERO, 10),
+        ("aligned", {P0: 20, P1: 15}, None),
+        ("unaligned", ZERO, None),
+        ("unaligned", ZERO, 40),
+        ("unaligned", {P0: 10, P1: 0}, 7),
+        ("none", ZERO, None),
+    ],
+)
+def test_replay_filters_match_the_plan(
+    mode: str, start: dict[TopicPartition, int], max_records: int | None
+) -> None:
+    cut = plan(mode, start=start, max_records=max_records)
+    replayed = record_filters(
+        topic=T,
+        mode=cut.mode,
+        begin=start,
+        end=cut.end,
+        entries=THREE,
+    )
+    assert replayed == cut.filters
+
+
+# -- two apps, helpers -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["aligned", "unaligned"])
+def test_two_apps_in_one_topic_are_an_error(mode: str) -> None:
+    entries = [entry(0, {0: 9, 1: 4}, app="up-a"), entry(0, {0: 19, 1: 14}, app="up-b")]
+    with pytest.raises(AlignmentError, match="up-a, up-b") as info:
+        plan(mode, entries=entries)
+    assert T in str(info.value)
+    assert "alignment=none" in str(info.value)
+    assert isinstance(info.value, ChkptError)
+
+
+def test_entries_ahead() -> None:
+    begin = {P0: 20, P1: 10}
+    ahead = entries_ahead(THREE, begin, T)
+    # Snapshot 0 lies wholly behind; snapshot 1 is behind on partition 0 but ahead on 1.
+    assert [e.snapshot_id for e in ahead] == [1, 2]
+
+
+def test_completed_snapshots_in_snapshot_order() -> None:
+    entries = [entry(3, {0: 29, 1: 24}), entry(1, {0: 9}), entry(2, {0: 19, 1: 14})]
+    done = completed_snapshots(entries, ZERO, [P0, P1])
+    assert [e.snapshot_id for e in done] == [2, 3]
+
+
+def test_completed_snapshots_need_barriers_at_or_after_start() -> None:
+    done = completed_snapshots(THREE, {P0: 19, P1: 14}, [P0, P1])
+    assert [e.snapshot_id for e in done] == [1, 2]
+
+
+# -- property --------------------------------------------------------------------------------
+
+
+@st.composite
+def histories(
+    draw: st.DrawFn,
+) -> tuple[list[TopicPartition], list[IndexEntry], int, dict[TopicPartition, int]]:
+    """Snapshots with strictly increasing barrier positions per partition, and the index
+    of the snapshot right after whose barriers the batch starts (-1: before the first)."""
+    n_parts = draw(st.integers(1, 4))
+    n_snaps = draw(st.integers(0, 6))
+    tps = [TopicPartition(T, p) for p in range(n_parts)]
+    base = {tp: draw(st.integers(0, 50)) for tp in tps}
+    ids = sorted(draw(st.sets(st.integers(0, 1000), min_size=n_snaps, max_size=n_snaps)))
+    pos = {tp: base[tp] - 1 for tp in tps}
+    entries = []
+    for sid in ids:
+        for tp in tps:
+            pos[tp] += draw(st.integers(1, 30))
+        entries.append(entry(sid, {tp.partition: pos[tp] for tp in tps}))
+    latest = {tp: pos[tp] + 1 + draw(st.integers(0, 20)) for tp in tps}
+    k = draw(st.integers(-1, n_snaps - 1))
+    entries = draw(st.permutations(entries))
+    return tps, entries, k, latest
+
+
+@given(histories(), st.one_of(st.none(), st.integers(1, 200)))
+def test_aligned_end_is_always_right_after_a_snapshot(
+    history: tuple[list[TopicPartition], list[IndexEntry], int, dict[TopicPartition, int]],
+    max_records: int | None,
+) -> None:
+    tps, entries, k, latest = history
+    ordered = sorted(entries, key=lambda e: e.snapshot_id)
+    if k < 0:
+        start = {tp: min([0, *(e.positions[tp.partition] for e in ordered)]) for tp in tps}
+    else:
+        start = {tp: ordered[k].positions[tp.partition] + 1 for tp in tps}
+    cut = plan_topic(
+        topic=T,
+        mode="aligned",
+        start=start,
+        latest=latest,
+        entries=entries,
+        max_records=max_records,
+    )
+    candidates = ordered[k + 1 :]
+    assert all(start[tp] <= cut.end[tp] <= latest[tp] for tp in tps)
+    if not candidates:
+        assert cut.waiting
+        assert cut.end == start
+        return
+    assert not cut.waiting
+    by_id = {e.snapshot_id: e for e in ordered}
+    last = by_id[cut.snapshots[-1]]
+    assert cut.end == {tp: last.positions[tp.partition] + 1 for tp in tps}
+    assert cut.snapshots == tuple(e.snapshot_id for e in candidates[: len(cut.snapshots)])
+    assert cut.barriers == len(cut.snapshots) * len(tps)
+    span = sum(cut.end[tp] - start[tp] for tp in tps)
+    if max_records is None:
+        assert cut.snapshots[-1] == candidates[-1].snapshot_id
+        assert cut.note is None
+        return
+    if len(cut.snapshots) > 1:
+        assert span <= max_records
+    assert (cut.note is not None) == (span > max_records)
+    if len(cut.snapshots) < len(candidates):
+        after = candidates[len(cut.snapshots)]
+        assert sum(after.positions[tp.partition] + 1 - start[tp] for tp in tps) > max_records
+    assert record_filters(
+        topic=T, mode="aligned", begin=start, end=cut.end, entries=entries
+    ) == dict(cut.filters)
