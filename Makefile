@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit demo lint format broker clean
+.PHONY: setup test unit demo bench lint format broker clean
 
 setup: $(STAMP)
 
@@ -26,10 +26,13 @@ unit: setup
 demo: setup
 	$(BIN)/python -m spark_chkpt.jobs.demo
 
+bench: setup
+	$(BIN)/spark-chkpt bench $(BENCH_ARGS)
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy spark_chkpt connectors jobs
+	$(BIN)/mypy spark_chkpt connectors jobs bench
 
 format: setup
 	$(BIN)/ruff format .

@@ -48,6 +48,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from spark_chkpt.bench import pipeline
+    from spark_chkpt.jobs.demo import exit_now
+
+    exit_now(pipeline.main(args.rest))
+    return 0  # not reached
+
+
 def _snapshots(args: argparse.Namespace) -> int:
     import json
 
@@ -106,6 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.set_defaults(run=_broker)
     demo = sub.add_parser("demo", help="run the demo pipeline on an embedded broker")
     demo.set_defaults(run=_demo)
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark the pipeline against the raw client "
+        "(--records, --partitions, --per-trigger)",
+        add_help=False,
+    )
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=_bench)
     snaps = sub.add_parser("snapshots", help="list the snapshot records of a query")
     snaps.add_argument("checkpoint", help="the query's checkpointLocation")
     snaps.add_argument("--json", action="store_true", help="print JSON with a summary")

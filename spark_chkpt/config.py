@@ -604,9 +604,9 @@ class DeltaSinkConfig:
             merge_schema=parse_bool("mergeSchema", opts.get("mergeschema"), default=False),
             txn_app_id=opts.get("txnappid") or None,
             retained_snapshots=parse_positive_int(
-                "retainedSnapshots", opts.get("retainedsnapshots"), default=10
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10, allow_zero=True
             )
-            or 10,
+            or 0,
             max_records_per_file=parse_positive_int(
                 "maxRecordsPerFile", opts.get("maxrecordsperfile"), default=1_000_000
             )
@@ -700,9 +700,9 @@ class KafkaSinkConfig:
             query_name=opts.get("queryname"),
             txn_app_id=opts.get("txnappid") or None,
             retained_snapshots=parse_positive_int(
-                "retainedSnapshots", opts.get("retainedsnapshots"), default=10
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10, allow_zero=True
             )
-            or 10,
+            or 0,
             producer_settings=settings,
         )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
@@ -167,14 +167,10 @@ class DeltaCoordinator:
             maybe_kill(FaultPoint.AFTER_DELTA_COMMIT, batch_id)
 
             # Step 5
-            record = self._record(
-                batch_id,
-                plan.sources,
-                outputs,
-                files,
-                started,
-                outcome=CommitOutcome(record.outcome),
-                version=self._version_of(batch_id),
+            record = replace(
+                record,
+                table_version=self._version_of(batch_id),
+                commit_ms=round((time.monotonic() - started) * 1000, 1),
             )
             self.store.put(record)
             maybe_kill(FaultPoint.AFTER_SNAPSHOT, batch_id)
@@ -257,8 +253,9 @@ class DeltaCoordinator:
         # commit itself carries, so the store matches the table.
         entry = self._commit_entry(batch_id)
         if entry is not None:
-            record = SnapshotRecord.from_json(entry[SNAPSHOT_KEY])
-            record = SnapshotRecord(**{**record.__dict__, "table_version": entry["version"]})
+            record = replace(
+                SnapshotRecord.from_json(entry[SNAPSHOT_KEY]), table_version=entry["version"]
+            )
             self.store.put(record)
             return record
         record = self._record(

@@ -1,7 +1,8 @@
 """The snapshot store: ``<checkpointLocation>/chkpt/snapshots/<batchId>.json``.
 
 Each record is written atomically (see :meth:`spark_chkpt.fs.Location.write_atomic`);
-the newest ``retained`` records are kept, older ones deleted after each write.
+the newest ``retained`` records are kept, older ones deleted after each write
+(``retainedSnapshots=0`` turns the store off).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ class SnapshotStore:
     """Completed snapshots of one query, next to Spark's checkpoint."""
 
     def __init__(self, *, checkpoint_location: str, retained: int = 10) -> None:
-        if retained < 1:
-            raise ChkptError(f"retainedSnapshots must be at least 1, got {retained}")
+        if retained < 0:
+            raise ChkptError(f"retainedSnapshots must be 0 or more, got {retained}")
         self.root: Location = resolve(checkpoint_location).child(*STORE_DIR.split("/"))
         self.retained = retained
 
@@ -38,7 +39,11 @@ class SnapshotStore:
         return sorted(ids)
 
     def put(self, record: SnapshotRecord) -> None:
-        """Write ``record`` atomically, then drop records beyond the newest ``retained``."""
+        """Write ``record`` atomically, then drop records beyond the newest ``retained``.
+        With ``retained == 0`` the store is off (the Delta sink still records each
+        snapshot in its commit)."""
+        if self.retained == 0:
+            return
         self._path(record.batch_id).write_atomic(record.to_json() + "\n")
         ids = self.batch_ids()
         for old in ids[: max(0, len(ids) - self.retained)]:

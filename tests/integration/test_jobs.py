@@ -1,0 +1,61 @@
+"""The jobs as users start them: spark-submit, with the project's conf files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_spark_submit_runs_kafka_to_delta(
+    bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic(partitions=2)
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=500)
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    result = subprocess.run(
+        [
+            str(spark_submit),
+            "--master",
+            "local[2]",
+            "--properties-file",
+            str(ROOT / "conf" / "spark-defaults.conf"),
+            str(ROOT / "jobs" / "kafka_to_delta.py"),
+            "--conf-file",
+            str(ROOT / "conf" / "kafka_to_delta.properties"),
+            "--bootstrap-servers",
+            bootstrap_servers,
+            "--topic",
+            topic,
+            "--table",
+            str(tmp_path / "table"),
+            "--checkpoint",
+            str(tmp_path / "chk"),
+            "--schema",
+            PAGE_VIEW_SCHEMA_DDL,
+            "--trigger",
+            "availableNow",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = DeltaTable(str(tmp_path / "table"))
+    ids = sorted(table.to_pyarrow_table().column("event_id").to_pylist())
+    assert ids == list(range(500))
+    assert table.metadata().partition_columns == ["app"]  # from the conf file
