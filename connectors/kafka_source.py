@@ -127,6 +127,9 @@ class _Planner:
         index = self._indexes.get(topic)
         if index is None:
             control = self.config.control_topic or control_topic_for(topic)
+            seen = self.offsets.topics_seen or set(self.offsets.consumer.topics())
+            if control not in seen:  # metadata partitions() just fetched: no extra request
+                return None
             index = BarrierIndex(
                 bootstrap_servers=self.config.bootstrap_servers,
                 control_topic=control,
@@ -134,9 +137,6 @@ class _Planner:
                 client_settings=self.config.client_settings,
                 client_id=self.client_id + "-index",
             )
-            if not index.exists():
-                index.close()
-                return None
             self._indexes[topic] = index
         index.refresh()
         return index.complete()

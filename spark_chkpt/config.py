@@ -367,6 +367,10 @@ _KNOWN_SOURCE_OPTIONS = {
         "fetchOffset.retryIntervalMs",
         "maxRecordsPerArrowBatch",
         "path",
+        "alignment",
+        "alignmentTimeout",
+        "controlTopic",
+        "partitionsPerTask",
     )
 }
 

@@ -63,9 +63,17 @@ def _iso(ms: int) -> str:
 
 
 def produce_page_views(
-    *, bootstrap_servers: str, topic: str, first: int, count: int, seed: int = 1
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    first: int,
+    count: int,
+    seed: int = 1,
+    spread_over: int | None = None,
 ) -> None:
-    """Write ``count`` events starting at ``first`` to ``topic`` and flush."""
+    """Write ``count`` events starting at ``first`` to ``topic`` and flush. By default the
+    app is the key (an app's events stay in one partition, so partitions are uneven);
+    ``spread_over=P`` sends event i to partition i % P instead."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
@@ -75,8 +83,9 @@ def produce_page_views(
         acks="all",
     )
     try:
-        for key, value in PageViews(seed=seed).events(first, count):
-            producer.send(topic, key=key, value=value)
+        for i, (key, value) in enumerate(PageViews(seed=seed).events(first, count)):
+            partition = (first + i) % spread_over if spread_over else None
+            producer.send(topic, key=key, value=value, partition=partition)
         producer.flush()
     finally:
         producer.close()

@@ -43,15 +43,18 @@ class OffsetReader:
         self._client_id = client_id
         self._consumer: Any = None
         self._committer: Any = None
+        self.topics_seen: set[str] = set()  # every topic in the last partitions() metadata
 
     @property
     def consumer(self) -> Any:
         if self._consumer is None:
             from kafka import KafkaConsumer
 
-            self._consumer = KafkaConsumer(
-                **self._config.consumer_settings(client_id=self._client_id)
-            )
+            settings = self._config.consumer_settings(client_id=self._client_id)
+            # This consumer only probes; a fetch the broker holds for fetch.max.wait.ms
+            # (500 ms by default) would delay the offset requests queued behind it.
+            settings["fetch_max_wait_ms"] = 10
+            self._consumer = KafkaConsumer(**settings)
         return self._consumer
 
     def close(self) -> None:
@@ -66,6 +69,7 @@ class OffsetReader:
         """The partitions the subscription covers now (fresh metadata on every call)."""
         sub = self._config.subscription
         all_topics = self.consumer.topics()  # forces a metadata refresh
+        self.topics_seen = set(all_topics)
         if sub.kind == "assign":
             return sorted(TopicPartition(t, p) for t, ps in sub.assigned.items() for p in ps)
         if sub.kind == "subscribe":

@@ -169,3 +169,13 @@ def test_consumer_settings_are_group_less_and_never_auto_commit() -> None:
 )
 def test_durations(raw: str, ms: int) -> None:
     assert parse_duration_ms("maxTriggerDelay", raw, default_ms=1) == ms
+
+
+def test_every_documented_source_option_is_known(caplog: pytest.LogCaptureFixture) -> None:
+    parse(alignment="unaligned", alignmentTimeout="30s", controlTopic="ctl",
+          partitionsPerTask="2", minPartitions="4", includeHeaders="true")
+    assert "ignores unknown option" not in caplog.text
+    cfg = parse(alignment="none", alignmentTimeout="1500ms", partitionsPerTask="3")
+    assert (cfg.alignment, cfg.alignment_timeout_ms, cfg.partitions_per_task) == ("none", 1500, 3)
+    with pytest.raises(ConfigError, match="'alignment'"):
+        parse(alignment="sometimes")
