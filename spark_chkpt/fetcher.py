@@ -26,6 +26,7 @@ from spark_chkpt.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import DataLossError, KafkaReadError
 from spark_chkpt.offsets import OffsetRange, TopicPartition
+from spark_chkpt.pool import POOL, ConsumerPool
 from spark_chkpt.records import arrow_schema, to_record_batch
 
 if TYPE_CHECKING:
@@ -68,25 +69,41 @@ class _Channel:
 class RangeFetcher:
     """Reads offset ranges with one kafka-python consumer (assign + seek, no group)."""
 
-    def __init__(self, *, config: SourceConfig, client_id: str, align: Mode = "aligned") -> None:
-        from kafka import KafkaConsumer
-
+    def __init__(
+        self,
+        *,
+        config: SourceConfig,
+        client_id: str,
+        align: Mode = "aligned",
+        pool: ConsumerPool | None = POOL,
+    ) -> None:
         self._config = config
         settings = config.consumer_settings(client_id=client_id)
         settings.setdefault("max_poll_records", min(config.max_records_per_arrow_batch, 10_000))
-        self._consumer: Any = KafkaConsumer(**settings)
+        self._settings = settings
+        self._pool = pool
+        if pool is not None:
+            self._consumer: Any = pool.acquire(settings)
+        else:
+            from kafka import KafkaConsumer
+
+            self._consumer = KafkaConsumer(**settings)
         self._schema = arrow_schema(include_headers=config.include_headers)
         self._align = align
         self.stats = ReadStats()
 
-    def close(self) -> None:
-        self._consumer.close()
+    def close(self, *, healthy: bool = True) -> None:
+        """Give the consumer back to the pool (or close it after a failure)."""
+        if self._pool is not None:
+            self._pool.release(self._consumer, self._settings, healthy=healthy)
+        else:
+            self._consumer.close()
 
     def __enter__(self) -> RangeFetcher:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(healthy=exc_type is None)
 
     def _lost(self, rng: OffsetRange, missing_from: int, missing_to: int, why: str) -> None:
         message = (

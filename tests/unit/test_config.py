@@ -172,8 +172,14 @@ def test_durations(raw: str, ms: int) -> None:
 
 
 def test_every_documented_source_option_is_known(caplog: pytest.LogCaptureFixture) -> None:
-    parse(alignment="unaligned", alignmentTimeout="30s", controlTopic="ctl",
-          partitionsPerTask="2", minPartitions="4", includeHeaders="true")
+    parse(
+        alignment="unaligned",
+        alignmentTimeout="30s",
+        controlTopic="ctl",
+        partitionsPerTask="2",
+        minPartitions="4",
+        includeHeaders="true",
+    )
     assert "ignores unknown option" not in caplog.text
     cfg = parse(alignment="none", alignmentTimeout="1500ms", partitionsPerTask="3")
     assert (cfg.alignment, cfg.alignment_timeout_ms, cfg.partitions_per_task) == ("none", 1500, 3)
