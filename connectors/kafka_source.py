@@ -121,10 +121,13 @@ class _Planner:
         state["_indexes"] = {}
         return state
 
-    def barrier_entries(self, topic: str) -> list[IndexEntry] | None:
+    def barrier_entries(self, topic: str, *, refresh: bool = True) -> list[IndexEntry] | None:
         """The topic's complete barrier index entries; None for a topic without barriers
-        (no control topic), read like Spark's source reads any topic."""
+        (no control topic), read like Spark's source reads any topic. ``refresh=False``
+        reuses what this reader already read, if it has read the index at all."""
         index = self._indexes.get(topic)
+        if index is not None and not refresh:
+            return index.complete()
         if index is None:
             control = self.config.control_topic or control_topic_for(topic)
             seen = self.offsets.topics_seen or set(self.offsets.consumer.topics())
@@ -176,7 +179,9 @@ class _Planner:
         specs: dict[TopicPartition, tuple[bool, RecordFilter | None]] = {}
         for topic in sorted({tp.topic for tp in end}):
             tps = [tp for tp in end if tp.topic == topic]
-            entries = self.barrier_entries(topic)
+            # latestOffset just read the index up to (at least) this batch's end; a
+            # replay in a new process has no index yet and reads it.
+            entries = self.barrier_entries(topic, refresh=False)
             if entries is None:
                 specs.update({tp: (False, None) for tp in tps})
                 continue

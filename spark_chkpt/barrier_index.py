@@ -80,7 +80,7 @@ class BarrierIndex:
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
         fetched = False
         while True:
-            polled = consumer.poll(timeout_ms=200, max_records=10_000)
+            polled = consumer.poll(timeout_ms=60, max_records=10_000)
             fetched = fetched or consumer.highwater(tp) is not None
             for record in polled.get(tp, []):
                 entry = IndexEntry.parse(

@@ -40,7 +40,7 @@ class ScriptedOffsets:
         pass
 
 
-def _plain_topic(topic: str) -> None:
+def _plain_topic(topic: str, *, refresh: bool = True) -> None:
     """No control topic: the topic carries no barriers."""
 
 
