@@ -119,3 +119,16 @@ def file_values(spark: Any, out: Path) -> list[str]:
     return [
         r[0] for r in spark.read.parquet(str(out)).selectExpr("CAST(value AS STRING)").collect()
     ]
+
+
+def kafka_stream(spark: Any, servers: str, topic: str, **options: str) -> Any:
+    """``readStream.format("chkpt-kafka")`` on ``topic`` from earliest, plus ``options``."""
+    reader = (
+        spark.readStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from spark_chkpt.barrier import BARRIER_HEADER
 from spark_chkpt.metrics import SnapshotReporter
-from tests.helpers import Upstream, drain_to_files
+from tests.helpers import Upstream, drain_to_files, kafka_stream
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +26,6 @@ T1 = [b"t1-%d" % i for i in range(3)]  # snapshot 1, in flight until barrier 1
 
 def names(values: list[bytes]) -> list[str]:
     return sorted(v.decode() for v in values)
-
-
-def source(spark: SparkSession, servers: str, topic: str, **options: str) -> DataFrame:
-    reader = (
-        spark.readStream.format("chkpt-kafka")
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
 
 
 def reports(checkpoint: Path) -> list[dict[str, Any]]:
@@ -68,7 +56,7 @@ def test_aligned_cuts_at_the_barrier_and_drops_unconfirmed(
     upstream.records("T1", T1)
     reporter = SnapshotReporter.attach(spark)
     try:
-        df = source(spark, bootstrap_servers, upstream.topic)
+        df = kafka_stream(spark, bootstrap_servers, upstream.topic)
         assert drain_to_files(spark, df, tmp_path) == names(T0)  # T1 waits for its barrier
         report = last_report(tmp_path / "chk")[upstream.topic]
         assert report["mode"] == "aligned" and report["snapshots"] == [0]
@@ -99,7 +87,7 @@ def test_one_read_task_aligns_several_partitions(
     upstream.records("TX", TX)
     upstream.records("T1", T1)
     upstream.barrier(1, ["T1"])
-    df = source(spark, bootstrap_servers, upstream.topic, partitionsPerTask="3")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, partitionsPerTask="3")
     assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
     assert last_report(tmp_path / "chk")[upstream.topic]["snapshots"] == [0, 1]
 
@@ -111,7 +99,7 @@ def test_unaligned_reads_in_flight_records_but_drops_failed_attempts(
     upstream.records("TX", TX)
     upstream.barrier(0, ["T0"])
     upstream.records("T1", T1)
-    df = source(spark, bootstrap_servers, upstream.topic, alignment="unaligned")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignment="unaligned")
     assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
     assert last_report(tmp_path / "chk")[upstream.topic]["mode"] == "unaligned"
 
@@ -124,7 +112,7 @@ def test_none_reads_everything_but_barriers(
     upstream.barrier(0, ["T0"])
     upstream.records("T1", T1)
     upstream.records(None, [b"plain"])  # an ordinary producer on the same topic
-    df = source(spark, bootstrap_servers, upstream.topic, alignment="none")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignment="none")
     assert drain_to_files(spark, df, tmp_path) == names(T0 + TX + T1 + [b"plain"])
 
 
@@ -134,7 +122,7 @@ def test_untagged_records_pass_through_aligned_reads(
     upstream.records(None, [b"plain-a", b"plain-b"])
     upstream.records("T0", T0)
     upstream.barrier(0, ["T0"])
-    df = source(spark, bootstrap_servers, upstream.topic)
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic)
     assert drain_to_files(spark, df, tmp_path) == names([*T0, b"plain-a", b"plain-b"])
 
 
@@ -145,7 +133,7 @@ def test_a_snapshot_larger_than_the_limit_is_read_whole(
     upstream.barrier(0, ["T0"])
     upstream.records("T1", T1)
     upstream.barrier(1, ["T1"])
-    df = source(spark, bootstrap_servers, upstream.topic, maxOffsetsPerTrigger="2")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, maxOffsetsPerTrigger="2")
     assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
     logged = [r[upstream.topic] for r in reports(tmp_path / "chk")]
     assert [r["snapshots"] for r in logged] == [[0], [1]]  # one snapshot per batch
@@ -157,7 +145,7 @@ def test_alignment_timeout_switches_one_batch_to_unaligned(
 ) -> None:
     upstream.records("T0", T0)
     upstream.barrier(0, ["T0"])
-    df = source(spark, bootstrap_servers, upstream.topic, alignmentTimeout="1500ms")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignmentTimeout="1500ms")
     name = "aligned_timeout"
     query = (
         df.writeStream.format("memory")
@@ -194,6 +182,6 @@ def test_corrupt_barrier_names_topic_partition_and_offset(
     producer.send(upstream.topic, value=b"{broken", partition=1, headers=[(BARRIER_HEADER, b"1")])
     producer.flush()
     upstream.barrier(0, ["T0"])
-    df = source(spark, bootstrap_servers, upstream.topic)
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic)
     with pytest.raises(Exception, match=rf"corrupt barrier record at {upstream.topic}-1 offset 1"):
         drain_to_files(spark, df, tmp_path)

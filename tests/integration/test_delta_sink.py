@@ -19,21 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from spark_chkpt.jobs import kafka_to_delta
 from spark_chkpt.metrics import SnapshotReporter, store_records
-from tests.helpers import produce
+from tests.helpers import kafka_stream, produce
 
 pytestmark = pytest.mark.integration
-
-
-def kafka(spark: SparkSession, servers: str, topic: str, **options: str) -> DataFrame:
-    reader = (
-        spark.readStream.format("chkpt-kafka")
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
 
 
 def to_delta(df: DataFrame, tmp_path: Path, *, wait: bool = True, **options: str) -> Any:
@@ -58,7 +46,7 @@ def test_stream_creates_a_partitioned_table_with_snapshot_records(
     topic = make_topic(partitions=2)
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=900)
     events = (
-        kafka(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="400")
+        kafka_stream(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="400")
         .selectExpr(
             f"from_json(CAST(value AS STRING), '{PAGE_VIEW_SCHEMA_DDL}') AS e",
             "offset",
@@ -103,7 +91,9 @@ def test_new_column_fails_naming_it_unless_merge_schema(
 ) -> None:
     topic = make_topic()
     produce(producer, topic, [b"a", b"b"])
-    base = kafka(spark, bootstrap_servers, topic).selectExpr("CAST(value AS STRING) v", "offset")
+    base = kafka_stream(spark, bootstrap_servers, topic).selectExpr(
+        "CAST(value AS STRING) v", "offset"
+    )
     assert to_delta(base, tmp_path).exception() is None
     produce(producer, topic, [b"c"])
     wider = base.selectExpr("v", "offset", "length(v) AS extra")
@@ -125,12 +115,12 @@ def test_changed_type_fails_naming_the_column(
 ) -> None:
     topic = make_topic()
     produce(producer, topic, [b"1"])
-    as_long = kafka(spark, bootstrap_servers, topic).selectExpr(
+    as_long = kafka_stream(spark, bootstrap_servers, topic).selectExpr(
         "CAST(CAST(value AS STRING) AS long) n"
     )
     assert to_delta(as_long, tmp_path).exception() is None
     produce(producer, topic, [b"2"])
-    as_text = kafka(spark, bootstrap_servers, topic).selectExpr("CAST(value AS STRING) n")
+    as_text = kafka_stream(spark, bootstrap_servers, topic).selectExpr("CAST(value AS STRING) n")
     failed = to_delta(as_text, tmp_path, mergeSchema="true")
     assert failed.exception() is not None
     assert "n: table int64, batch string" in str(failed.exception())
@@ -166,7 +156,7 @@ def test_another_writer_appending_concurrently(
 ) -> None:
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"%d" % i for i in range(600)], partitions=2)
-    stream = kafka(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="100").selectExpr(
+    stream = kafka_stream(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="100").selectExpr(
         "CAST(CAST(value AS STRING) AS long) n", "'stream' AS writer"
     )
     write_deltalake(
