@@ -10,13 +10,16 @@ kafka-python setting of the same meaning; an unknown one is rejected.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from spark_chkpt.consumer import CLIENTS, ClientKind, ConsumerSettings
 from spark_chkpt.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -137,6 +140,14 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
         java = option[len("kafka.") :]
         if java in ("bootstrap.servers", "group.id"):
             continue
+        if java == "client":
+            if role == "consumer":
+                continue  # the source's choice of client, parsed by SourceConfig
+            raise ConfigError(
+                key,
+                raw,
+                "only the chkpt-kafka source has a choice of client; sinks use kafka-python",
+            )
         if java in rejected:
             raise ConfigError(key, raw, f"not supported: {rejected[java]}")
         if java in _JAVA_ONLY:
@@ -156,6 +167,78 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
             raise ConfigError(key, raw, f"unknown or unsupported kafka-python {role} setting{hint}")
         settings[name] = _convert(key, name, raw, defaults[name])
     return settings
+
+
+# kafka-python consumer settings and the librdkafka property of the same meaning.
+_LIBRDKAFKA_NAMES = {
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
+    "sasl_kerberos_service_name": "sasl.kerberos.service.name",
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+    "ssl_password": "ssl.key.password",
+    "ssl_crlfile": "ssl.crl.location",
+    "ssl_ciphers": "ssl.cipher.suites",
+    "fetch_min_bytes": "fetch.min.bytes",
+    "fetch_max_wait_ms": "fetch.wait.max.ms",
+    "fetch_max_bytes": "fetch.max.bytes",
+    "max_partition_fetch_bytes": "max.partition.fetch.bytes",
+    "isolation_level": "isolation.level",
+    "request_timeout_ms": "socket.timeout.ms",
+    "receive_buffer_bytes": "socket.receive.buffer.bytes",
+    "send_buffer_bytes": "socket.send.buffer.bytes",
+    "reconnect_backoff_ms": "reconnect.backoff.ms",
+    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
+    "retry_backoff_ms": "retry.backoff.ms",
+    "connections_max_idle_ms": "connections.max.idle.ms",
+    "metadata_max_age_ms": "metadata.max.age.ms",
+    "check_crcs": "check.crcs",
+    "client_dns_lookup": "client.dns.lookup",
+    "max_poll_records": None,  # each poll's size is maxRecordsPerArrowBatch
+}
+
+
+def _parse_client(opts: Mapping[str, str]) -> ClientKind:
+    """``kafka.client``: which library the read tasks fetch with (default kafka-python).
+
+    ``SPARK_CHKPT_KAFKA_CLIENT`` in the environment sets the default for a deployment.
+    """
+    raw = opts.get("kafka.client") or os.environ.get("SPARK_CHKPT_KAFKA_CLIENT") or CLIENTS[0]
+    client = raw.strip().lower()
+    if client not in CLIENTS:
+        raise ConfigError("kafka.client", raw, "one of 'kafka-python' (the default), 'confluent'")
+    if client == "confluent" and importlib.util.find_spec("confluent_kafka") is None:
+        raise ConfigError(
+            "kafka.client",
+            raw,
+            "needs the confluent-kafka package: pip install 'spark-chkpt[confluent]'",
+        )
+    return "confluent" if client == "confluent" else "kafka-python"
+
+
+def librdkafka_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Translate validated kafka-python consumer settings into librdkafka properties.
+
+    Raises :class:`ConfigError` naming the ``kafka.*`` option that has no equivalent.
+    """
+    config: dict[str, Any] = {"isolation.level": "read_uncommitted"}  # Spark's default
+    for name, value in settings.items():
+        if name == "ssl_check_hostname":
+            config["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
+            continue
+        if name not in _LIBRDKAFKA_NAMES:
+            raise ConfigError(
+                "kafka." + name.replace("_", "."),
+                str(value),
+                "has no librdkafka equivalent here; remove it or use kafka.client=kafka-python",
+            )
+        target = _LIBRDKAFKA_NAMES[name]
+        if target is not None:
+            config[target] = value
+    return config
 
 
 def parse_bool(option: str, raw: str | None, *, default: bool | None = None) -> bool:
@@ -371,6 +454,7 @@ _KNOWN_SOURCE_OPTIONS = {
         "alignmentTimeout",
         "controlTopic",
         "partitionsPerTask",
+        "prefetchRecords",
     )
 }
 
@@ -399,6 +483,8 @@ class SourceConfig:
     alignment_timeout_ms: int | None = None
     control_topic: str | None = None
     partitions_per_task: int = 1
+    client: ClientKind = "kafka-python"
+    prefetch_records: int = 10_000
 
     @classmethod
     def from_options(
@@ -479,6 +565,16 @@ class SourceConfig:
         )
         if unknown:
             log.warning("chkpt-kafka ignores unknown option(s): %s", ", ".join(unknown))
+        client = _parse_client(opts)
+        settings = kafka_client_settings(opts, role="consumer")
+        if client == "confluent":
+            librdkafka_settings(settings)  # fail here, on the driver, not in a read task
+        max_records = (
+            parse_positive_int(
+                "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"), default=10_000
+            )
+            or 10_000
+        )
         return cls(
             bootstrap_servers=servers,
             subscription=subscription,
@@ -501,11 +597,8 @@ class SourceConfig:
                 default=120_000,
             )
             or 120_000,
-            max_records_per_arrow_batch=parse_positive_int(
-                "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"), default=10_000
-            )
-            or 10_000,
-            client_settings=kafka_client_settings(opts, role="consumer"),
+            max_records_per_arrow_batch=max_records,
+            client_settings=settings,
             alignment=alignment,  # type: ignore[arg-type]
             alignment_timeout_ms=None
             if timeout is None
@@ -515,6 +608,14 @@ class SourceConfig:
                 "partitionsPerTask", opts.get("partitionspertask"), default=1
             )
             or 1,
+            client=client,
+            prefetch_records=parse_positive_int(
+                "prefetchRecords",
+                opts.get("prefetchrecords"),
+                default=max_records,
+                allow_zero=True,
+            )
+            or 0,
         )
 
     def consumer_settings(self, *, client_id: str) -> dict[str, Any]:
@@ -528,6 +629,23 @@ class SourceConfig:
         }
         settings.update(self.client_settings)
         return settings
+
+    def fetch_settings(self, *, client_id: str) -> ConsumerSettings:
+        """The executor consumer's client and settings for this source's read tasks."""
+        if self.client == "confluent":
+            config: dict[str, Any] = {
+                "bootstrap.servers": self.bootstrap_servers,
+                "client.id": client_id,
+                # librdkafka prefetches up to 100k records per partition by default; a
+                # read task needs at most one Arrow batch ahead of what it converts.
+                "queued.min.messages": self.max_records_per_arrow_batch,
+                "queued.max.messages.kbytes": 32 * 1024,
+            }
+            config.update(librdkafka_settings(self.client_settings))
+            return ConsumerSettings(client="confluent", settings=config)
+        settings = self.consumer_settings(client_id=client_id)
+        settings.setdefault("max_poll_records", min(self.max_records_per_arrow_batch, 10_000))
+        return ConsumerSettings(client="kafka-python", settings=settings)
 
 
 _KNOWN_DELTA_OPTIONS = {

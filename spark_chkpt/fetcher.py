@@ -10,6 +10,11 @@ never returned as rows, and tagged records no barrier confirms (a failed upstrea
 attempt's output) are dropped and counted. A task that reads several partitions with
 one consumer passes every record through the aligner (:mod:`spark_chkpt.aligner`), so
 what it emits follows upstream snapshot order across its partitions.
+
+The consumer comes from the worker's pool (:mod:`spark_chkpt.pool`) and is either
+client of :mod:`spark_chkpt.consumer`. Records a poll returns past a range's end are
+left in the worker's prefetch buffer (:mod:`spark_chkpt.prefetch`) for the task that
+reads on from there in the next batch.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.aligner import Aligner, Forward, Mode
 from spark_chkpt.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.config import SourceConfig
+from spark_chkpt.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
 from spark_chkpt.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import DataLossError, KafkaReadError
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 from spark_chkpt.pool import POOL, ConsumerPool
+from spark_chkpt.prefetch import PREFETCH, PrefetchBuffer
 from spark_chkpt.records import arrow_schema, to_record_batch
 
 if TYPE_CHECKING:
@@ -51,14 +58,16 @@ class ReadStats:
     barriers: int = 0
     dropped: int = 0
     dropped_attempts: set[str] = field(default_factory=set)
+    prefetched: int = 0  # records taken from the prefetch buffer instead of Kafka
 
 
 @dataclass
 class _Channel:
     spec: ReadSpec
-    ktp: Any
     position: int
     pending: list[Any] = field(default_factory=list)
+    ahead: list[Any] = field(default_factory=list)  # fetched past the range's end
+    assigned: bool = False
     done: bool = False
 
     @property
@@ -67,7 +76,7 @@ class _Channel:
 
 
 class RangeFetcher:
-    """Reads offset ranges with one kafka-python consumer (assign + seek, no group)."""
+    """Reads offset ranges with one pooled consumer (assign + seek, no group)."""
 
     def __init__(
         self,
@@ -76,18 +85,15 @@ class RangeFetcher:
         client_id: str,
         align: Mode = "aligned",
         pool: ConsumerPool | None = POOL,
+        prefetch: PrefetchBuffer | None = PREFETCH,
     ) -> None:
         self._config = config
-        settings = config.consumer_settings(client_id=client_id)
-        settings.setdefault("max_poll_records", min(config.max_records_per_arrow_batch, 10_000))
-        self._settings = settings
+        self._settings = config.fetch_settings(client_id=client_id)
         self._pool = pool
-        if pool is not None:
-            self._consumer: Any = pool.acquire(settings)
-        else:
-            from kafka import KafkaConsumer
-
-            self._consumer = KafkaConsumer(**settings)
+        self._consumer: RangeConsumer = (
+            pool.acquire(self._settings) if pool is not None else build_consumer(self._settings)
+        )
+        self._prefetch = prefetch if config.prefetch_records > 0 else None
         self._schema = arrow_schema(include_headers=config.include_headers)
         self._align = align
         self.stats = ReadStats()
@@ -123,26 +129,22 @@ class RangeFetcher:
 
     def read_group(self, specs: Sequence[ReadSpec]) -> Iterator[pa.RecordBatch]:
         """Yield the records of every spec's range, one consumer for all of them."""
-        from kafka import TopicPartition as KafkaTopicPartition
-
-        channels = {}
-        for spec in specs:
-            if spec.range.size > 0:
-                tp = spec.range.tp
-                channels[tp] = _Channel(
-                    spec, KafkaTopicPartition(tp.topic, tp.partition), spec.range.start
-                )
+        channels = {
+            spec.range.tp: _Channel(spec, spec.range.start) for spec in specs if spec.range.size > 0
+        }
         if not channels:
             return
         consumer = self._consumer
-        consumer.assign([c.ktp for c in channels.values()])
-        begins = consumer.beginning_offsets([c.ktp for c in channels.values()])
-        for channel in channels.values():
-            self._start(channel, int(begins[channel.ktp]))
+        begins = consumer.beginning_offsets(list(channels))
         aligner: Aligner[Any] | None = None
         if any(c.spec.markers for c in channels.values()) and len(channels) > 1:
             aligner = Aligner(channels=list(channels), mode=self._align)
         for channel in channels.values():
+            self._start(channel, begins[channel.tp], aligner, channels)
+        starts = {c.tp: c.position for c in channels.values() if not c.done}
+        consumer.assign(starts)
+        for channel in channels.values():
+            channel.assigned = not channel.done
             if channel.done and aligner is not None:
                 self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
         limit = self._config.max_records_per_arrow_batch
@@ -151,16 +153,16 @@ class RangeFetcher:
         while not all(c.done for c in channels.values()):
             polled = self._poll(channels, limit)
             got_any = False
-            for ktp, records in polled.items():
-                channel = channels[TopicPartition(ktp.topic, ktp.partition)]
-                if channel.done or not records:
+            for tp, records in polled.items():
+                reading = channels.get(tp)
+                if reading is None or reading.done or not records:
                     continue
                 got_any = True
-                self._take(channel, records, aligner, channels)
+                self._take(reading, records, aligner, channels)
             for channel in channels.values():
                 if channel.done:
                     continue
-                channel.position = max(channel.position, int(consumer.position(channel.ktp)))
+                channel.position = max(channel.position, consumer.position(channel.tp))
                 if channel.position >= channel.spec.range.end:
                     self._finish(channel, aligner, channels)
             yield from self._flush(channels, limit)
@@ -170,8 +172,8 @@ class RangeFetcher:
             for channel in channels.values():
                 if channel.done:
                     continue
-                hw = consumer.highwater(channel.ktp)  # fresh from the empty fetch just made
-                if hw is not None and int(hw) <= channel.position:
+                hw = consumer.highwater(channel.tp)  # fresh from the empty fetch just made
+                if hw is not None and hw <= channel.position:
                     self._lost(
                         channel.spec.range,
                         channel.position,
@@ -187,6 +189,15 @@ class RangeFetcher:
                         "kafkaConsumer.pollTimeoutMs if the broker is slow"
                     )
         yield from self._flush(channels, 1)
+        if self._prefetch is not None:
+            for channel in channels.values():
+                self._prefetch.put(
+                    key=self._settings.key(),
+                    tp=channel.tp,
+                    follows=channel.spec.range.end,
+                    records=channel.ahead,
+                    limit=self._config.prefetch_records,
+                )
         if self.stats.dropped:
             log.warning(
                 "dropped %d record(s) of unconfirmed upstream attempt(s) %s in %s",
@@ -195,7 +206,14 @@ class RangeFetcher:
                 ", ".join(str(c.spec.range) for c in channels.values()),
             )
 
-    def _start(self, channel: _Channel, begin: int) -> None:
+    def _start(
+        self,
+        channel: _Channel,
+        begin: int,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """Check the range still exists; take what the prefetch buffer holds for it."""
         rng = channel.spec.range
         if channel.position < begin:
             self._lost(
@@ -205,36 +223,38 @@ class RangeFetcher:
                 "deleted by retention or the topic was recreated",
             )
             channel.position = begin
+        if channel.position < rng.end and self._prefetch is not None:
+            ahead = self._prefetch.take(
+                key=self._settings.key(), tp=channel.tp, start=channel.position
+            )
+            if ahead:
+                self.stats.prefetched += len(ahead)
+                self._take(channel, ahead, aligner, channels)
+                channel.position = max(channel.position, ahead[-1].offset + 1)
         if channel.position >= rng.end:
             channel.done = True
-            self._consumer.pause(channel.ktp)
-        else:
-            self._consumer.seek(channel.ktp, channel.position)
 
-    def _poll(self, channels: dict[TopicPartition, _Channel], limit: int) -> dict[Any, list[Any]]:
-        from kafka.errors import OffsetOutOfRangeError
-
+    def _poll(
+        self, channels: dict[TopicPartition, _Channel], limit: int
+    ) -> dict[TopicPartition, list[Any]]:
         try:
-            polled: dict[Any, list[Any]] = self._consumer.poll(
+            return self._consumer.poll(
                 timeout_ms=min(1000, self._config.poll_timeout_ms), max_records=limit
             )
-            return polled
-        except OffsetOutOfRangeError as e:
-            ktps = [c.ktp for c in channels.values() if not c.done]
-            begins = self._consumer.beginning_offsets(ktps)
-            for channel in channels.values():
-                if channel.done:
-                    continue
-                begin = int(begins[channel.ktp])
+        except OffsetOutOfRange as e:
+            open_channels = [c for c in channels.values() if not c.done]
+            begins = self._consumer.beginning_offsets([c.tp for c in open_channels])
+            for channel in open_channels:
+                begin = begins[channel.tp]
                 if begin > channel.position:
                     rng = channel.spec.range
                     self._lost(rng, channel.position, min(begin, rng.end), f"out of range: {e}")
                     channel.position = begin
                     if begin >= rng.end:
                         channel.done = True
-                        self._consumer.pause(channel.ktp)
+                        self._consumer.pause(channel.tp)
                     else:
-                        self._consumer.seek(channel.ktp, begin)
+                        self._consumer.seek(channel.tp, begin)
             return {}
 
     def _take(
@@ -247,6 +267,7 @@ class RangeFetcher:
         spec = channel.spec
         end = spec.range.end
         if records[-1].offset >= end:
+            channel.ahead = [r for r in records if r.offset >= end]
             records = [r for r in records if r.offset < end]
         if not spec.markers:
             channel.pending.extend(records)
@@ -294,7 +315,8 @@ class RangeFetcher:
         channels: dict[TopicPartition, _Channel],
     ) -> None:
         channel.done = True
-        self._consumer.pause(channel.ktp)
+        if channel.assigned:
+            self._consumer.pause(channel.tp)
         if aligner is not None:
             self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
 

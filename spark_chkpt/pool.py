@@ -1,10 +1,10 @@
-"""Executor-side pool of kafka-python consumers, reused across read tasks.
+"""Executor-side pool of Kafka consumers, reused across read tasks.
 
 Spark reuses Python workers across tasks (``spark.python.worker.reuse``, on by
 default), so a consumer a read task leaves here is picked up by the next task of the
 same worker: no new connection, API-version probe or metadata round trip per task.
-Consumers are keyed by their settings (the cluster, security, fetch sizes), released
-unassigned, never shared by two tasks at once, and closed after ``idle_timeout_s``.
+Consumers are keyed by their client and settings (the cluster, security, fetch sizes),
+released unassigned, never shared by two tasks at once, and closed after ``idle_timeout_s``.
 A consumer whose task failed is closed, not pooled.
 """
 
@@ -13,31 +13,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+
+from spark_chkpt.consumer import ConsumerSettings, RangeConsumer, build_consumer
 
 log = logging.getLogger(__name__)
 
-Key = tuple[tuple[str, str], ...]
-
-
-def pool_key(settings: Mapping[str, Any]) -> Key:
-    return tuple(sorted((k, repr(v)) for k, v in settings.items() if k != "client_id"))
+Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class ConsumerPool:
     """Idle consumers by settings; ``acquire`` hands one out or builds a new one."""
 
-    def __init__(self, *, idle_timeout_s: float = 300.0, max_idle_per_key: int = 8) -> None:
+    def __init__(
+        self,
+        *,
+        idle_timeout_s: float = 300.0,
+        max_idle_per_key: int = 8,
+        factory: Callable[[ConsumerSettings], RangeConsumer] = build_consumer,
+    ) -> None:
+        self._factory = factory
         self.idle_timeout_s = idle_timeout_s
         self.max_idle_per_key = max_idle_per_key
-        self._idle: dict[Key, list[tuple[float, Any]]] = {}
+        self._idle: dict[Key, list[tuple[float, RangeConsumer]]] = {}
         self._lock = threading.Lock()
         self.created = 0
         self.reused = 0
 
-    def acquire(self, settings: Mapping[str, Any]) -> Any:
-        key = pool_key(settings)
+    def acquire(self, settings: ConsumerSettings) -> RangeConsumer:
+        key = settings.key()
         self._expire()
         with self._lock:
             idle = self._idle.get(key)
@@ -45,16 +49,16 @@ class ConsumerPool:
                 self.reused += 1
                 return idle.pop()[1]
             self.created += 1
-        from kafka import KafkaConsumer
+        return self._factory(settings)
 
-        return KafkaConsumer(**settings)
-
-    def release(self, consumer: Any, settings: Mapping[str, Any], *, healthy: bool) -> None:
+    def release(
+        self, consumer: RangeConsumer, settings: ConsumerSettings, *, healthy: bool
+    ) -> None:
         """Return ``consumer`` for the next task, or close it (failed task, pool full)."""
-        key = pool_key(settings)
+        key = settings.key()
         if healthy:
             try:
-                consumer.assign([])  # drop the task's partitions, positions and pauses
+                consumer.assign({})  # drop the task's partitions, positions and pauses
             except Exception:  # a broken client is closed below instead of pooled
                 log.debug("consumer could not be reset; closing it", exc_info=True)
                 healthy = False

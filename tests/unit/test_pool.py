@@ -2,47 +2,59 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from spark_chkpt.pool import ConsumerPool, pool_key
+from spark_chkpt.consumer import ConsumerSettings
+from spark_chkpt.pool import ConsumerPool
 
 
 class FakeConsumer:
     def __init__(self) -> None:
         self.closed = False
-        self.assigned: list[object] = ["tp"]
+        self.assigned: dict[object, int] = {"tp": 0}
         self.fail_reset = False
 
-    def assign(self, partitions: list[object]) -> None:
+    def assign(self, starts: dict[object, int]) -> None:
         if self.fail_reset:
             raise RuntimeError("broken")
-        self.assigned = partitions
+        self.assigned = starts
 
     def close(self) -> None:
         self.closed = True
 
 
-SETTINGS = {"bootstrap_servers": ["h:1"], "client_id": "task-1", "fetch_max_bytes": 1}
+RAW = {"bootstrap_servers": ["h:1"], "client_id": "task-1", "fetch_max_bytes": 1}
+SETTINGS = ConsumerSettings(client="kafka-python", settings=RAW)
+
+
+def _settings(**changes: Any) -> ConsumerSettings:
+    return ConsumerSettings(client="kafka-python", settings={**RAW, **changes})
 
 
 def test_released_consumer_is_reset_and_reused_whatever_the_client_id() -> None:
     pool = ConsumerPool()
     consumer = FakeConsumer()
     pool.release(consumer, SETTINGS, healthy=True)
-    assert consumer.assigned == [] and not consumer.closed
-    assert pool.acquire({**SETTINGS, "client_id": "task-2"}) is consumer
+    assert consumer.assigned == {} and not consumer.closed
+    assert pool.acquire(_settings(client_id="task-2")) is consumer
     assert pool.reused == 1
 
 
-def test_other_settings_never_get_the_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
-    pool = ConsumerPool()
+def test_other_settings_or_client_never_get_the_consumer() -> None:
+    built: list[ConsumerSettings] = []
+
+    def factory(settings: ConsumerSettings) -> Any:
+        built.append(settings)
+        return FakeConsumer()
+
+    pool = ConsumerPool(factory=factory)
     pooled = FakeConsumer()
     pool.release(pooled, SETTINGS, healthy=True)
-    built: list[dict[str, object]] = []
-    monkeypatch.setattr("kafka.KafkaConsumer", lambda **kw: built.append(kw) or FakeConsumer())
-    other = pool.acquire({**SETTINGS, "fetch_max_bytes": 2})
-    assert other is not pooled and len(built) == 1 and pool.created == 1
-    assert pool_key(SETTINGS) != pool_key({**SETTINGS, "fetch_max_bytes": 2})
+    other = pool.acquire(_settings(fetch_max_bytes=2))
+    assert other is not pooled and built == [_settings(fetch_max_bytes=2)] and pool.created == 1
+    confluent = ConsumerSettings(client="confluent", settings=RAW)
+    assert pool.acquire(confluent) is not pooled and len(built) == 2
+    assert SETTINGS.key() != _settings(fetch_max_bytes=2).key() != confluent.key()
 
 
 def test_failed_or_unresettable_consumers_are_closed() -> None:

@@ -1,0 +1,275 @@
+"""Executor-side Kafka consumers behind one small interface: kafka-python or confluent-kafka.
+
+:class:`~spark_chkpt.fetcher.RangeFetcher` reads offset ranges through
+:class:`RangeConsumer` and never touches a client library itself. Two clients
+implement it, chosen by the source option ``kafka.client``:
+
+- ``kafka-python`` (the default): pure Python, with ``crc32c`` for checksums;
+- ``confluent`` (``pip install spark-chkpt[confluent]``): librdkafka through
+  ``confluent-kafka``, whose C decoder is several times faster. Its records are turned
+  into :class:`Record` tuples, the same fields as kafka-python's ``ConsumerRecord``.
+
+Both consumers are group-less readers: partitions are assigned with their start
+offsets, nothing is committed, and a position outside the log is reported as
+:class:`OffsetOutOfRange` instead of being reset. The driver's offset planning always
+uses kafka-python (:mod:`spark_chkpt.offset_reader`); only the data path differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Protocol
+
+from spark_chkpt.errors import KafkaReadError
+from spark_chkpt.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
+
+ClientKind = Literal["kafka-python", "confluent"]
+CLIENTS: tuple[ClientKind, ...] = ("kafka-python", "confluent")
+
+
+class Record(NamedTuple):
+    """One Kafka record, with the field names of kafka-python's ``ConsumerRecord``."""
+
+    key: bytes | None
+    value: bytes | None
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 create time, 1 log-append time (Spark's timestampType)
+    headers: list[tuple[str, bytes]] | None
+
+
+class OffsetOutOfRange(Exception):
+    """The broker has no records at a consumer's position (retention, a recreated topic)."""
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    """Which client to build and its settings (kafka-python kwargs or librdkafka config)."""
+
+    client: ClientKind
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """What makes two consumers interchangeable: everything but the client id."""
+        ignored = ("client_id", "client.id", "group.id")
+        items = tuple(sorted((k, repr(v)) for k, v in self.settings.items() if k not in ignored))
+        return self.client, items
+
+
+class RangeConsumer(Protocol):
+    """What the fetcher needs from a Kafka client: assign, seek, poll, positions."""
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    def assign(self, starts: Mapping[TopicPartition, int]) -> None:
+        """Read exactly these partitions, each from its start offset (empty: none)."""
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    def pause(self, tp: TopicPartition) -> None: ...
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        """Records by partition, in offset order; raises :class:`OffsetOutOfRange`."""
+
+    def position(self, tp: TopicPartition) -> int:
+        """The next offset to read (past transaction markers and compacted gaps)."""
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's end as of the last fetch, if one was made."""
+
+    def close(self) -> None: ...
+
+
+class KafkaPythonConsumer:
+    """:class:`RangeConsumer` on kafka-python's ``KafkaConsumer``."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        self._ktp = KafkaTopicPartition
+        self._consumer = KafkaConsumer(**settings)
+        self._tps: dict[Any, TopicPartition] = {}
+
+    def _k(self, tp: TopicPartition) -> Any:
+        return self._ktp(tp.topic, tp.partition)
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        begins = self._consumer.beginning_offsets([self._k(tp) for tp in tps])
+        return {TopicPartition(k.topic, k.partition): int(v) for k, v in begins.items()}
+
+    def assign(self, starts: Mapping[TopicPartition, int]) -> None:
+        self._tps = {self._k(tp): tp for tp in starts}
+        self._consumer.assign(list(self._tps))
+        for tp, offset in starts.items():
+            self._consumer.seek(self._k(tp), offset)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._consumer.seek(self._k(tp), offset)
+
+    def pause(self, tp: TopicPartition) -> None:
+        self._consumer.pause(self._k(tp))
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        from kafka.errors import OffsetOutOfRangeError
+
+        try:
+            polled = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except OffsetOutOfRangeError as e:
+            raise OffsetOutOfRange(str(e)) from e
+        return {self._tps[k]: records for k, records in polled.items() if k in self._tps}
+
+    def position(self, tp: TopicPartition) -> int:
+        return int(self._consumer.position(self._k(tp)))
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        hw = self._consumer.highwater(self._k(tp))
+        return None if hw is None else int(hw)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class ConfluentConsumer:
+    """:class:`RangeConsumer` on confluent-kafka's ``Consumer`` (librdkafka).
+
+    librdkafka needs a ``group.id`` even for assign-only reading; a unique one is set
+    and never used: no group is joined and nothing is committed. Its fetch queue is
+    bounded by ``queued.min.messages`` (per partition) and ``queued.max.messages.kbytes``.
+    """
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        try:
+            import confluent_kafka
+        except ImportError as e:
+            raise KafkaReadError(
+                "kafka.client=confluent needs the confluent-kafka package: "
+                "pip install 'spark-chkpt[confluent]'"
+            ) from e
+        self._ck = confluent_kafka
+        config = {
+            "group.id": f"spark-chkpt-reader-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,  # marks a fetch at the end: highwater() is fresh
+            # The default 1 s survives unassign: a reused consumer would stall each task.
+            "fetch.queue.backoff.ms": 20,
+            "error_cb": self._on_error,
+            "logger": log,
+            **settings,
+        }
+        self._consumer = confluent_kafka.Consumer(config)
+        self._assigned: list[TopicPartition] = []
+        # Partitions with a fetch response since they were assigned or sought: librdkafka's
+        # cached high watermark survives unassign/assign and is stale until then.
+        self._fresh: set[tuple[str, int]] = set()
+        self.last_error: str | None = None
+
+    def _on_error(self, error: Any) -> None:
+        self.last_error = str(error)
+        log.warning("confluent-kafka: %s", error)
+
+    def _c(self, tp: TopicPartition, offset: int = -1001) -> Any:
+        return self._ck.TopicPartition(tp.topic, tp.partition, offset)
+
+    def _watermarks(self, tp: TopicPartition, *, cached: bool) -> tuple[int, int]:
+        try:
+            if cached:
+                low, high = self._consumer.get_watermark_offsets(self._c(tp), cached=True)
+            else:
+                low, high = self._consumer.get_watermark_offsets(self._c(tp), timeout=30.0)
+        except self._ck.KafkaException as e:
+            raise KafkaReadError(f"{tp}: could not read its offsets: {e}") from e
+        return int(low), int(high)
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._watermarks(tp, cached=False)[0] for tp in tps}
+
+    def assign(self, starts: Mapping[TopicPartition, int]) -> None:
+        if self._assigned:
+            # librdkafka keeps a partition's pause across unassign/assign: undo it first.
+            self._consumer.resume([self._c(tp) for tp in self._assigned])
+            self._consumer.unassign()
+        self._assigned = list(starts)
+        self._fresh.clear()
+        if starts:
+            self._consumer.assign([self._c(tp, offset) for tp, offset in starts.items()])
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._fresh.discard((tp.topic, tp.partition))
+        self._consumer.seek(self._c(tp, offset))
+
+    def pause(self, tp: TopicPartition) -> None:
+        self._consumer.pause([self._c(tp)])
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        # Block for the first message only, then take what is already queued: consume()
+        # with a timeout waits for a full batch, which would stall every range's last poll.
+        first = self._consumer.poll(timeout_ms / 1000)
+        if first is None:
+            return {}
+        messages: list[Any] = [first]
+        if max_records > 1:
+            messages += self._consumer.consume(num_messages=max_records - 1, timeout=0)
+        polled: dict[TopicPartition, list[Any]] = {}
+        current: list[Any] = []
+        current_key: tuple[str, int] | None = None
+        for m in messages:
+            error = m.error()
+            if error is not None:
+                if error.code() == self._ck.KafkaError._PARTITION_EOF:
+                    self._fresh.add((m.topic(), m.partition()))  # a fetch reached the end
+                else:
+                    self._raise_for(m, error)
+                continue
+            key = (m.topic(), m.partition())
+            if key != current_key:
+                current_key = key
+                self._fresh.add(key)
+                current = polled.setdefault(TopicPartition(key[0], key[1]), [])
+            ts_type, ts = m.timestamp()
+            current.append(
+                Record(
+                    m.key(),
+                    m.value(),
+                    m.offset(),
+                    ts if ts_type else -1,
+                    1 if ts_type == 2 else 0,
+                    m.headers(),
+                )
+            )
+        return polled
+
+    def _raise_for(self, message: Any, error: Any) -> None:
+        codes = self._ck.KafkaError
+        where = f"{message.topic()}-{message.partition()}"
+        if error.code() in (codes._AUTO_OFFSET_RESET, codes.OFFSET_OUT_OF_RANGE):
+            raise OffsetOutOfRange(f"{where}: {error.str()}")
+        if error.fatal() or not error.retriable():
+            raise KafkaReadError(f"{where} offset {message.offset()}: {error.str()}")
+        log.warning("confluent-kafka: %s: %s (retrying)", where, error.str())
+
+    def position(self, tp: TopicPartition) -> int:
+        (got,) = self._consumer.position([self._c(tp)])
+        return int(got.offset)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        if (tp.topic, tp.partition) not in self._fresh:
+            return None
+        high = self._watermarks(tp, cached=True)[1]
+        return None if high < 0 else high
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def build_consumer(settings: ConsumerSettings) -> RangeConsumer:
+    if settings.client == "confluent":
+        return ConfluentConsumer(settings.settings)
+    return KafkaPythonConsumer(settings.settings)

@@ -1,0 +1,187 @@
+"""Both executor clients against the real broker, through the fetcher (no Spark here).
+
+Every test runs with kafka-python and with confluent-kafka: the two must return the
+same rows, stop at the same offsets and report loss the same way.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_chkpt.config import SourceConfig
+from spark_chkpt.consumer import CLIENTS, RangeConsumer, build_consumer
+from spark_chkpt.errors import DataLossError
+from spark_chkpt.fetcher import RangeFetcher
+from spark_chkpt.offsets import OffsetRange, TopicPartition
+from spark_chkpt.pool import ConsumerPool
+from spark_chkpt.prefetch import PrefetchBuffer
+from tests.helpers import produce
+
+
+def _config(bootstrap_servers: str, topic: str, client: str, **options: str) -> SourceConfig:
+    return SourceConfig.from_options(
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "subscribe": topic,
+            "kafka.client": client,
+            "includeHeaders": "true",
+            "kafkaConsumer.pollTimeoutMs": "20000",
+            **options,
+        },
+        streaming=False,
+    )
+
+
+def _read(
+    config: SourceConfig,
+    rng: OffsetRange,
+    *,
+    pool: ConsumerPool | None = None,
+    prefetch: PrefetchBuffer | None = None,
+) -> tuple[pa.Table, RangeFetcher]:
+    with RangeFetcher(config=config, client_id="test", pool=pool, prefetch=prefetch) as fetcher:
+        batches = list(fetcher.read(rng))
+    table = pa.Table.from_batches(batches, schema=fetcher._schema)
+    return table, fetcher
+
+
+@pytest.fixture(params=CLIENTS)
+def client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_both_clients_return_the_same_rows(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
+    topic = make_topic()
+    produce(
+        producer,
+        topic,
+        [b"v%d" % i for i in range(300)],
+        key=lambda i: None if i % 7 == 0 else b"k%d" % i,
+        headers=lambda i: [("h", b"%d" % i), ("empty", b"")] if i % 3 == 0 else None,
+    )
+    rng = OffsetRange(TopicPartition(topic, 0), 5, 290)
+    tables = [_read(_config(bootstrap_servers, topic, c), rng)[0] for c in CLIENTS]
+    assert tables[0].num_rows == 285
+    assert tables[0].column("offset").to_pylist() == list(range(5, 290))
+    assert tables[0].equals(tables[1]), "kafka-python and confluent-kafka rows differ"
+    row = tables[1].slice(1, 1).to_pylist()[0]  # offset 6: a key, headers, a create time
+    assert row["key"] == b"k6" and row["headers"] == [
+        {"key": "h", "value": b"6"},
+        {"key": "empty", "value": b""},
+    ]
+    assert row["timestampType"] == 0 and row["timestamp"].year >= 2024
+
+
+def test_a_pooled_consumer_reads_a_partition_again_after_it_was_paused(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+) -> None:
+    topic = make_topic(partitions=2)
+    produce(producer, topic, [b"%d" % i for i in range(40)], partitions=2)
+    config = _config(bootstrap_servers, topic, client)
+    pool = ConsumerPool()
+    try:
+        for _ in range(3):  # the same consumer, the same partitions, paused at each end
+            for p in (0, 1):
+                table, _ = _read(config, OffsetRange(TopicPartition(topic, p), 0, 20), pool=pool)
+                assert table.num_rows == 20
+        assert pool.created == 1 and pool.reused == 5
+    finally:
+        pool.close_all()
+
+
+def test_a_range_ending_on_a_transaction_marker_is_read_past(
+    bootstrap_servers: str, make_topic: Callable[..., str], client: str
+) -> None:
+    from kafka import KafkaProducer
+
+    topic = make_topic()
+    tx = KafkaProducer(
+        bootstrap_servers=bootstrap_servers, transactional_id=f"tx-{uuid.uuid4().hex[:6]}"
+    )
+    tx.init_transactions()
+    for batch in range(2):
+        tx.begin_transaction()
+        for i in range(3):
+            tx.send(topic, value=b"t%d-%d" % (batch, i), partition=0)
+        tx.commit_transaction()
+    tx.close()
+    config = _config(bootstrap_servers, topic, client)
+    # offsets 0-2 data, 3 commit marker, 4-6 data, 7 commit marker
+    first, _ = _read(config, OffsetRange(TopicPartition(topic, 0), 0, 4))
+    rest, _ = _read(config, OffsetRange(TopicPartition(topic, 0), 4, 8))
+    assert first.column("offset").to_pylist() == [0, 1, 2]
+    assert rest.column("offset").to_pylist() == [4, 5, 6]
+    assert rest.column("value").to_pylist() == [b"t1-0", b"t1-1", b"t1-2"]
+
+
+def test_offsets_gone_from_the_partition_are_data_loss(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+) -> None:
+    topic = make_topic()
+    produce(producer, topic, [b"%d" % i for i in range(10)])
+    gone = OffsetRange(TopicPartition(topic, 0), 5, 30)  # planned before a topic was recreated
+    with pytest.raises(DataLossError, match=rf"{topic}-0: offsets \[10, 30\)"):
+        _read(_config(bootstrap_servers, topic, client), gone)
+    table, _ = _read(_config(bootstrap_servers, topic, client, failOnDataLoss="false"), gone)
+    assert table.column("offset").to_pylist() == [5, 6, 7, 8, 9]
+
+
+def test_records_fetched_past_the_end_serve_the_next_range_and_only_it(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+) -> None:
+    topic = make_topic()
+    produce(producer, topic, [b"%d" % i for i in range(1000)])
+    config = _config(bootstrap_servers, topic, client)
+    tp = TopicPartition(topic, 0)
+    pool, prefetch = ConsumerPool(), PrefetchBuffer()
+    try:
+        first, _ = _read(config, OffsetRange(tp, 0, 100), pool=pool, prefetch=prefetch)
+        assert len(prefetch) > 0, "one fetch of 1,000 small records goes past offset 100"
+        second, fetcher = _read(config, OffsetRange(tp, 100, 400), pool=pool, prefetch=prefetch)
+        assert fetcher.stats.prefetched > 0 and prefetch.stats.hits == 1
+        assert second.column("offset").to_pylist() == list(range(100, 400))
+        # a replay of an older range: the buffer (records from 400 on) must not be used
+        again, fetcher = _read(config, OffsetRange(tp, 50, 450), pool=pool, prefetch=prefetch)
+        assert fetcher.stats.prefetched == 0 and prefetch.stats.invalidated == 1
+        assert again.column("offset").to_pylist() == list(range(50, 450))
+        assert first.column("offset").to_pylist() == list(range(100))
+    finally:
+        pool.close_all()
+
+
+def test_a_reassigned_consumer_knows_no_end_until_it_fetches(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+) -> None:
+    """A stale end from an earlier task would turn new records into false data loss."""
+    topic = make_topic()
+    tp = TopicPartition(topic, 0)
+    produce(producer, topic, [b"%d" % i for i in range(5)])
+    consumer = build_consumer(
+        _config(bootstrap_servers, topic, client).fetch_settings(client_id="t")
+    )
+    try:
+        consumer.assign({tp: 0})
+        assert _poll_until(consumer, tp, 5) == list(range(5)) and consumer.highwater(tp) == 5
+        produce(producer, topic, [b"%d" % i for i in range(5, 8)])
+        consumer.assign({})
+        consumer.assign({tp: 5})
+        assert consumer.highwater(tp) is None
+        assert _poll_until(consumer, tp, 3) == [5, 6, 7] and consumer.highwater(tp) == 8
+    finally:
+        consumer.close()
+
+
+def _poll_until(consumer: RangeConsumer, tp: TopicPartition, count: int) -> list[int]:
+    offsets: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(offsets) < count and time.monotonic() < deadline:
+        offsets += [r.offset for r in consumer.poll(timeout_ms=500, max_records=100).get(tp, [])]
+    return offsets
