@@ -163,6 +163,50 @@ def test_consumer_settings_are_group_less_and_never_auto_commit() -> None:
     assert cfg.group_id == "lag-visible"
 
 
+def test_kafka_client_chooses_the_read_tasks_library_and_translates_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SPARK_CHKPT_KAFKA_CLIENT", raising=False)
+    assert parse().client == "kafka-python"
+    assert parse().fetch_settings(client_id="c").client == "kafka-python"
+    cfg = parse(
+        **{
+            "kafka.client": "confluent",
+            "kafka.fetch.max.bytes": "1000",
+            "kafka.sasl.jaas.config": 'x.PlainLoginModule required username="u" password="p";',
+            "kafka.ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    settings = cfg.fetch_settings(client_id="c")
+    assert settings.client == "confluent"
+    assert settings.settings["fetch.max.bytes"] == 1000
+    assert settings.settings["sasl.username"] == "u" and settings.settings["sasl.password"] == "p"
+    assert settings.settings["ssl.endpoint.identification.algorithm"] == "none"
+    assert settings.settings["isolation.level"] == "read_uncommitted"  # Spark's, not librdkafka's
+    assert settings.settings["queued.min.messages"] == cfg.max_records_per_arrow_batch
+    monkeypatch.setenv("SPARK_CHKPT_KAFKA_CLIENT", "confluent")
+    assert parse().client == "confluent"
+    assert parse(**{"kafka.client": "kafka-python"}).client == "kafka-python"  # option wins
+
+
+def test_kafka_client_errors_name_the_option() -> None:
+    with pytest.raises(ConfigError, match=r"'kafka\.client' = 'rdkafka': one of"):
+        parse(**{"kafka.client": "rdkafka"})
+    with pytest.raises(
+        ConfigError, match=r"'kafka\.session\.timeout\.ms'.*no librdkafka equivalent"
+    ):
+        parse(**{"kafka.client": "confluent", "kafka.session.timeout.ms": "100"})
+    with pytest.raises(ConfigError, match=r"'kafka\.client'.*sinks use kafka-python"):
+        kafka_client_settings({"kafka.client": "confluent"}, role="producer")
+
+
+def test_prefetch_records_defaults_to_one_arrow_batch_and_zero_turns_it_off() -> None:
+    assert parse(maxRecordsPerArrowBatch="500").prefetch_records == 500
+    assert parse(prefetchRecords="0").prefetch_records == 0
+    with pytest.raises(ConfigError, match="prefetchRecords"):
+        parse(prefetchRecords="-1")
+
+
 @pytest.mark.parametrize(
     ("raw", "ms"),
     [("100ms", 100), ("30s", 30_000), ("15m", 900_000), ("2h", 7_200_000), ("250", 250)],
