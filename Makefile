@@ -17,8 +17,12 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The whole suite, then the source's Spark tests again with the confluent-kafka client.
+CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py
+
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	SPARK_CHKPT_KAFKA_CLIENT=confluent $(BIN)/python -m pytest $(CONFLUENT_TESTS) $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -m "not integration and not fault" $(PYTEST_ARGS)
