@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,23 @@ def produce(
             headers=headers(i) or [],
         )
     producer.flush()  # type: ignore[attr-defined]
+
+
+def produce_transactions(bootstrap_servers: str, topic: str, *, batches: int, size: int) -> None:
+    """Commit ``batches`` transactions of ``size`` records (``t<batch>-<i>``) to partition 0;
+    each commit marker takes an offset, so offsets have gaps."""
+    from kafka import KafkaProducer
+
+    tx = KafkaProducer(
+        bootstrap_servers=bootstrap_servers, transactional_id=f"tx-{uuid.uuid4().hex[:6]}"
+    )
+    tx.init_transactions()
+    for batch in range(batches):
+        tx.begin_transaction()
+        for i in range(size):
+            tx.send(topic, value=b"t%d-%d" % (batch, i), partition=0)
+        tx.commit_transaction()
+    tx.close()
 
 
 class Upstream:

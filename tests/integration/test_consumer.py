@@ -7,7 +7,6 @@ same rows, stop at the same offsets and report loss the same way.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from spark_chkpt.fetcher import RangeFetcher
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 from spark_chkpt.pool import ConsumerPool
 from spark_chkpt.prefetch import PrefetchBuffer
-from tests.helpers import produce
+from tests.helpers import produce, produce_transactions
 
 
 def _config(bootstrap_servers: str, topic: str, client: str, **options: str) -> SourceConfig:
@@ -100,19 +99,8 @@ def test_a_pooled_consumer_reads_a_partition_again_after_it_was_paused(
 def test_a_range_ending_on_a_transaction_marker_is_read_past(
     bootstrap_servers: str, make_topic: Callable[..., str], client: str
 ) -> None:
-    from kafka import KafkaProducer
-
     topic = make_topic()
-    tx = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, transactional_id=f"tx-{uuid.uuid4().hex[:6]}"
-    )
-    tx.init_transactions()
-    for batch in range(2):
-        tx.begin_transaction()
-        for i in range(3):
-            tx.send(topic, value=b"t%d-%d" % (batch, i), partition=0)
-        tx.commit_transaction()
-    tx.close()
+    produce_transactions(bootstrap_servers, topic, batches=2, size=3)
     config = _config(bootstrap_servers, topic, client)
     # offsets 0-2 data, 3 commit marker, 4-6 data, 7 commit marker
     first, _ = _read(config, OffsetRange(TopicPartition(topic, 0), 0, 4))

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_chkpt.topics import create_topic, delete_topic
-from tests.helpers import drain_to_files, produce
+from tests.helpers import drain_to_files, produce, produce_transactions
 
 pytestmark = pytest.mark.integration
 
@@ -251,19 +251,8 @@ def _view(df: DataFrame) -> str:
 def test_transaction_markers_leave_gaps_that_are_read_past(
     spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    from kafka import KafkaProducer
-
     topic = make_topic()
-    tx = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, transactional_id=f"tx-{uuid.uuid4().hex[:6]}"
-    )
-    tx.init_transactions()
-    for batch_no in range(3):
-        tx.begin_transaction()
-        for i in range(3):
-            tx.send(topic, value=b"t%d-%d" % (batch_no, i), partition=0)
-        tx.commit_transaction()
-    tx.close()
+    produce_transactions(bootstrap_servers, topic, batches=3, size=3)
     df = source(
         spark,
         bootstrap_servers,
