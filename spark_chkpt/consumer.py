@@ -217,33 +217,45 @@ class ConfluentConsumer:
         messages: list[Any] = [first]
         if max_records > 1:
             messages += self._consumer.consume(num_messages=max_records - 1, timeout=0)
-        polled: dict[TopicPartition, list[Any]] = {}
-        current: list[Any] = []
-        current_key: tuple[str, int] | None = None
-        for m in messages:
-            error = m.error()
-            if error is not None:
+        good = [m for m in messages if m.error() is None]
+        if len(good) != len(messages):
+            for m in messages:
+                error = m.error()
+                if error is None:
+                    continue
                 if error.code() == self._ck.KafkaError._PARTITION_EOF:
                     self._fresh.add((m.topic(), m.partition()))  # a fetch reached the end
                 else:
                     self._raise_for(m, error)
-                continue
-            key = (m.topic(), m.partition())
-            if key != current_key:
-                current_key = key
-                self._fresh.add(key)
-                current = polled.setdefault(TopicPartition(key[0], key[1]), [])
-            ts_type, ts = m.timestamp()
-            current.append(
-                Record(
-                    m.key(),
-                    m.value(),
-                    m.offset(),
-                    ts if ts_type else -1,
-                    1 if ts_type == 2 else 0,
-                    m.headers(),
-                )
+        polled: dict[TopicPartition, list[Any]] = {}
+        # librdkafka hands out one partition's fetched messages in runs; one conversion per run
+        # (a task reading one partition, the default, has a single run).
+        start = 0
+        while start < len(good):
+            topic, partition = good[start].topic(), good[start].partition()
+            stop = len(good) if len(self._assigned) == 1 else start + 1
+            while (
+                stop < len(good)
+                and good[stop].partition() == partition
+                and good[stop].topic() == topic
+            ):
+                stop += 1
+            key = (topic, partition)
+            self._fresh.add(key)
+            polled.setdefault(TopicPartition(key[0], key[1]), []).extend(
+                [
+                    Record(
+                        m.key(),
+                        m.value(),
+                        m.offset(),
+                        stamp[1] if (stamp := m.timestamp())[0] else -1,  # 0: no timestamp
+                        1 if stamp[0] == 2 else 0,  # 2: log-append time
+                        m.headers(),
+                    )
+                    for m in good[start:stop]
+                ]
             )
+            start = stop
         return polled
 
     def _raise_for(self, message: Any, error: Any) -> None:

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from spark_chkpt.config import SourceConfig
 from spark_chkpt.consumer import CLIENTS, RangeConsumer, build_consumer
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.fetcher import RangeFetcher
+from spark_chkpt.fetcher import RangeFetcher, ReadSpec
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 from spark_chkpt.pool import ConsumerPool
 from spark_chkpt.prefetch import PrefetchBuffer
@@ -173,3 +174,18 @@ def _poll_until(consumer: RangeConsumer, tp: TopicPartition, count: int) -> list
     while len(offsets) < count and time.monotonic() < deadline:
         offsets += [r.offset for r in consumer.poll(timeout_ms=500, max_records=100).get(tp, [])]
     return offsets
+
+
+def test_one_consumer_reading_several_partitions_keeps_each_in_order(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+) -> None:
+    topic = make_topic(partitions=3)
+    produce(producer, topic, [b"%d" % i for i in range(3000)], partitions=3)
+    config = _config(bootstrap_servers, topic, client)
+    specs = [ReadSpec(range=OffsetRange(TopicPartition(topic, p), 0, 1000)) for p in range(3)]
+    with RangeFetcher(config=config, client_id="test", pool=None, prefetch=None) as fetcher:
+        table = pa.Table.from_batches(list(fetcher.read_group(specs)))
+    for p in range(3):
+        rows = table.filter(pc.equal(table.column("partition"), p))
+        assert rows.column("offset").to_pylist() == list(range(1000))
+        assert rows.column("value").to_pylist() == [b"%d" % (3 * o + p) for o in range(1000)]
