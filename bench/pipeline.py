@@ -4,16 +4,19 @@
 
 On the embedded broker, with the same records (page-view JSON, about 200 bytes):
 
-(a) a bare kafka-python consumer drains the topic (one thread, what the client costs);
+(a) a bare consumer of the client the pipeline reads with (``--client``: kafka-python,
+    the default, or confluent) drains the topic: one thread, what the client costs;
 (b) the Kafka → Delta job, exactly once, ``Trigger.AvailableNow``;
 (c) the same with ``alignment=none`` and the snapshot store off (``retainedSnapshots=0``):
-    what the snapshot machinery costs on top ((b) and (c) alternate ``--repeat`` times
-    after a warm-up query; the fastest run of each counts);
+    what the snapshot machinery costs on top;
+(e) (b) with the executor prefetch buffer off (``prefetchRecords=0``): what it saves;
 (d) ``deltalake.write_deltalake`` of (b)'s rows alone (what delta-rs costs).
 
-It prints records/s of each, the ratios (b)/(a) and (b)/(c), the driver's commit
-latency p50/p99 per batch (from the snapshot records in the Delta commits), and the
-peak resident memory of Spark's Python workers. Quote the ratios: the machine is shared.
+(b), (c) and (e) alternate ``--repeat`` times after a warm-up query; the fastest run of
+each counts. It prints records/s of each, the ratios (b)/(a), (b)/(c) and (b)/(e), the
+driver's commit latency p50/p99 per batch (from the snapshot records in the Delta
+commits), and the peak resident memory of Spark's Python workers. Quote the ratios:
+the machine is shared.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Result:
     records: int
     partitions: int
     per_trigger: int
+    client: str = "kafka-python"
     seconds: dict[str, float] = field(default_factory=dict)
     rate: dict[str, float] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
@@ -43,7 +47,9 @@ class Result:
     breakdown_ms: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-def _drain_raw(servers: str, topic: str, ends: dict[Any, int]) -> int:
+def _drain_raw(servers: str, topic: str, ends: dict[Any, int], client: str) -> int:
+    if client == "confluent":
+        return _drain_raw_confluent(servers, topic, ends)
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
 
@@ -61,6 +67,25 @@ def _drain_raw(servers: str, topic: str, ends: dict[Any, int]) -> int:
             count += len(records)
             if ktp in remaining and consumer.position(ktp) >= remaining[ktp]:
                 del remaining[ktp]
+    consumer.close()
+    return count
+
+
+def _drain_raw_confluent(servers: str, topic: str, ends: dict[Any, int]) -> int:
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer(
+        {"bootstrap.servers": servers, "group.id": "bench-raw", "enable.auto.commit": False}
+    )
+    consumer.assign([ck.TopicPartition(tp.topic, tp.partition, 0) for tp in ends])
+    remaining = {tp.partition: end for tp, end in ends.items() if end > 0}
+    count = 0
+    while remaining:
+        messages = consumer.consume(num_messages=10_000, timeout=0.1)
+        count += len(messages)
+        for position in consumer.position([ck.TopicPartition(topic, p) for p in list(remaining)]):
+            if position.offset >= remaining[position.partition]:
+                del remaining[position.partition]
     consumer.close()
     return count
 
@@ -136,7 +161,13 @@ def _pipeline(
 
 
 def run(
-    *, records: int, partitions: int, per_trigger: int, workdir: Path, repeat: int = 2
+    *,
+    records: int,
+    partitions: int,
+    per_trigger: int,
+    workdir: Path,
+    repeat: int = 2,
+    client: str = "kafka-python",
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
@@ -148,14 +179,13 @@ def run(
     from spark_chkpt.session import build_session
     from spark_chkpt.topics import create_topic
 
-    result = Result(records=records, partitions=partitions, per_trigger=per_trigger)
+    result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
     with EmbeddedBroker() as broker:
         servers = broker.bootstrap_servers
-        for topic, count in (("warmup", 2_000), ("bench", records)):
-            create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
-            produce_page_views(
-                bootstrap_servers=servers, topic=topic, first=0, count=count, spread_over=partitions
-            )
+        create_topic(bootstrap_servers=servers, name="bench", partitions=partitions)
+        produce_page_views(
+            bootstrap_servers=servers, topic="bench", first=0, count=records, spread_over=partitions
+        )
         reader = OffsetReader(
             config=SourceConfig.from_options(
                 {"kafka.bootstrap.servers": servers, "subscribe": "bench"}
@@ -166,11 +196,15 @@ def run(
         reader.close()
         print(f"[bench] {records} records over {partitions} partitions on {servers}", flush=True)
 
-        started = time.monotonic()
-        drained = _drain_raw(servers, "bench", ends)
-        result.seconds["a_raw_consumer"] = time.monotonic() - started
-        if drained != records:
-            raise RuntimeError(f"raw consumer read {drained} of {records} records")
+        raw = {"a_raw_consumer": client}
+        if client != "kafka-python":
+            raw["a_raw_kafka_python"] = "kafka-python"
+        for key, raw_client in raw.items():
+            started = time.monotonic()
+            drained = _drain_raw(servers, "bench", ends, raw_client)
+            result.seconds[key] = time.monotonic() - started
+            if drained != records:
+                raise RuntimeError(f"raw {raw_client} consumer read {drained} of {records}")
 
         spark = build_session(
             app_name="spark-chkpt-bench",
@@ -182,12 +216,19 @@ def run(
             },
         )
         spark.sparkContext.setLogLevel("ERROR")
-        # Warm-up: JVM, Python workers, imports, so neither measured run pays for them.
-        _pipeline(spark, servers, "warmup", workdir, "warmup", per_trigger, {})
-        # (c) and (b) alternate, each `repeat` times on fresh tables; the fastest counts.
+        # Warm-up on the same data: JVM start, the JIT (the C2 compiler alone took about 5
+        # CPU-seconds during a cold 300k run), Python workers and imports, so that no
+        # measured run pays for them and the figures are a long-running job's.
+        chosen = {"source.kafka.client": client}
+        _pipeline(spark, servers, "bench", workdir, "warmup", per_trigger, chosen)
+        # (c), (e) and (b) alternate, each `repeat` times on fresh tables; the fastest counts.
         variants = {
-            "c_no_snapshots": ("c", {"source.alignment": "none", "sink.retainedSnapshots": "0"}),
-            "b_exactly_once": ("b", {}),
+            "c_no_snapshots": (
+                "c",
+                {**chosen, "source.alignment": "none", "sink.retainedSnapshots": "0"},
+            ),
+            "e_no_prefetch": ("e", {**chosen, "source.prefetchRecords": "0"}),
+            "b_exactly_once": ("b", chosen),
         }
         for round_no in range(repeat):
             for key, (name, extra) in variants.items():
@@ -213,10 +254,17 @@ def run(
     result.ratios["b/a"] = round(
         result.seconds["a_raw_consumer"] / result.seconds["b_exactly_once"], 3
     )
+    if "a_raw_kafka_python" in result.seconds:
+        result.ratios["b/a_kafka_python"] = round(
+            result.seconds["a_raw_kafka_python"] / result.seconds["b_exactly_once"], 3
+        )
     result.ratios["b/c"] = round(
         result.seconds["c_no_snapshots"] / result.seconds["b_exactly_once"], 3
     )
     result.ratios["snapshot_overhead"] = round(1 - result.ratios["b/c"], 3)
+    result.ratios["b/e"] = round(
+        result.seconds["e_no_prefetch"] / result.seconds["b_exactly_once"], 3
+    )
     for name in ("b", "c"):
         latencies, batches = _commit_latencies(workdir / name)
         result.batches[name] = batches
@@ -229,19 +277,25 @@ def run(
 
 def report(result: Result) -> str:
     names = {
-        "a_raw_consumer": "(a) raw kafka-python consumer",
+        "a_raw_consumer": f"(a) raw {result.client} consumer",
         "b_exactly_once": "(b) chkpt-kafka -> chkpt-delta, exactly once",
         "c_no_snapshots": "(c) same, alignment=none, no snapshot store",
+        "e_no_prefetch": "(e) (b) with prefetchRecords=0",
         "d_write_deltalake": "(d) write_deltalake of the same rows",
     }
     lines = [f"{'run':<48}{'seconds':>9}{'records/s':>12}"]
+    if "a_raw_kafka_python" in result.seconds:
+        names = {"a_raw_kafka_python": "(a') raw kafka-python consumer", **names}
     for key, label in names.items():
         lines.append(f"{label:<48}{result.seconds[key]:>9.2f}{result.rate[key]:>12,}")
     lines.append(
         f"ratio (b)/(a) = {result.ratios['b/a']:.2f}   "
         f"ratio (b)/(c) = {result.ratios['b/c']:.2f}   "
-        f"snapshot overhead 1-(b)/(c) = {result.ratios['snapshot_overhead']:.1%}"
+        f"snapshot overhead 1-(b)/(c) = {result.ratios['snapshot_overhead']:.1%}   "
+        f"prefetch gain (b)/(e) = {result.ratios['b/e']:.2f}"
     )
+    if "b/a_kafka_python" in result.ratios:
+        lines.append(f"ratio (b)/(a') = {result.ratios['b/a_kafka_python']:.2f}")
     for name in ("b", "c"):
         ms = result.commit_ms[name]
         lines.append(
@@ -281,6 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=2,
         help="runs of (b) and (c), alternating; the fastest of each counts",
     )
+    parser.add_argument(
+        "--client",
+        choices=("kafka-python", "confluent"),
+        default="kafka-python",
+        help="the source's kafka.client, and the raw consumer (a) it is compared with",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -290,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         partitions=args.partitions,
         per_trigger=args.per_trigger,
         workdir=workdir,
+        repeat=args.repeat,
+        client=args.client,
     )
     print(report(result), flush=True)
     if args.json:
