@@ -119,34 +119,40 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
             f"{schema}, _corrupt_record string",
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
         ).alias("v"),
-        F.col("value").cast("string").alias("_raw"),
+        "value",  # cast to text only for a malformed record (its error or _malformed)
         "topic",
         "partition",
         "offset",
         "timestamp",
     )
     malformed = F.col("v._corrupt_record").isNotNull()
-    if bad == "fail":  # a filter, so the optimizer cannot prune the check away
-        parsed = parsed.where(
-            F.when(
-                malformed,
-                F.raise_error(
-                    F.concat(
-                        F.lit("malformed JSON value at "),
-                        F.col("topic"),
-                        F.lit("-"),
-                        F.col("partition").cast("string"),
-                        F.lit(" offset "),
-                        F.col("offset").cast("string"),
-                        F.lit(" (job.badRecords=fail; set keep to write it to _malformed): "),
-                        F.substring(F.col("_raw"), 1, 200),
-                    )
-                ),
-            ).otherwise(F.lit(True))
+    if bad == "fail":
+        # The check is part of the parsed value, so the optimizer can neither prune it nor
+        # push it below the parse: as a filter it was pushed below the projection and every
+        # record's JSON was parsed twice (once for the filter, once for the columns).
+        failure = F.raise_error(
+            F.concat(
+                F.lit("malformed JSON value at "),
+                F.col("topic"),
+                F.lit("-"),
+                F.col("partition").cast("string"),
+                F.lit(" offset "),
+                F.col("offset").cast("string"),
+                F.lit(" (job.badRecords=fail; set keep to write it to _malformed): "),
+                F.substring(F.col("value").cast("string"), 1, 200),
+            )
+        )
+        parsed = parsed.select(
+            F.when(malformed, failure).otherwise(F.col("v")).alias("v"),
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
         )
     columns = [F.col(f"v.{name}") for name in spark.createDataFrame([], schema).columns]
     if bad == "keep":
-        columns.append(F.when(malformed, F.col("_raw")).alias("_malformed"))
+        columns.append(F.when(malformed, F.col("value").cast("string")).alias("_malformed"))
     if job.get("kafkaColumns", "true").lower() == "true":
         columns += [
             F.col("partition").alias("kafka_partition"),
