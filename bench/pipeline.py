@@ -12,11 +12,11 @@ On the embedded broker, with the same records (page-view JSON, about 200 bytes):
 (e) (b) with the executor prefetch buffer off (``prefetchRecords=0``): what it saves;
 (d) ``deltalake.write_deltalake`` of (b)'s rows alone (what delta-rs costs).
 
-(b), (c) and (e) alternate ``--repeat`` times after a warm-up query; the fastest run of
-each counts. It prints records/s of each, the ratios (b)/(a), (b)/(c) and (b)/(e), the
-driver's commit latency p50/p99 per batch (from the snapshot records in the Delta
-commits), and the peak resident memory of Spark's Python workers. Quote the ratios:
-the machine is shared.
+(b), (c) and (e) alternate ``--repeat`` times (default 3, the order rotating each round)
+after a warm-up query on the same data; the fastest run of each counts. It prints
+records/s of each, the ratios (b)/(a), (b)/(c) and (b)/(e), the driver's commit latency
+p50/p99 per batch (from the snapshot records in the Delta commits), and the peak
+resident memory of Spark's Python workers. Quote the ratios: the machine is shared.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def run(
     partitions: int,
     per_trigger: int,
     workdir: Path,
-    repeat: int = 2,
+    repeat: int = 3,
     client: str = "kafka-python",
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
@@ -230,8 +230,13 @@ def run(
             "e_no_prefetch": ("e", {**chosen, "source.prefetchRecords": "0"}),
             "b_exactly_once": ("b", chosen),
         }
+        keys = list(variants)
         for round_no in range(repeat):
-            for key, (name, extra) in variants.items():
+            # Rotate the order each round: with --repeat 3 each variant runs once in each
+            # position, so no variant always runs first after the previous round.
+            shift = round_no % len(keys)
+            for key in keys[shift:] + keys[:shift]:
+                name, extra = variants[key]
                 table = name if round_no == 0 else f"{name}{round_no}"
                 seconds, phases = _pipeline(
                     spark, servers, "bench", workdir, table, per_trigger, extra
@@ -332,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--repeat",
         type=int,
-        default=2,
+        default=3,
         help="runs of (b) and (c), alternating; the fastest of each counts",
     )
     parser.add_argument(
