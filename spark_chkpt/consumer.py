@@ -82,6 +82,9 @@ class RangeConsumer(Protocol):
     def highwater(self, tp: TopicPartition) -> int | None:
         """The partition's end as of the last fetch, if one was made."""
 
+    def last_error(self) -> str | None:
+        """The client's latest connection-level error (authentication, brokers down)."""
+
     def close(self) -> None: ...
 
 
@@ -131,6 +134,9 @@ class KafkaPythonConsumer:
         hw = self._consumer.highwater(self._k(tp))
         return None if hw is None else int(hw)
 
+    def last_error(self) -> str | None:
+        return None  # kafka-python raises its errors from poll()
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -139,8 +145,22 @@ class ConfluentConsumer:
     """:class:`RangeConsumer` on confluent-kafka's ``Consumer`` (librdkafka).
 
     librdkafka needs a ``group.id`` even for assign-only reading; a unique one is set
-    and never used: no group is joined and nothing is committed. Its fetch queue is
-    bounded by ``queued.min.messages`` (per partition) and ``queued.max.messages.kbytes``.
+    and never used: no group is joined and nothing is committed. Its prefetch is kept
+    small through ``queued.min.messages`` (per partition) and ``queued.max.messages.kbytes``.
+
+    librdkafka behaviours a pooled consumer must undo (each found against the broker and
+    pinned by ``tests/integration/test_consumer.py``):
+
+    - a partition's pause survives unassign/assign: :meth:`assign` resumes first;
+    - the cached high watermark survives reassignment: :meth:`highwater` answers only
+      after a fetch (a message or end-of-partition event) since the partition was
+      assigned or sought;
+    - ``fetch.queue.backoff.ms`` (1 s by default) delays the first fetch of a reused
+      consumer: set to 20 ms.
+
+    A poll that hands out records *and* an out-of-range error returns the records and
+    raises the error on the next poll (as kafka-python does): librdkafka has already
+    moved the positions past the records it handed out.
     """
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
@@ -169,11 +189,15 @@ class ConfluentConsumer:
         # Partitions with a fetch response since they were assigned or sought: librdkafka's
         # cached high watermark survives unassign/assign and is stale until then.
         self._fresh: set[tuple[str, int]] = set()
-        self.last_error: str | None = None
+        self._last_error: str | None = None
+        self._deferred: OffsetOutOfRange | None = None
 
     def _on_error(self, error: Any) -> None:
-        self.last_error = str(error)
+        self._last_error = str(error)
         log.warning("confluent-kafka: %s", error)
+
+    def last_error(self) -> str | None:
+        return self._last_error
 
     def _c(self, tp: TopicPartition, offset: int = -1001) -> Any:
         return self._ck.TopicPartition(tp.topic, tp.partition, offset)
@@ -198,12 +222,19 @@ class ConfluentConsumer:
             self._consumer.unassign()
         self._assigned = list(starts)
         self._fresh.clear()
+        self._deferred = None
         if starts:
             self._consumer.assign([self._c(tp, offset) for tp, offset in starts.items()])
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._fresh.discard((tp.topic, tp.partition))
-        self._consumer.seek(self._c(tp, offset))
+        try:
+            self._consumer.seek(self._c(tp, offset))
+        except self._ck.KafkaException:
+            # A partition whose fetch stopped (an offset reset with auto.offset.reset=error)
+            # refuses seek: assign it again at the offset instead.
+            self._consumer.incremental_unassign([self._c(tp)])
+            self._consumer.incremental_assign([self._c(tp, offset)])
 
     def pause(self, tp: TopicPartition) -> None:
         self._consumer.pause([self._c(tp)])
@@ -211,12 +242,16 @@ class ConfluentConsumer:
     def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
         # Block for the first message only, then take what is already queued: consume()
         # with a timeout waits for a full batch, which would stall every range's last poll.
+        if self._deferred is not None:
+            deferred, self._deferred = self._deferred, None
+            raise deferred
         first = self._consumer.poll(timeout_ms / 1000)
         if first is None:
             return {}
         messages: list[Any] = [first]
-        if max_records > 1:
-            messages += self._consumer.consume(num_messages=max_records - 1, timeout=0)
+        if max_records > 1:  # librdkafka takes at most 1,000,000 per call
+            more = min(max_records - 1, 999_999)
+            messages += self._consumer.consume(num_messages=more, timeout=0)
         good = [m for m in messages if m.error() is None]
         if len(good) != len(messages):
             for m in messages:
@@ -226,7 +261,10 @@ class ConfluentConsumer:
                 if error.code() == self._ck.KafkaError._PARTITION_EOF:
                     self._fresh.add((m.topic(), m.partition()))  # a fetch reached the end
                 else:
-                    self._raise_for(m, error)
+                    try:
+                        self._raise_for(m, error)
+                    except OffsetOutOfRange as e:
+                        self._deferred = self._deferred or e  # after this poll's records
         polled: dict[TopicPartition, list[Any]] = {}
         # librdkafka hands out one partition's fetched messages in runs; one conversion per run
         # (a task reading one partition, the default, has a single run).
@@ -263,9 +301,21 @@ class ConfluentConsumer:
         where = f"{message.topic()}-{message.partition()}"
         if error.code() in (codes._AUTO_OFFSET_RESET, codes.OFFSET_OUT_OF_RANGE):
             raise OffsetOutOfRange(f"{where}: {error.str()}")
-        if error.fatal() or not error.retriable():
-            raise KafkaReadError(f"{where} offset {message.offset()}: {error.str()}")
-        log.warning("confluent-kafka: %s: %s (retrying)", where, error.str())
+        # Message errors carry no retriable flag (librdkafka sets it only on API errors):
+        # these are the ones librdkafka itself retries; anything else fails the task.
+        transient = {
+            codes._TRANSPORT,
+            codes._ALL_BROKERS_DOWN,
+            codes._TIMED_OUT,
+            codes.REQUEST_TIMED_OUT,
+            codes.LEADER_NOT_AVAILABLE,
+            codes.NOT_LEADER_FOR_PARTITION,
+            codes.UNKNOWN_TOPIC_OR_PART,
+        }
+        if error.code() in transient and not error.fatal():
+            log.warning("confluent-kafka: %s: %s (librdkafka retries)", where, error.str())
+            return
+        raise KafkaReadError(f"{where} offset {message.offset()}: {error.str()}")
 
     def position(self, tp: TopicPartition) -> int:
         (got,) = self._consumer.position([self._c(tp)])

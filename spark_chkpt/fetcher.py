@@ -94,6 +94,9 @@ class RangeFetcher:
             pool.acquire(self._settings) if pool is not None else build_consumer(self._settings)
         )
         self._prefetch = prefetch if config.prefetch_records > 0 else None
+        # Entries belong to one run of one query (the client id carries its run id): another
+        # query, or the same query restarted, never takes what this one left.
+        self._prefetch_key = (self._settings.key(), client_id)
         self._schema = arrow_schema(include_headers=config.include_headers)
         self._align = align
         self.stats = ReadStats()
@@ -183,16 +186,18 @@ class RangeFetcher:
                     self._finish(channel, aligner, channels)
                 elif idle.expired():
                     rng = channel.spec.range
+                    error = consumer.last_error()
                     raise KafkaReadError(
                         f"{rng.tp}: no records after waiting {self._config.poll_timeout_ms} ms "
-                        f"at offset {channel.position} of [{rng.start}, {rng.end}); raise "
-                        "kafkaConsumer.pollTimeoutMs if the broker is slow"
+                        f"at offset {channel.position} of [{rng.start}, {rng.end})"
+                        + (f"; the client's last error: {error}" if error else "")
+                        + "; raise kafkaConsumer.pollTimeoutMs if the broker is slow"
                     )
         yield from self._flush(channels, 1)
         if self._prefetch is not None:
             for channel in channels.values():
                 self._prefetch.put(
-                    key=self._settings.key(),
+                    key=self._prefetch_key,
                     tp=channel.tp,
                     follows=channel.spec.range.end,
                     records=channel.ahead,
@@ -225,7 +230,7 @@ class RangeFetcher:
             channel.position = begin
         if channel.position < rng.end and self._prefetch is not None:
             ahead = self._prefetch.take(
-                key=self._settings.key(), tp=channel.tp, start=channel.position
+                key=self._prefetch_key, tp=channel.tp, start=channel.position
             )
             if ahead:
                 self.stats.prefetched += len(ahead)
