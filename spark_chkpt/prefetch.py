@@ -10,7 +10,9 @@ range's end). The next task of the same Python worker whose range of that partit
 
 This is the "buffer after the barrier" of an aligned read: records after a barrier stay
 here, not only in Kafka, until the batch that ends at the next barrier takes them.
-Bounded by ``prefetchRecords`` per partition and ``max_records`` per worker.
+Bounded by ``prefetchRecords`` per partition and, per worker, by ``max_bytes`` of keys
+and values (64 MB by default; the oldest entries go first). Entries are keyed by query
+run as well, and expire after ``ttl_s`` (5 minutes), checked on every put and take.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class _Ahead:
     follows: int  # the end offset of the range these records were fetched past
     records: list[Any]
     stored: float
+    size: int  # bytes of keys and values
+
+
+def _size(records: Sequence[Any]) -> int:
+    return sum(len(r.value or b"") + len(r.key or b"") for r in records)
 
 
 @dataclass
@@ -43,16 +50,35 @@ class PrefetchStats:
 class PrefetchBuffer:
     """Records past a range's end by (settings, partition); taken once, by exact offset."""
 
-    def __init__(self, *, max_records: int = 200_000, ttl_s: float = 300.0) -> None:
-        self.max_records = max_records
+    def __init__(self, *, max_bytes: int = 64 * 1024**2, ttl_s: float = 300.0) -> None:
+        self.max_bytes = max_bytes
         self.ttl_s = ttl_s
         self._entries: OrderedDict[tuple[Hashable, TopicPartition], _Ahead] = OrderedDict()
-        self._size = 0
+        self._records = 0
+        self._bytes = 0
         self._lock = threading.Lock()
         self.stats = PrefetchStats()
 
     def __len__(self) -> int:
-        return self._size
+        return self._records
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def _drop(self, key: tuple[Hashable, TopicPartition]) -> _Ahead | None:
+        ahead = self._entries.pop(key, None)
+        if ahead is not None:
+            self._records -= len(ahead.records)
+            self._bytes -= ahead.size
+        return ahead
+
+    def _expire(self, now: float) -> None:
+        while self._entries:
+            key, oldest = next(iter(self._entries.items()))
+            if now - oldest.stored <= self.ttl_s and self._bytes <= self.max_bytes:
+                return
+            self._drop(key)
 
     def put(
         self,
@@ -65,26 +91,23 @@ class PrefetchBuffer:
     ) -> None:
         """Keep up to ``limit`` of ``records`` (consecutive, from ``follows`` on) for later."""
         kept = list(records[:limit]) if limit > 0 else []
+        now = time.monotonic()
         with self._lock:
-            old = self._entries.pop((key, tp), None)
-            if old is not None:
-                self._size -= len(old.records)
-            if not kept:
-                return
-            self._entries[(key, tp)] = _Ahead(follows, kept, time.monotonic())
-            self._size += len(kept)
-            self.stats.records_stored += len(kept)
-            while self._size > self.max_records and self._entries:
-                _, evicted = self._entries.popitem(last=False)
-                self._size -= len(evicted.records)
+            self._drop((key, tp))
+            if kept:
+                size = _size(kept)
+                self._entries[(key, tp)] = _Ahead(follows, kept, now, size)
+                self._records += len(kept)
+                self._bytes += size
+                self.stats.records_stored += len(kept)
+            self._expire(now)
 
     def take(self, *, key: Hashable, tp: TopicPartition, start: int) -> list[Any]:
         """The records kept for a read of ``tp`` from ``start``; [] and invalidate otherwise."""
         with self._lock:
-            ahead = self._entries.pop((key, tp), None)
+            ahead = self._drop((key, tp))
             if ahead is None:
                 return []
-            self._size -= len(ahead.records)
             fresh = time.monotonic() - ahead.stored <= self.ttl_s
             if ahead.follows != start or not fresh:
                 self.stats.invalidated += 1
@@ -96,7 +119,8 @@ class PrefetchBuffer:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._size = 0
+            self._records = 0
+            self._bytes = 0
 
 
 PREFETCH = PrefetchBuffer()  # one per Python worker process

@@ -38,18 +38,24 @@ def test_other_settings_and_partitions_never_see_the_records() -> None:
 
 
 def test_bounded_per_partition_and_per_worker_oldest_evicted_first() -> None:
-    buffer = PrefetchBuffer(max_records=8)
+    buffer = PrefetchBuffer(max_bytes=8)  # each record here is one byte (b"v")
     buffer.put(key="k", tp=TP, follows=0, records=_records(0, 10), limit=6)
-    assert len(buffer) == 6
+    assert len(buffer) == 6 and buffer.nbytes == 6
     buffer.put(key="k", tp=TopicPartition("t", 1), follows=0, records=_records(0, 4), limit=6)
-    assert len(buffer) == 4  # the first entry went to stay under 8
+    assert len(buffer) == 4  # the first entry went to stay under 8 bytes
     assert buffer.take(key="k", tp=TP, start=0) == []
     buffer.put(key="k", tp=TP, follows=0, records=_records(0, 3), limit=0)
     assert len(buffer) == 4  # limit 0 keeps nothing
 
 
-def test_stale_entries_are_not_served() -> None:
-    buffer = PrefetchBuffer(ttl_s=-1.0)
+def test_stale_entries_are_not_served_and_are_freed_without_a_take() -> None:
+    buffer = PrefetchBuffer(ttl_s=60.0)
     buffer.put(key="k", tp=TP, follows=10, records=_records(10, 2), limit=100)
+    buffer.ttl_s = -1.0  # the entry is now older than the TTL
     assert buffer.take(key="k", tp=TP, start=10) == []
     assert buffer.stats.invalidated == 1
+    buffer.ttl_s = 60.0
+    buffer.put(key="k", tp=TP, follows=10, records=_records(10, 2), limit=100)
+    buffer.ttl_s = -1.0
+    buffer.put(key="k", tp=TopicPartition("t", 9), follows=0, records=[], limit=100)
+    assert len(buffer) == 0 and buffer.nbytes == 0  # a put expires what nobody took
