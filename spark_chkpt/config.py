@@ -219,6 +219,24 @@ def _parse_client(opts: Mapping[str, str]) -> ClientKind:
     return "confluent" if client == "confluent" else "kafka-python"
 
 
+def _check_librdkafka(config: Mapping[str, Any], servers: str) -> None:
+    """Let librdkafka judge the values here, on the driver, not in every read task.
+
+    Building a consumer validates its configuration without connecting (about 7 ms).
+    """
+    import confluent_kafka
+
+    try:
+        consumer = confluent_kafka.Consumer(
+            {**config, "bootstrap.servers": servers, "group.id": "spark-chkpt-check"}
+        )
+    except confluent_kafka.KafkaException as e:
+        raise ConfigError(
+            "kafka.client", "confluent", f"librdkafka rejects the kafka.* settings: {e.args[0]}"
+        ) from e
+    consumer.close()
+
+
 def librdkafka_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Translate validated kafka-python consumer settings into librdkafka properties.
 
@@ -568,7 +586,7 @@ class SourceConfig:
         client = _parse_client(opts)
         settings = kafka_client_settings(opts, role="consumer")
         if client == "confluent":
-            librdkafka_settings(settings)  # fail here, on the driver, not in a read task
+            _check_librdkafka(librdkafka_settings(settings), servers)
         max_records = (
             parse_positive_int(
                 "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"), default=10_000

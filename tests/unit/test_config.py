@@ -172,14 +172,14 @@ def test_kafka_client_chooses_the_read_tasks_library_and_translates_settings(
     cfg = parse(
         **{
             "kafka.client": "confluent",
-            "kafka.fetch.max.bytes": "1000",
+            "kafka.fetch.max.bytes": "2000000",
             "kafka.sasl.jaas.config": 'x.PlainLoginModule required username="u" password="p";',
             "kafka.ssl.endpoint.identification.algorithm": "",
         }
     )
     settings = cfg.fetch_settings(client_id="c")
     assert settings.client == "confluent"
-    assert settings.settings["fetch.max.bytes"] == 1000
+    assert settings.settings["fetch.max.bytes"] == 2_000_000
     assert settings.settings["sasl.username"] == "u" and settings.settings["sasl.password"] == "p"
     assert settings.settings["ssl.endpoint.identification.algorithm"] == "none"
     assert settings.settings["isolation.level"] == "read_uncommitted"  # Spark's, not librdkafka's
@@ -196,6 +196,8 @@ def test_kafka_client_errors_name_the_option() -> None:
         ConfigError, match=r"'kafka\.session\.timeout\.ms'.*no librdkafka equivalent"
     ):
         parse(**{"kafka.client": "confluent", "kafka.session.timeout.ms": "100"})
+    with pytest.raises(ConfigError, match=r"librdkafka rejects.*fetch\.max\.bytes"):
+        parse(**{"kafka.client": "confluent", "kafka.fetch.max.bytes": "1000"})
     with pytest.raises(ConfigError, match=r"'kafka\.client'.*sinks use kafka-python"):
         kafka_client_settings({"kafka.client": "confluent"}, role="producer")
 
