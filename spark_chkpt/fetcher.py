@@ -19,6 +19,7 @@ reads on from there in the next batch.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -271,9 +272,9 @@ class RangeFetcher:
     ) -> None:
         spec = channel.spec
         end = spec.range.end
-        if records[-1].offset >= end:
-            channel.ahead = [r for r in records if r.offset >= end]
-            records = [r for r in records if r.offset < end]
+        if records[-1].offset >= end:  # offsets ascend: split once, no per-record test
+            split = bisect.bisect_left(records, end, key=lambda r: r.offset)
+            channel.ahead, records = records[split:], records[:split]
         if not spec.markers:
             channel.pending.extend(records)
             return
