@@ -56,7 +56,7 @@ class ConsumerSettings:
 
     def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
         """What makes two consumers interchangeable: everything but the client id."""
-        ignored = ("client_id", "client.id", "group.id")
+        ignored = ("client_id", "client.id")
         items = tuple(sorted((k, repr(v)) for k, v in self.settings.items() if k not in ignored))
         return self.client, items
 

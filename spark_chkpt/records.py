@@ -45,7 +45,8 @@ def arrow_schema(*, include_headers: bool) -> pa.Schema:
 def to_record_batch(
     records: Sequence[Any], *, topic: str, partition: int, schema: pa.Schema
 ) -> pa.RecordBatch:
-    """Build one Arrow batch from kafka-python ``ConsumerRecord``s of one partition.
+    """Build one Arrow batch from one partition's records: kafka-python ``ConsumerRecord``s
+    or :class:`spark_chkpt.consumer.Record`s (the same field names).
 
     One pass per column over the records kafka-python returned; no per-record dicts.
     """

@@ -7,7 +7,7 @@ same rows, stop at the same offsets and report loss the same way.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -40,13 +40,15 @@ def _config(bootstrap_servers: str, topic: str, client: str, **options: str) -> 
 
 def _read(
     config: SourceConfig,
-    rng: OffsetRange,
+    rng: OffsetRange | list[ReadSpec],
     *,
     pool: ConsumerPool | None = None,
     prefetch: PrefetchBuffer | None = None,
 ) -> tuple[pa.Table, RangeFetcher]:
+    """Read one range (or several, with one consumer) into a table."""
+    specs = rng if isinstance(rng, list) else [ReadSpec(range=rng)]
     with RangeFetcher(config=config, client_id="test", pool=pool, prefetch=prefetch) as fetcher:
-        batches = list(fetcher.read(rng))
+        batches = list(fetcher.read_group(specs))
     table = pa.Table.from_batches(batches, schema=fetcher._schema)
     return table, fetcher
 
@@ -54,6 +56,14 @@ def _read(
 @pytest.fixture(params=CLIENTS)
 def client(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture
+def pool() -> Iterator[ConsumerPool]:
+    """A consumer pool of the test's own; its consumers are closed afterwards."""
+    consumers = ConsumerPool()
+    yield consumers
+    consumers.close_all()
 
 
 def test_both_clients_return_the_same_rows(
@@ -81,20 +91,20 @@ def test_both_clients_return_the_same_rows(
 
 
 def test_a_pooled_consumer_reads_a_partition_again_after_it_was_paused(
-    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    client: str,
+    pool: ConsumerPool,
 ) -> None:
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"%d" % i for i in range(40)], partitions=2)
     config = _config(bootstrap_servers, topic, client)
-    pool = ConsumerPool()
-    try:
-        for _ in range(3):  # the same consumer, the same partitions, paused at each end
-            for p in (0, 1):
-                table, _ = _read(config, OffsetRange(TopicPartition(topic, p), 0, 20), pool=pool)
-                assert table.num_rows == 20
-        assert pool.created == 1 and pool.reused == 5
-    finally:
-        pool.close_all()
+    for _ in range(3):  # the same consumer, the same partitions, paused at each end
+        for p in (0, 1):
+            table, _ = _read(config, OffsetRange(TopicPartition(topic, p), 0, 20), pool=pool)
+            assert table.num_rows == 20
+    assert pool.created == 1 and pool.reused == 5
 
 
 def test_a_range_ending_on_a_transaction_marker_is_read_past(
@@ -124,26 +134,27 @@ def test_offsets_gone_from_the_partition_are_data_loss(
 
 
 def test_records_fetched_past_the_end_serve_the_next_range_and_only_it(
-    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    client: str,
+    pool: ConsumerPool,
 ) -> None:
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(1000)])
     config = _config(bootstrap_servers, topic, client)
     tp = TopicPartition(topic, 0)
-    pool, prefetch = ConsumerPool(), PrefetchBuffer()
-    try:
-        first, _ = _read(config, OffsetRange(tp, 0, 100), pool=pool, prefetch=prefetch)
-        assert len(prefetch) > 0, "one fetch of 1,000 small records goes past offset 100"
-        second, fetcher = _read(config, OffsetRange(tp, 100, 400), pool=pool, prefetch=prefetch)
-        assert fetcher.stats.prefetched > 0 and prefetch.stats.hits == 1
-        assert second.column("offset").to_pylist() == list(range(100, 400))
-        # a replay of an older range: the buffer (records from 400 on) must not be used
-        again, fetcher = _read(config, OffsetRange(tp, 50, 450), pool=pool, prefetch=prefetch)
-        assert fetcher.stats.prefetched == 0 and prefetch.stats.invalidated == 1
-        assert again.column("offset").to_pylist() == list(range(50, 450))
-        assert first.column("offset").to_pylist() == list(range(100))
-    finally:
-        pool.close_all()
+    prefetch = PrefetchBuffer()
+    first, _ = _read(config, OffsetRange(tp, 0, 100), pool=pool, prefetch=prefetch)
+    assert len(prefetch) > 0, "one fetch of 1,000 small records goes past offset 100"
+    second, fetcher = _read(config, OffsetRange(tp, 100, 400), pool=pool, prefetch=prefetch)
+    assert fetcher.stats.prefetched > 0 and prefetch.stats.hits == 1
+    assert second.column("offset").to_pylist() == list(range(100, 400))
+    # a replay of an older range: the buffer (records from 400 on) must not be used
+    again, fetcher = _read(config, OffsetRange(tp, 50, 450), pool=pool, prefetch=prefetch)
+    assert fetcher.stats.prefetched == 0 and prefetch.stats.invalidated == 1
+    assert again.column("offset").to_pylist() == list(range(50, 450))
+    assert first.column("offset").to_pylist() == list(range(100))
 
 
 def test_a_reassigned_consumer_knows_no_end_until_it_fetches(
@@ -183,8 +194,7 @@ def test_one_consumer_reading_several_partitions_keeps_each_in_order(
     produce(producer, topic, [b"%d" % i for i in range(3000)], partitions=3)
     config = _config(bootstrap_servers, topic, client)
     specs = [ReadSpec(range=OffsetRange(TopicPartition(topic, p), 0, 1000)) for p in range(3)]
-    with RangeFetcher(config=config, client_id="test", pool=None, prefetch=None) as fetcher:
-        table = pa.Table.from_batches(list(fetcher.read_group(specs)))
+    table, _ = _read(config, specs)
     for p in range(3):
         rows = table.filter(pc.equal(table.column("partition"), p))
         assert rows.column("offset").to_pylist() == list(range(1000))
