@@ -223,14 +223,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def exit_now(code: int) -> None:
-    """Exit without interpreter teardown: after deltalake was used in this process, its
-    runtime threads can abort the teardown ("terminate called without an active
-    exception", SIGABRT) once the work is done and printed."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())

@@ -1,24 +1,45 @@
 """spark-chkpt: Flink-style aligned snapshots for PySpark Structured Streaming.
 
-``register(spark=spark)`` (or ``register(spark)``) makes every format of the project
-available to a SparkSession: ``chkpt-kafka`` (source).
+``register(spark)`` makes every format of the project available to a SparkSession:
+``chkpt-kafka`` (source and sink) and ``chkpt-delta`` (sink). It also points Spark's
+Python workers at an interpreter that can import this package (see
+:mod:`spark_chkpt.interpreter`). Importing the package registers an exit hook that lets
+pyarrow's thread pools finish before the interpreter finalizes (see
+:mod:`spark_chkpt.teardown`), so scripts that read tables exit 0.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_chkpt.errors import ChkptError, ConfigError, DataLossError
+from spark_chkpt import teardown
+from spark_chkpt.errors import ChkptError, ConfigError, DataLossError, WorkerPythonError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __version__ = "0.1.0"
-__all__ = ["ChkptError", "ConfigError", "DataLossError", "__version__", "register"]
+__all__ = [
+    "ChkptError",
+    "ConfigError",
+    "DataLossError",
+    "WorkerPythonError",
+    "__version__",
+    "register",
+]
+
+teardown.install()
 
 
 def register(spark: SparkSession) -> list[str]:
-    """Register every spark-chkpt format with ``spark``; returns the format names."""
+    """Register every spark-chkpt format with ``spark``; returns the format names.
+
+    Raises :class:`WorkerPythonError` when the interpreter Spark's Python workers would
+    run cannot import this package, naming the interpreter, the setting and the fix.
+    """
+    from spark_chkpt.interpreter import choose_worker_python
+
+    choose_worker_python(spark)
     from spark_chkpt.connectors import DATA_SOURCES
 
     for source in DATA_SOURCES:

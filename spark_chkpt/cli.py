@@ -44,16 +44,13 @@ def _broker(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from spark_chkpt.jobs import demo
 
-    demo.exit_now(demo.main([]))
-    return 0  # not reached
+    return demo.main([])
 
 
 def _bench(rest: Sequence[str]) -> int:
     from spark_chkpt.bench import pipeline
-    from spark_chkpt.jobs.demo import exit_now
 
-    exit_now(pipeline.main(rest))
-    return 0  # not reached
+    return pipeline.main(rest)
 
 
 def _snapshots(args: argparse.Namespace) -> int:

@@ -32,3 +32,7 @@ class KafkaReadError(ChkptError):
 
 class BrokerError(ChkptError):
     """The embedded broker could not be started or did not answer."""
+
+
+class WorkerPythonError(ChkptError):
+    """The interpreter Spark's Python workers would run cannot import spark_chkpt."""

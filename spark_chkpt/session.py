@@ -1,14 +1,12 @@
 """SparkSessions for the project's jobs, demo and tests.
 
-Spark's Python workers start ``python3`` from PATH unless ``PYSPARK_PYTHON`` is set;
-in a virtual environment that is the wrong interpreter ("Python worker failed to
-connect back"), so every session built here pins the running interpreter.
+``build_session`` registers the project's formats, which also points Spark's Python
+workers at an interpreter that can import spark_chkpt (:mod:`spark_chkpt.interpreter`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,12 +29,6 @@ def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
     return props
 
 
-def pin_python() -> None:
-    """Make Spark's Python workers use this interpreter unless the user chose one."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
 def build_session(
     *, app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None
 ) -> SparkSession:
@@ -44,7 +36,6 @@ def build_session(
 
     ``master`` defaults to what spark-submit set, else ``local[*]``.
     """
-    pin_python()
     from pyspark.sql import SparkSession
 
     import spark_chkpt
