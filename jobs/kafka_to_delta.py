@@ -8,8 +8,9 @@ Run it any of these ways:
     spark-chkpt-kafka-to-delta --bootstrap-servers host:9092 --topic orders \\
         --table /data/orders --checkpoint /chk/orders
 
-Settings: built-in defaults, then ``--conf-file`` (default ``conf/kafka_to_delta.properties``
-when it exists), then ``--set key=value`` and the shortcut flags. Keys are
+Settings: built-in defaults, then ``--conf-file`` (default
+``./conf/kafka_to_delta.properties`` when it exists, else the copy installed with the
+package), then ``--set key=value`` and the shortcut flags. Keys are
 ``source.<chkpt-kafka option>``, ``sink.<chkpt-delta option>`` and ``job.<name>``.
 """
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_chkpt.jobs.kafka_to_delta")
 
-DEFAULT_CONF = Path("conf/kafka_to_delta.properties")
 DEFAULTS: dict[str, str] = {
     "source.startingOffsets": "earliest",
     "job.queryName": "kafka_to_delta",
@@ -49,6 +49,7 @@ _SHORTCUTS = {
 
 
 def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.Namespace]:
+    from spark_chkpt.conf import settings_file
     from spark_chkpt.session import load_properties
 
     parser = argparse.ArgumentParser(
@@ -61,8 +62,8 @@ def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.
         "--spark-conf",
         type=Path,
         default=None,
-        help="spark-defaults.conf to apply (default conf/spark-defaults.conf "
-        "when it exists and the job is not under spark-submit)",
+        help="spark-defaults.conf to apply when not under spark-submit (default: "
+        "./conf/spark-defaults.conf, else the copy installed with the package)",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--bootstrap-servers")
@@ -75,7 +76,7 @@ def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.
     parser.add_argument("--master", default=None, help="default: spark-submit's, else local[*]")
     args = parser.parse_args(argv)
     settings = dict(DEFAULTS)
-    conf_file = args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.exists() else None)
+    conf_file = args.conf_file or settings_file("kafka_to_delta.properties")
     if conf_file is not None:
         settings.update(load_properties(conf_file))
     for item in args.set:
@@ -193,11 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from spark_chkpt.conf import settings_file
     from spark_chkpt.session import build_session, load_properties
 
     spark_conf: dict[str, str] = {}
-    conf_path = args.spark_conf or Path("conf/spark-defaults.conf")
-    if conf_path.exists() and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
+    conf_path = args.spark_conf or settings_file("spark-defaults.conf")
+    if conf_path is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         spark_conf = load_properties(conf_path)
     spark = build_session(
         app_name=settings.get("job.queryName", "kafka_to_delta"),

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from spark_chkpt.consumer import CLIENTS, ClientKind, ConsumerSettings
 from spark_chkpt.errors import ConfigError
+from spark_chkpt.fs import qualify
 
 log = logging.getLogger(__name__)
 
@@ -737,8 +738,8 @@ class DeltaSinkConfig:
         if unknown:
             log.warning("chkpt-delta ignores unknown option(s): %s", ", ".join(unknown))
         return cls(
-            path=path,
-            checkpoint_location=checkpoint,
+            path=qualify(path),  # on the driver: executors have another working folder
+            checkpoint_location=qualify(checkpoint),
             query_name=opts.get("queryname"),
             partition_by=partition_by,
             merge_schema=parse_bool("mergeSchema", opts.get("mergeschema"), default=False),
@@ -836,7 +837,7 @@ class KafkaSinkConfig:
             bootstrap_servers=servers,
             topic=opts.get("topic") or None,
             control_topic=opts.get("controltopic") or None,
-            checkpoint_location=checkpoint,
+            checkpoint_location=qualify(checkpoint),
             query_name=opts.get("queryname"),
             txn_app_id=opts.get("txnappid") or None,
             retained_snapshots=parse_positive_int(

@@ -79,13 +79,29 @@ class Location:
         return self.path
 
 
+def qualify(uri: str) -> str:
+    """``uri`` as every process of a cluster reads it: local paths made absolute.
+
+    Call it on the driver. An executor's working directory is not the driver's (on
+    ``local-cluster`` and real clusters it is the executor's work folder), so a relative
+    ``path`` or ``checkpointLocation`` must be fixed before the options are shipped.
+    ``file:/x`` and ``file:///x`` become ``/x``; other URIs are kept as given.
+    """
+    import os
+
+    if uri.startswith("file:"):
+        uri = "/" + uri[len("file:") :].lstrip("/")
+    if "://" in uri:
+        return uri
+    return os.path.abspath(os.path.expanduser(uri))
+
+
 def resolve(uri: str) -> Location:
     """``Location`` for a local path or a URI pyarrow knows (s3://, gs://, abfss://, ...)."""
     import pyarrow.fs as pafs
 
+    uri = qualify(uri)
     if "://" not in uri:
-        import os
-
-        return Location(pafs.LocalFileSystem(), os.path.abspath(uri))
+        return Location(pafs.LocalFileSystem(), uri)
     fs, path = pafs.FileSystem.from_uri(uri)
     return Location(fs, path)
