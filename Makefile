@@ -36,7 +36,7 @@ bench: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy spark_chkpt connectors jobs bench
+	$(BIN)/mypy spark_chkpt connectors jobs bench conf
 
 format: setup
 	$(BIN)/ruff format .

@@ -150,3 +150,17 @@ def kafka_stream(spark: Any, servers: str, topic: str, **options: str) -> Any:
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment a user's shell gives a script: this one without the interpreter
+    pins (``PYSPARK_PYTHON``, ``PYSPARK_DRIVER_PYTHON``) and the project's test switches
+    (``SPARK_CHKPT_*``), plus ``extra``."""
+    import os
+
+    drop = {"PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
+    env = {
+        k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SPARK_CHKPT_")
+    }
+    env.update(extra)
+    return env

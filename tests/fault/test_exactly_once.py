@@ -9,7 +9,6 @@ process in its own session, so the kill takes the Python driver and its JVM, as
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from spark_chkpt.staging import STAGED_NAME
 from spark_chkpt.store import SnapshotStore
 from spark_chkpt.table import DeltaTarget
+from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault
 
@@ -39,7 +39,7 @@ def run_job(
     kill_at: str | None = None,
     fail_at: str | None = None,
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CHKPT_")}
+    env = user_env()
     if kill_at:
         env["SPARK_CHKPT_KILL_AT"] = kill_at
     if fail_at:

@@ -21,6 +21,7 @@ from spark_chkpt.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.config import SourceConfig
 from spark_chkpt.generator import produce_page_views
 from spark_chkpt.offset_reader import OffsetReader
+from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault
 
@@ -37,7 +38,7 @@ def stage(
     kill_at: str | None = None,
     trigger: str = "availableNow",
 ) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CHKPT_")}
+    env = user_env()
     if kill_at:
         env["SPARK_CHKPT_KILL_AT"] = kill_at
     command = [

@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from tests.helpers import user_env
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +24,12 @@ def test_spark_submit_runs_kafka_to_delta(
 ) -> None:
     topic = make_topic(partitions=2)
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=500)
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    # An activated venv: pip's spark-submit finds Spark and the driver's Python on PATH.
+    bin_dir = Path(sys.executable).parent
+    env = user_env(PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", VIRTUAL_ENV=str(bin_dir.parent))
     result = subprocess.run(
         [
-            str(spark_submit),
+            "spark-submit",
             "--master",
             "local[2]",
             "--properties-file",
