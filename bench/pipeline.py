@@ -112,7 +112,7 @@ def _worker_peak_rss_mb() -> float | None:
 def _commit_latencies(table: Path) -> tuple[list[float], int]:
     from deltalake import DeltaTable
 
-    from spark_chkpt.coordinator import SNAPSHOT_KEY
+    from spark_chkpt.snapshot.coordinator import SNAPSHOT_KEY
 
     latencies = []
     for entry in DeltaTable(str(table)).history():
@@ -131,8 +131,8 @@ def _pipeline(
     extra: dict[str, str],
 ) -> tuple[float, dict[str, int]]:
     """Run one availableNow query; its wall time and Spark's per-phase totals (ms)."""
-    from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL
     from spark_chkpt.jobs.kafka_to_delta import start
+    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
 
     settings = {
         "source.kafka.bootstrap.servers": servers,
@@ -171,13 +171,13 @@ def run(
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_chkpt.broker import EmbeddedBroker
     from spark_chkpt.config import SourceConfig
-    from spark_chkpt.generator import produce_page_views
-    from spark_chkpt.metrics import percentile
-    from spark_chkpt.offset_reader import OffsetReader
+    from spark_chkpt.kafka.offset_reader import OffsetReader
+    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.local.broker import EmbeddedBroker
+    from spark_chkpt.local.generator import produce_page_views
     from spark_chkpt.session import build_session
-    from spark_chkpt.topics import create_topic
+    from spark_chkpt.snapshot.metrics import percentile
 
     result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
     with EmbeddedBroker() as broker:

@@ -1,7 +1,7 @@
 """The ``chkpt-delta`` sink: exactly-once appends to a Delta table through delta-rs.
 
-Executors stage Parquet files (:class:`~spark_chkpt.staging.ParquetStager`); the driver's
-``commit`` hands them to :class:`~spark_chkpt.coordinator.DeltaCoordinator`, which makes
+Executors stage Parquet files (:class:`~spark_chkpt.delta.staging.ParquetStager`); the driver's
+``commit`` hands them to :class:`~spark_chkpt.snapshot.coordinator.DeltaCoordinator`, which makes
 them visible in one Delta commit together with ``txn(appId, batchId)`` and the snapshot
 record.
 """
@@ -20,13 +20,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.checkpoint import SparkCheckpoint
 from spark_chkpt.config import DeltaSinkConfig
-from spark_chkpt.coordinator import CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.staging import ParquetStager, StagedOutput
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.fault import FaultPoint, maybe_fail
 from spark_chkpt.fs import resolve
-from spark_chkpt.staging import ParquetStager, StagedOutput
+from spark_chkpt.local.fault import FaultPoint, maybe_fail
+from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+from spark_chkpt.snapshot.coordinator import CommitSettings, DeltaCoordinator
 
 if TYPE_CHECKING:
     import pyarrow as pa

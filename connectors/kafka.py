@@ -10,9 +10,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.checkpoint import SparkCheckpoint
 from spark_chkpt.config import ConfigError, KafkaSinkConfig, SourceConfig, parse_bool
-from spark_chkpt.records import spark_schema_ddl
+from spark_chkpt.kafka.records import spark_schema_ddl
+from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 
 
 class KafkaDataSource(DataSource):

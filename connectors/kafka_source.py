@@ -1,8 +1,8 @@
 """Readers of the ``chkpt-kafka`` source: streaming (micro-batch) and batch.
 
-Driver side: offsets are planned with :class:`~spark_chkpt.offset_reader.OffsetReader`
+Driver side: offsets are planned with :class:`~spark_chkpt.kafka.offset_reader.OffsetReader`
 (one consumer kept for the query's lifetime). Executor side: each input partition is
-read by :class:`~spark_chkpt.fetcher.RangeFetcher` into Arrow record batches.
+read by :class:`~spark_chkpt.kafka.fetcher.RangeFetcher` into Arrow record batches.
 
 The offset Spark writes to its offset log is Spark's Kafka JSON, e.g.
 ``{"events": {"0": 1200, "1": 1187}}``.
@@ -24,14 +24,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_chkpt.aligner import Mode
-from spark_chkpt.barrier import IndexEntry, control_topic_for
-from spark_chkpt.barrier_index import BarrierIndex
+from spark_chkpt.alignment.aligner import Mode
+from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
+from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.config import SourceConfig
-from spark_chkpt.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.fetcher import ReadSpec
-from spark_chkpt.offset_reader import OffsetReader
+from spark_chkpt.kafka.control_topic import BarrierIndex
+from spark_chkpt.kafka.fetcher import ReadSpec
+from spark_chkpt.kafka.offset_reader import OffsetReader
 from spark_chkpt.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -72,7 +72,7 @@ _TASK_ALIGNMENT: dict[str, Mode] = {
 def _read_partition(
     config: SourceConfig, partition: InputPartition, client_id: str
 ) -> Iterator[pa.RecordBatch]:
-    from spark_chkpt.fetcher import RangeFetcher
+    from spark_chkpt.kafka.fetcher import RangeFetcher
 
     if not isinstance(partition, KafkaInputPartition):
         raise TypeError(f"chkpt-kafka cannot read {partition!r}")
@@ -295,7 +295,7 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         end: PartitionOffsets,
         max_rows: int | None,
     ) -> tuple[PartitionOffsets, dict[str, Any]]:
-        """Cut topics that carry barriers at a consistent snapshot (see spark_chkpt.cut);
+        """Cut topics that carry barriers at a consistent snapshot (see spark_chkpt.alignment.cut);
         returns the end offsets and the report written with them to Spark's offset log."""
         end = dict(end)
         report: dict[str, Any] = {}

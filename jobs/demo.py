@@ -30,7 +30,7 @@ def _say(message: str) -> None:
 def _job(
     *, workdir: Path, servers: str, topic: str, per_batch: int, log_name: str
 ) -> subprocess.Popen[bytes]:
-    from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
 
     command = [
         sys.executable,
@@ -79,8 +79,8 @@ def _batch_in_flight(checkpoint: Path, *, after: int) -> int | None:
 
 
 def _staged_not_visible(table: Path) -> int:
-    from spark_chkpt.staging import STAGED_NAME
-    from spark_chkpt.table import DeltaTarget
+    from spark_chkpt.delta.staging import STAGED_NAME
+    from spark_chkpt.delta.table import DeltaTarget
 
     target = DeltaTarget(uri=str(table))
     referenced = target.referenced(target.open())
@@ -107,13 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from deltalake import DeltaTable
 
-    from spark_chkpt.broker import EmbeddedBroker
     from spark_chkpt.config import SourceConfig
-    from spark_chkpt.generator import produce_page_views
-    from spark_chkpt.metrics import store_records
-    from spark_chkpt.offset_reader import OffsetReader
+    from spark_chkpt.kafka.offset_reader import OffsetReader
+    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.local.broker import EmbeddedBroker
+    from spark_chkpt.local.generator import produce_page_views
     from spark_chkpt.offsets import to_json
-    from spark_chkpt.topics import create_topic
+    from spark_chkpt.snapshot.metrics import store_records
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-demo-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         master=args.master,
         conf=spark_conf,
     )
-    from spark_chkpt.metrics import SnapshotReporter
+    from spark_chkpt.snapshot.metrics import SnapshotReporter
 
     reporter = SnapshotReporter.attach(spark)
     query = start(spark, settings)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from spark_chkpt.broker import EmbeddedBroker
-    from spark_chkpt.topics import create_topic
+    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.local.broker import EmbeddedBroker
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -56,7 +56,7 @@ def _bench(rest: Sequence[str]) -> int:
 def _snapshots(args: argparse.Namespace) -> int:
     import json
 
-    from spark_chkpt.metrics import as_table, store_records, summarize
+    from spark_chkpt.snapshot.metrics import as_table, store_records, summarize
 
     records = store_records(checkpoint_location=args.checkpoint)
     if args.json:

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.consumer import CLIENTS, ClientKind, ConsumerSettings
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
+from spark_chkpt.kafka.consumer import CLIENTS, ClientKind, ConsumerSettings
 
 log = logging.getLogger(__name__)
 

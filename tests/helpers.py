@@ -61,8 +61,8 @@ class Upstream:
         partitions: int,
         app_id: str = "upstream-app",
     ) -> None:
-        from spark_chkpt.barrier import control_topic_for
-        from spark_chkpt.topics import create_topic
+        from spark_chkpt.alignment.barrier import control_topic_for
+        from spark_chkpt.kafka.topics import create_topic
 
         self.producer, self.servers, self.topic = producer, servers, topic
         self.partitions, self.app_id = partitions, app_id
@@ -70,7 +70,7 @@ class Upstream:
         create_topic(bootstrap_servers=servers, name=self.control, partitions=1, exist_ok=True)
 
     def records(self, tag: str | None, values: Sequence[bytes]) -> None:
-        from spark_chkpt.barrier import ATTEMPT_HEADER
+        from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
 
         for i, value in enumerate(values):
             headers = [(ATTEMPT_HEADER, tag.encode())] if tag else []
@@ -80,8 +80,8 @@ class Upstream:
         self.producer.flush()
 
     def barrier(self, snapshot: int, attempts: Sequence[str], *, index: bool = True) -> None:
-        from spark_chkpt.barrier import BARRIER_KEY, Barrier, IndexEntry
-        from spark_chkpt.barrier_index import write_entry
+        from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry
+        from spark_chkpt.kafka.control_topic import write_entry
 
         marker = Barrier(app_id=self.app_id, snapshot_id=snapshot, attempts=tuple(attempts))
         futures = {

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-from spark_chkpt.staging import STAGED_NAME
-from spark_chkpt.store import SnapshotStore
-from spark_chkpt.table import DeltaTarget
+from spark_chkpt.delta.staging import STAGED_NAME
+from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.snapshot.store import SnapshotStore
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault

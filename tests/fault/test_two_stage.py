@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.config import SourceConfig
-from spark_chkpt.generator import produce_page_views
-from spark_chkpt.offset_reader import OffsetReader
+from spark_chkpt.kafka.offset_reader import OffsetReader
+from spark_chkpt.local.generator import produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_chkpt.barrier import BARRIER_HEADER
-from spark_chkpt.metrics import SnapshotReporter
+from spark_chkpt.alignment.barrier import BARRIER_HEADER
+from spark_chkpt.snapshot.metrics import SnapshotReporter
 from tests.helpers import Upstream, drain_to_files, kafka_stream
 
 pytestmark = pytest.mark.integration

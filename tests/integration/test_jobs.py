@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.integration

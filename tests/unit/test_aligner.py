@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_chkpt.aligner import (
+from spark_chkpt.alignment.aligner import (
     Aligner,
     CollectingBarriers,
     Event,

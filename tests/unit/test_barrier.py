@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_chkpt.barrier import (
+from spark_chkpt.alignment.barrier import (
     ATTEMPT_HEADER,
     BARRIER_HEADER,
     CONTROL_PREFIX,

@@ -7,8 +7,8 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from spark_chkpt.consumer import ConfluentConsumer, OffsetOutOfRange
 from spark_chkpt.errors import KafkaReadError
+from spark_chkpt.kafka.consumer import ConfluentConsumer, OffsetOutOfRange
 from spark_chkpt.offsets import TopicPartition
 
 

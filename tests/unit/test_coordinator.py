@@ -20,12 +20,12 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.coordinator import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
+from spark_chkpt.delta.table import DeltaTarget, SchemaMismatch
 from spark_chkpt.fs import resolve
-from spark_chkpt.snapshot import CommitOutcome, SnapshotRecord
-from spark_chkpt.staging import STAGED_NAME, ParquetStager, StagedOutput
-from spark_chkpt.store import SnapshotStore
-from spark_chkpt.table import DeltaTarget, SchemaMismatch
+from spark_chkpt.snapshot.coordinator import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
+from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.store import SnapshotStore
 
 APP_ID = "3f9d0c1e-query-id"
 SPARK_TS = pa.timestamp("us", tz="Etc/UTC")  # what Spark's Arrow batches carry

@@ -1,4 +1,4 @@
-"""Planning a batch's end on a topic carrying barriers (spark_chkpt.cut): pure, no Kafka."""
+"""Planning a batch's end on a topic with barriers (spark_chkpt.alignment.cut): pure, no Kafka."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_chkpt.barrier import IndexEntry
-from spark_chkpt.cut import (
+from spark_chkpt.alignment.barrier import IndexEntry
+from spark_chkpt.alignment.cut import (
     AlignmentError,
     RecordFilter,
     TopicCut,

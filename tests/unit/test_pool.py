@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_chkpt.consumer import ConsumerSettings
-from spark_chkpt.pool import ConsumerPool
+from spark_chkpt.kafka.consumer import ConsumerSettings
+from spark_chkpt.kafka.pool import ConsumerPool
 
 
 class FakeConsumer:

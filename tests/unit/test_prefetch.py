@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from spark_chkpt.consumer import Record
+from spark_chkpt.kafka.consumer import Record
+from spark_chkpt.kafka.prefetch import PrefetchBuffer
 from spark_chkpt.offsets import TopicPartition
-from spark_chkpt.prefetch import PrefetchBuffer
 
 TP = TopicPartition("t", 0)
 

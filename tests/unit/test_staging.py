@@ -17,8 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_chkpt.fs import resolve
-from spark_chkpt.staging import (
+from spark_chkpt.delta.staging import (
     NULL_PARTITION,
     STAGED_NAME,
     ParquetStager,
@@ -28,6 +27,7 @@ from spark_chkpt.staging import (
     partition_dir,
     partition_value_string,
 )
+from spark_chkpt.fs import resolve
 
 SPARK_TS = pa.timestamp("us", tz="Etc/UTC")
 UTC_TS = pa.timestamp("us", tz="UTC")

@@ -1,6 +1,6 @@
 """Executor-side Kafka consumers behind one small interface: kafka-python or confluent-kafka.
 
-:class:`~spark_chkpt.fetcher.RangeFetcher` reads offset ranges through
+:class:`~spark_chkpt.kafka.fetcher.RangeFetcher` reads offset ranges through
 :class:`RangeConsumer` and never touches a client library itself. Two clients
 implement it, chosen by the source option ``kafka.client``:
 
@@ -12,7 +12,7 @@ implement it, chosen by the source option ``kafka.client``:
 Both consumers are group-less readers: partitions are assigned with their start
 offsets, nothing is committed, and a position outside the log is reported as
 :class:`OffsetOutOfRange` instead of being reset. The driver's offset planning always
-uses kafka-python (:mod:`spark_chkpt.offset_reader`); only the data path differs.
+uses kafka-python (:mod:`spark_chkpt.kafka.offset_reader`); only the data path differs.
 """
 
 from __future__ import annotations

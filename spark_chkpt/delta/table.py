@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, normalize_schema
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, resolve
-from spark_chkpt.staging import STAGED_NAME, StagedFile, normalize_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -46,7 +46,7 @@ def to_record_batch(
     records: Sequence[Any], *, topic: str, partition: int, schema: pa.Schema
 ) -> pa.RecordBatch:
     """Build one Arrow batch from one partition's records: kafka-python ``ConsumerRecord``s
-    or :class:`spark_chkpt.consumer.Record`s (the same field names).
+    or :class:`spark_chkpt.kafka.consumer.Record`s (the same field names).
 
     One pass per column over the records kafka-python returned; no per-record dicts.
     """

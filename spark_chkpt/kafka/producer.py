@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.barrier import ATTEMPT_HEADER
+from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
 from spark_chkpt.config import KafkaSinkConfig
 from spark_chkpt.errors import ChkptError
 

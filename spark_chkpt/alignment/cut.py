@@ -12,7 +12,7 @@ read tasks must drop, and what the batch reports about alignment.
   as above, records after it pass unconfirmed (at-least-once for them).
 * ``none``: plain reads; barrier records are skipped, nothing else is filtered.
 
-The aligner (:mod:`spark_chkpt.aligner`) decides which snapshots are complete across the
+The aligner (:mod:`spark_chkpt.alignment.aligner`) decides which snapshots are complete across the
 topic's partitions, exactly as it does record by record in a read task.
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from spark_chkpt.aligner import Aligner, SnapshotCompleted
-from spark_chkpt.barrier import IndexEntry
+from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
+from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
 

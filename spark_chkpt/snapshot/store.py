@@ -11,7 +11,7 @@ import logging
 
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, resolve
-from spark_chkpt.snapshot import SnapshotRecord
+from spark_chkpt.snapshot.record import SnapshotRecord
 
 log = logging.getLogger(__name__)
 

@@ -5,15 +5,15 @@ so a range ends when the consumer's *position* reaches its end, not after
 ``end - start`` records. Memory is bounded by ``maxRecordsPerArrowBatch`` per
 partition and the client's fetch sizes, never by the size of a range.
 
-On topics that carry barrier markers (:mod:`spark_chkpt.barrier`), barrier records are
+On topics that carry barrier markers (:mod:`spark_chkpt.alignment.barrier`), barrier records are
 never returned as rows, and tagged records no barrier confirms (a failed upstream
 attempt's output) are dropped and counted. A task that reads several partitions with
-one consumer passes every record through the aligner (:mod:`spark_chkpt.aligner`), so
+one consumer passes every record through the aligner (:mod:`spark_chkpt.alignment.aligner`), so
 what it emits follows upstream snapshot order across its partitions.
 
-The consumer comes from the worker's pool (:mod:`spark_chkpt.pool`) and is either
-client of :mod:`spark_chkpt.consumer`. Records a poll returns past a range's end are
-left in the worker's prefetch buffer (:mod:`spark_chkpt.prefetch`) for the task that
+The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.pool`) and is either
+client of :mod:`spark_chkpt.kafka.consumer`. Records a poll returns past a range's end are
+left in the worker's prefetch buffer (:mod:`spark_chkpt.kafka.prefetch`) for the task that
 reads on from there in the next batch.
 """
 
@@ -25,17 +25,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.aligner import Aligner, Forward, Mode
-from spark_chkpt.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
+from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.alignment.cut import RecordFilter
 from spark_chkpt.config import SourceConfig
-from spark_chkpt.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
-from spark_chkpt.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import DataLossError, KafkaReadError
+from spark_chkpt.kafka.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
+from spark_chkpt.kafka.pool import POOL, ConsumerPool
+from spark_chkpt.kafka.prefetch import PREFETCH, PrefetchBuffer
+from spark_chkpt.kafka.records import arrow_schema, to_record_batch
 from spark_chkpt.offsets import OffsetRange, TopicPartition
-from spark_chkpt.pool import POOL, ConsumerPool
-from spark_chkpt.prefetch import PREFETCH, PrefetchBuffer
-from spark_chkpt.records import arrow_schema, to_record_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from spark_chkpt.consumer import ConsumerSettings, RangeConsumer, build_consumer
+from spark_chkpt.kafka.consumer import ConsumerSettings, RangeConsumer, build_consumer
 
 log = logging.getLogger(__name__)
 

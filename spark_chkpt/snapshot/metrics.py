@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_chkpt.offsets import meta_of
-from spark_chkpt.snapshot import SnapshotRecord
-from spark_chkpt.store import SnapshotStore
+from spark_chkpt.snapshot.record import SnapshotRecord
+from spark_chkpt.snapshot.store import SnapshotStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

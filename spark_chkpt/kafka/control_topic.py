@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from spark_chkpt.barrier import IndexEntry
+from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError
 

@@ -2,7 +2,7 @@
 
 Spark's micro-batch engine is Flink's checkpoint trigger: before batch N it writes the
 planned source offsets to ``<checkpointLocation>/offsets/N``. Batch N is snapshot N.
-Executors stage their output (phase 1, :mod:`spark_chkpt.staging`); the sink's
+Executors stage their output (phase 1, :mod:`spark_chkpt.delta.staging`); the sink's
 ``commit(messages, N)`` hands the staged output here, and :meth:`DeltaCoordinator.commit`
 makes it visible in one Delta commit that also records the snapshot. A crash anywhere
 leaves either nothing visible (Spark re-runs batch N with the same offsets) or the
@@ -17,18 +17,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
-from spark_chkpt.barrier_index import BarrierIndex, write_entry
-from spark_chkpt.checkpoint import SparkCheckpoint
+from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
+from spark_chkpt.delta.staging import StagedFile, StagedOutput
+from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.fault import FaultPoint, maybe_fail, maybe_kill
+from spark_chkpt.kafka.control_topic import BarrierIndex, write_entry
+from spark_chkpt.kafka.producer import ProducedOutput
+from spark_chkpt.kafka.topics import create_topic
+from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
 from spark_chkpt.offsets import meta_of
-from spark_chkpt.producer import ProducedOutput
-from spark_chkpt.snapshot import CommitOutcome, SnapshotRecord
-from spark_chkpt.staging import StagedFile, StagedOutput
-from spark_chkpt.store import SnapshotStore
-from spark_chkpt.table import DeltaTarget
-from spark_chkpt.topics import create_topic
+from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.store import SnapshotStore
 
 if TYPE_CHECKING:
     import pyarrow as pa
