@@ -171,8 +171,8 @@ def run(
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_chkpt.config import SourceConfig
     from spark_chkpt.kafka.offset_reader import OffsetReader
+    from spark_chkpt.kafka.source_options import SourceConfig
     from spark_chkpt.kafka.topics import create_topic
     from spark_chkpt.local.broker import EmbeddedBroker
     from spark_chkpt.local.generator import produce_page_views

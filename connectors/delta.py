@@ -20,7 +20,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.config import DeltaSinkConfig
+from spark_chkpt.delta.sink_options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedOutput
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import resolve

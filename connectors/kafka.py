@@ -10,8 +10,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.config import ConfigError, KafkaSinkConfig, SourceConfig, parse_bool
+from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.records import spark_schema_ddl
+from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.options import parse_bool
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 
 

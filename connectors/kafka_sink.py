@@ -19,8 +19,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_chkpt.config import ConfigError, KafkaSinkConfig
+from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.producer import ProducedOutput, RecordProducer, produce_all
+from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.snapshot.coordinator import BarrierSettings, KafkaCoordinator
 
 if TYPE_CHECKING:

@@ -27,11 +27,11 @@ from pyspark.sql.streaming.datasource import (
 from spark_chkpt.alignment.aligner import Mode
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
-from spark_chkpt.config import SourceConfig
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.control_topic import BarrierIndex
 from spark_chkpt.kafka.fetcher import ReadSpec
 from spark_chkpt.kafka.offset_reader import OffsetReader
+from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.offsets import (
     OffsetRange,
     PartitionOffsets,

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.alignment.cut import RecordFilter
-from spark_chkpt.config import SourceConfig
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import DataLossError, KafkaReadError
 from spark_chkpt.kafka.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
 from spark_chkpt.kafka.pool import POOL, ConsumerPool
 from spark_chkpt.kafka.prefetch import PREFETCH, PrefetchBuffer
 from spark_chkpt.kafka.records import arrow_schema, to_record_batch
+from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 
 if TYPE_CHECKING:

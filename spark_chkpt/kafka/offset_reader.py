@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_chkpt.config import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.source_options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)

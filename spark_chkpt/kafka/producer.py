@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
-from spark_chkpt.config import KafkaSinkConfig
 from spark_chkpt.errors import ChkptError
+from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -18,8 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
-from spark_chkpt.config import SourceConfig
 from spark_chkpt.kafka.offset_reader import OffsetReader
+from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.local.generator import produce_page_views
 from tests.helpers import user_env
 

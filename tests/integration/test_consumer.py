@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from spark_chkpt.config import SourceConfig
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.consumer import CLIENTS, RangeConsumer, build_consumer
 from spark_chkpt.kafka.fetcher import RangeFetcher, ReadSpec
 from spark_chkpt.kafka.pool import ConsumerPool
 from spark_chkpt.kafka.prefetch import PrefetchBuffer
+from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 from tests.helpers import produce, produce_transactions
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from spark_chkpt.config import OffsetSpec, SourceConfig, kafka_client_settings, parse_duration_ms
 from spark_chkpt.errors import ConfigError
+from spark_chkpt.kafka.client_settings import kafka_client_settings
+from spark_chkpt.kafka.source_options import OffsetSpec, SourceConfig
+from spark_chkpt.options import parse_duration_ms
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "events"}
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_chkpt.config import DeltaSinkConfig, KafkaSinkConfig
+from spark_chkpt.delta.sink_options import DeltaSinkConfig
 from spark_chkpt.fs import qualify
+from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,115 @@
+"""Options of the ``chkpt-delta`` sink, parsed once on the driver and frozen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from spark_chkpt.errors import ConfigError
+from spark_chkpt.fs import qualify
+from spark_chkpt.options import (
+    lowercase,
+    parse_bool,
+    parse_duration_ms,
+    parse_positive_int,
+    parse_size,
+    warn_unknown,
+)
+
+_KNOWN_DELTA_OPTIONS = {
+    k.lower()
+    for k in (
+        "path",
+        "partitionBy",
+        "mergeSchema",
+        "txnAppId",
+        "checkpointLocation",
+        "queryName",
+        "retainedSnapshots",
+        "maxRecordsPerFile",
+        "targetFileSize",
+        "orphanRetention",
+    )
+}
+
+
+@dataclass(frozen=True)
+class DeltaSinkConfig:
+    """Validated options of the ``chkpt-delta`` sink."""
+
+    path: str
+    checkpoint_location: str
+    query_name: str | None
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    txn_app_id: str | None
+    retained_snapshots: int
+    max_records_per_file: int
+    target_file_bytes: int
+    orphan_retention_ms: int
+    storage_options: Mapping[str, str]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
+        opts = lowercase(options)
+        path = opts.get("path", "").strip()
+        if not path:
+            raise ConfigError(
+                "path",
+                None,
+                "required: the Delta table's location (.option('path', ...) or .start(path))",
+            )
+        checkpoint = opts.get("checkpointlocation", "").strip()
+        if not checkpoint:
+            raise ConfigError(
+                "checkpointLocation",
+                None,
+                "required: exactly-once needs Spark's checkpoint (its offset log "
+                "is the snapshot plan)",
+            )
+        partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",") if c.strip())
+        warn_unknown(
+            opts, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
+        )
+        return cls(
+            path=qualify(path),  # on the driver: executors have another working folder
+            checkpoint_location=qualify(checkpoint),
+            query_name=opts.get("queryname"),
+            partition_by=partition_by,
+            merge_schema=parse_bool("mergeSchema", opts.get("mergeschema"), default=False),
+            txn_app_id=opts.get("txnappid") or None,
+            retained_snapshots=parse_positive_int(
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10, allow_zero=True
+            )
+            or 0,
+            max_records_per_file=parse_positive_int(
+                "maxRecordsPerFile", opts.get("maxrecordsperfile"), default=1_000_000
+            )
+            or 1_000_000,
+            target_file_bytes=parse_size(
+                "targetFileSize", opts.get("targetfilesize"), default=128 * 1024**2
+            ),
+            orphan_retention_ms=parse_duration_ms(
+                "orphanRetention", opts.get("orphanretention"), default_ms=60 * 60_000
+            ),
+            storage_options={
+                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+            },
+        )
+
+    def check_columns(self, columns: Sequence[str]) -> None:
+        """partitionBy names columns of the query's output."""
+        missing = [c for c in self.partition_by if c not in columns]
+        if missing:
+            raise ConfigError(
+                "partitionBy",
+                ",".join(self.partition_by),
+                f"column(s) {', '.join(missing)} are not in the query's output "
+                f"({', '.join(columns)})",
+            )
+        if self.partition_by and len(self.partition_by) == len(columns):
+            raise ConfigError(
+                "partitionBy",
+                ",".join(self.partition_by),
+                "at least one column must stay out of the partition columns",
+            )

@@ -1,0 +1,87 @@
+"""Parsing of option values, shared by every connector: one error style.
+
+Spark hands every option as a string. These helpers turn one value into a typed one or
+raise :class:`~spark_chkpt.errors.ConfigError` naming the option, the value and what is
+allowed, so ``option 'maxOffsetsPerTrigger' = 'lots': must be a whole number`` reads the
+same whichever connector parsed it. Each connector's option class (``kafka.source_options``,
+``kafka.sink_options``, ``delta.sink_options``) uses them in its ``from_options``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+
+from spark_chkpt.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def lowercase(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark's options with lower-cased keys (Spark treats option names case-insensitively)."""
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def warn_unknown(
+    options: Iterable[str], *, known: set[str], connector: str, prefixes: tuple[str, ...] = ()
+) -> None:
+    """Log options the connector does not know (Spark passes some of its own)."""
+    unknown = sorted(k for k in options if k not in known and not k.startswith(prefixes))
+    if unknown:
+        log.warning("%s ignores unknown option(s): %s", connector, ", ".join(unknown))
+
+
+def parse_bool(option: str, raw: str | None, *, default: bool | None = None) -> bool:
+    if raw is None:
+        if default is None:
+            raise ConfigError(option, raw, "required: true or false")
+        return default
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ConfigError(option, raw, "must be true or false")
+
+
+def parse_positive_int(
+    option: str, raw: str | None, *, default: int | None = None, allow_zero: bool = False
+) -> int | None:
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError as e:
+        raise ConfigError(option, raw, "must be a whole number") from e
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(option, raw, "must be greater than 0")
+    return value
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(option: str, raw: str | None, *, default_ms: int) -> int:
+    """Spark-style durations: ``100ms``, ``30s``, ``15m``, ``1h``; a bare number is ms."""
+    if raw is None:
+        return default_ms
+    match = _DURATION.match(raw)
+    if not match:
+        raise ConfigError(option, raw, "must be a duration such as 500ms, 30s, 15m or 1h")
+    amount, unit = match.groups()
+    return int(amount) * _UNIT_MS[(unit or "ms").lower()]
+
+
+def parse_size(option: str, raw: str | None, *, default: int) -> int:
+    if raw is None:
+        return default
+    match = re.match(r"^\s*(\d+)\s*([kmg]?)b?\s*$", raw, re.IGNORECASE)
+    if not match:
+        raise ConfigError(option, raw, "a size such as 134217728, 128m or 1g")
+    amount, unit = match.groups()
+    size = int(amount) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()]
+    if size <= 0:
+        raise ConfigError(option, raw, "must be greater than 0")
+    return size
