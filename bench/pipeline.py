@@ -112,7 +112,7 @@ def _worker_peak_rss_mb() -> float | None:
 def _commit_latencies(table: Path) -> tuple[list[float], int]:
     from deltalake import DeltaTable
 
-    from spark_chkpt.snapshot.coordinator import SNAPSHOT_KEY
+    from spark_chkpt.snapshot.delta_coordinator import SNAPSHOT_KEY
 
     latencies = []
     for entry in DeltaTable(str(table)).history():

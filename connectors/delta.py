@@ -1,9 +1,9 @@
 """The ``chkpt-delta`` sink: exactly-once appends to a Delta table through delta-rs.
 
-Executors stage Parquet files (:class:`~spark_chkpt.delta.staging.ParquetStager`); the driver's
-``commit`` hands them to :class:`~spark_chkpt.snapshot.coordinator.DeltaCoordinator`, which makes
-them visible in one Delta commit together with ``txn(appId, batchId)`` and the snapshot
-record.
+Executors stage Parquet files (:class:`~spark_chkpt.delta.staging.ParquetStager`); the
+driver's ``commit`` hands them to
+:class:`~spark_chkpt.snapshot.delta_coordinator.DeltaCoordinator`, which makes them
+visible in one Delta commit together with ``txn(appId, batchId)`` and the snapshot record.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import resolve
 from spark_chkpt.local.fault import FaultPoint, maybe_fail
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
-from spark_chkpt.snapshot.coordinator import CommitSettings, DeltaCoordinator
+from spark_chkpt.snapshot.delta_coordinator import CommitSettings, DeltaCoordinator
 
 if TYPE_CHECKING:
     import pyarrow as pa
