@@ -2,7 +2,7 @@
 
 Executors produce each row tagged with their attempt (:class:`RecordProducer`); the
 driver's ``commit`` writes barrier markers naming the attempts that belong to the batch
-(:class:`~spark_chkpt.snapshot.delta_coordinator.KafkaCoordinator`).
+(:class:`~spark_chkpt.snapshot.kafka_coordinator.KafkaCoordinator`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.producer import ProducedOutput, RecordProducer, produce_all
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
-from spark_chkpt.snapshot.delta_coordinator import BarrierSettings, KafkaCoordinator
+from spark_chkpt.snapshot.kafka_coordinator import BarrierSettings, KafkaCoordinator
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,7 +28,7 @@ from spark_chkpt.alignment.aligner import Mode
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.kafka.control_topic import BarrierIndex
+from spark_chkpt.kafka.control_topic import ControlTopic
 from spark_chkpt.kafka.fetcher import ReadSpec
 from spark_chkpt.kafka.offset_reader import OffsetReader
 from spark_chkpt.kafka.source_options import SourceConfig
@@ -102,7 +102,7 @@ class _Planner:
         self.config = config
         self._run_id = uuid.uuid4().hex[:12]
         self._offsets: OffsetReader | None = None
-        self._indexes: dict[str, BarrierIndex] = {}
+        self._indexes: dict[str, ControlTopic] = {}
 
     @property
     def client_id(self) -> str:
@@ -133,7 +133,7 @@ class _Planner:
             seen = self.offsets.topics_seen or set(self.offsets.consumer.topics())
             if control not in seen:  # metadata partitions() just fetched: no extra request
                 return None
-            index = BarrierIndex(
+            index = ControlTopic(
                 bootstrap_servers=self.config.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,

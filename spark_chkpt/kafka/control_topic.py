@@ -1,8 +1,9 @@
 """Reading and writing a control topic of barrier index records (driver side).
 
-One :class:`BarrierIndex` follows one control topic for one data topic: each
-:meth:`refresh` reads what was appended since the last call, so a long-running query
-pays for new index records only.
+One :class:`ControlTopic` follows one control topic for one data topic: each
+:meth:`~ControlTopic.refresh` reads what was appended since the last call into the
+:class:`~spark_chkpt.alignment.index.BarrierIndex` it is, so a long-running query pays
+for new index records only.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spark_chkpt.alignment.barrier import IndexEntry
+from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError
 
@@ -20,7 +22,7 @@ log = logging.getLogger(__name__)
 _READ_TIMEOUT_S = 30.0
 
 
-class BarrierIndex:
+class ControlTopic(BarrierIndex):
     """The index entries of one data topic, read incrementally from its control topic."""
 
     def __init__(
@@ -32,14 +34,13 @@ class BarrierIndex:
         client_settings: Mapping[str, Any] | None = None,
         client_id: str = "spark-chkpt-index",
     ) -> None:
+        super().__init__(data_topic=data_topic)
         self.bootstrap_servers = bootstrap_servers
         self.control_topic = control_topic
-        self.data_topic = data_topic
         self._settings = dict(client_settings or {})
         self._client_id = client_id
         self._consumer: Any = None
         self._position = 0
-        self.entries: list[IndexEntry] = []
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -76,18 +77,18 @@ class BarrierIndex:
         tp = TopicPartition(self.control_topic, 0)
         consumer.assign([tp])
         consumer.seek(tp, self._position)
-        new: list[IndexEntry] = []
+        read: list[IndexEntry] = []
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
         fetched = False
         while True:
             polled = consumer.poll(timeout_ms=60, max_records=10_000)
             fetched = fetched or consumer.highwater(tp) is not None
             for record in polled.get(tp, []):
-                entry = IndexEntry.parse(
-                    record.value, topic=self.control_topic, partition=0, offset=record.offset
+                read.append(
+                    IndexEntry.parse(
+                        record.value, topic=self.control_topic, partition=0, offset=record.offset
+                    )
                 )
-                if entry.topic == self.data_topic:
-                    new.append(entry)
             self._position = max(self._position, int(consumer.position(tp)))
             highwater = consumer.highwater(tp)
             if (
@@ -102,38 +103,7 @@ class BarrierIndex:
                     f"reading control topic {self.control_topic} timed out at "
                     f"offset {self._position} (high watermark {highwater})"
                 )
-        self.entries.extend(new)
-        return new
-
-    def complete(self, *, app_id: str | None = None) -> list[IndexEntry]:
-        """``complete`` entries (of ``app_id``, or all apps), first occurrence of each
-        snapshot, in the order they were written."""
-        seen: set[tuple[str, int]] = set()
-        result = []
-        for entry in self.entries:
-            key = (entry.app_id, entry.snapshot_id)
-            if (
-                entry.kind == "complete"
-                and key not in seen
-                and (app_id is None or entry.app_id == app_id)
-            ):
-                seen.add(key)
-                result.append(entry)
-        return result
-
-    def first(self, *, app_id: str, snapshot_id: int, kind: str | None = None) -> IndexEntry | None:
-        for entry in self.entries:
-            if (
-                entry.app_id == app_id
-                and entry.snapshot_id == snapshot_id
-                and (kind is None or entry.kind == kind)
-            ):
-                return entry
-        return None
-
-    def latest_snapshot(self, *, app_id: str) -> int | None:
-        ids = [e.snapshot_id for e in self.entries if e.app_id == app_id]
-        return max(ids) if ids else None
+        return self.add(read)
 
 
 def write_entry(producer: Any, *, control_topic: str, entry: IndexEntry) -> int:
