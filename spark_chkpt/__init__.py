@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from spark_chkpt import teardown
 from spark_chkpt.errors import ChkptError, ConfigError, DataLossError, WorkerPythonError
+from spark_chkpt.version import __version__
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__version__ = "0.1.0"
 __all__ = [
     "ChkptError",
     "ConfigError",

@@ -1,7 +1,9 @@
 """``spark-chkpt``: the project's command line.
 
 spark-chkpt broker [--port N] [--topic NAME[:PARTITIONS] ...]   run the embedded broker
-spark-chkpt demo                                               run the demo pipeline
+spark-chkpt snapshots CHECKPOINT [--json]                       list a query's snapshots
+spark-chkpt demo [...]                                          run the demo pipeline
+spark-chkpt bench [...]                                         run the benchmark
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -41,16 +44,14 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from spark_chkpt.jobs import demo
-
-    return demo.main([])
+PROGRAMS_GROUP = "spark_chkpt.programs"
 
 
-def _bench(rest: Sequence[str]) -> int:
-    from spark_chkpt.bench import pipeline
-
-    return pipeline.main(rest)
+def programs() -> dict[str, EntryPoint]:
+    """Programs the wheel declares (setup.cfg, entry points of group
+    ``spark_chkpt.programs``): the demo and the benchmark live in ``jobs/`` and ``bench/``,
+    which the engine never imports; they take their own command-line options."""
+    return {ep.name: ep for ep in entry_points(group=PROGRAMS_GROUP)}
 
 
 def _snapshots(args: argparse.Namespace) -> int:
@@ -109,21 +110,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="create NAME[:PARTITIONS] once the broker is up (repeatable)",
     )
     broker.set_defaults(run=_broker)
-    demo = sub.add_parser("demo", help="run the demo pipeline on an embedded broker")
-    demo.set_defaults(run=_demo)
-    sub.add_parser(  # dispatched before parsing: see below
-        "bench",
-        help="benchmark the pipeline against the raw client; "
-        "spark-chkpt bench --help lists its options",
-    )
+    helps = {
+        "demo": "run the demo pipeline on an embedded broker (--help lists its options)",
+        "bench": "benchmark the pipeline against the raw client (--help lists its options)",
+    }
+    found = programs()
+    for name in sorted(found):  # dispatched before parsing: see below
+        sub.add_parser(name, help=helps.get(name, f"run the {name} program"))
     snaps = sub.add_parser("snapshots", help="list the snapshot records of a query")
     snaps.add_argument("checkpoint", help="the query's checkpointLocation")
     snaps.add_argument("--json", action="store_true", help="print JSON with a summary")
     snaps.set_defaults(run=_snapshots)
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["bench"]:  # its options belong to the benchmark's own parser
+    if arguments and arguments[0] in found:  # its options belong to the program's parser
         logging.basicConfig(level=logging.WARNING)
-        return _bench(arguments[1:])
+        program: Callable[[Sequence[str]], int] = found[arguments[0]].load()
+        return int(program(arguments[1:]))
     args = parser.parse_args(arguments)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

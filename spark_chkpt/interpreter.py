@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from spark_chkpt.errors import WorkerPythonError
+from spark_chkpt.version import __version__
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -156,8 +157,6 @@ def _resolve(executable: str) -> str | None:
 
 
 def _version() -> str:
-    from spark_chkpt import __version__
-
     return __version__
 
 

@@ -1,0 +1,136 @@
+"""The imports ARCHITECTURE.md forbids, checked on the source (AST, lazy imports included)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# Source folders and the import names setup.cfg gives them.
+FOLDERS = {
+    "spark_chkpt": "spark_chkpt",
+    "connectors": "spark_chkpt.connectors",
+    "jobs": "spark_chkpt.jobs",
+    "bench": "spark_chkpt.bench",
+    "conf": "spark_chkpt.conf",
+}
+BASE = {
+    "spark_chkpt.errors",
+    "spark_chkpt.fs",
+    "spark_chkpt.deadline",
+    "spark_chkpt.options",
+    "spark_chkpt.offsets",
+    "spark_chkpt.version",
+}
+# Each engine sub-package and the project packages it may import (besides itself).
+LAYERS = {
+    "spark_chkpt.alignment": set(),
+    "spark_chkpt.local": set(),
+    "spark_chkpt.kafka": {"spark_chkpt.alignment"},
+    "spark_chkpt.delta": set(),
+    "spark_chkpt.snapshot": {
+        "spark_chkpt.alignment",
+        "spark_chkpt.kafka",
+        "spark_chkpt.delta",
+        "spark_chkpt.local",
+    },
+}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            name = ".".join((package, *parts))
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports_of(path: Path, name: str) -> Iterator[str]:
+    """Every module ``path`` imports, at module level or inside functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            yield module
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+GRAPH = {name: set(imports_of(path, name)) for name, path in modules().items()}
+MODULES = set(GRAPH)
+
+
+def project_imports(name: str) -> set[str]:
+    return {m for m in GRAPH[name] if m in MODULES and m != name}
+
+
+def test_the_scan_sees_the_layout() -> None:
+    assert {"spark_chkpt.alignment.aligner", "spark_chkpt.connectors.kafka_source"} <= MODULES
+    assert "spark_chkpt.alignment.barrier" in project_imports("spark_chkpt.alignment.cut")
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if under(m, "spark_chkpt.alignment")))
+def test_alignment_imports_no_spark_kafka_or_delta(name: str) -> None:
+    third_party = {m.split(".")[0] for m in GRAPH[name]}
+    assert not third_party & {"pyspark", "kafka", "confluent_kafka", "deltalake", "pyarrow"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_engine_never_imports_jobs_bench_or_connectors(name: str) -> None:
+    if not under(name, "spark_chkpt") or any(
+        under(name, top)
+        for top in ("spark_chkpt.jobs", "spark_chkpt.bench", "spark_chkpt.connectors")
+    ):
+        return
+    forbidden = {"spark_chkpt.jobs", "spark_chkpt.bench"}
+    if name != "spark_chkpt":  # register() is where the engine hands Spark the connectors
+        forbidden.add("spark_chkpt.connectors")
+    bad = {m for m in project_imports(name) if any(under(m, f) for f in forbidden)}
+    assert not bad, f"{name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_layers(name: str) -> None:
+    if name in BASE:
+        assert not {m for m in project_imports(name) if m not in BASE}, name
+    for layer, allowed in LAYERS.items():
+        if under(name, layer):
+            bad = {
+                m
+                for m in project_imports(name)
+                if m not in BASE and not under(m, layer) and not any(under(m, a) for a in allowed)
+            }
+            assert not bad, f"{name} ({layer}) imports {sorted(bad)}"
+
+
+def test_no_import_cycles() -> None:
+    graph = {name: project_imports(name) for name in MODULES}
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = [*path[path.index(nxt) :], nxt]
+                raise AssertionError(" -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
