@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from spark_chkpt.connectors.kafka_source import KafkaStreamReader
+from spark_chkpt.kafka.planner import KafkaStreamReader
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.offsets import TopicPartition
