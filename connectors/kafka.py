@@ -36,12 +36,12 @@ class KafkaDataSource(DataSource):
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from spark_chkpt.kafka.planner import KafkaBatchReader
+        from spark_chkpt.connectors.kafka_source import KafkaBatchReader
 
         return KafkaBatchReader(config=SourceConfig.from_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from spark_chkpt.kafka.planner import KafkaStreamReader
+        from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 
         return KafkaStreamReader(config=SourceConfig.from_options(self.options, streaming=True))
 

@@ -338,3 +338,21 @@ class RangeFetcher:
                     partition=channel.tp.partition,
                     schema=self._schema,
                 )
+
+
+# A read task's alignment by the source's mode: 'none' passes every record but barriers.
+_TASK_ALIGNMENT: dict[str, Mode] = {
+    "aligned": "aligned",
+    "unaligned": "unaligned",
+    "none": "at-least-once",
+}
+
+
+def read_task(
+    *, config: SourceConfig, specs: Sequence[ReadSpec], client_id: str
+) -> Iterator[pa.RecordBatch]:
+    """One read task on an executor: the ranges of ``specs`` with one pooled consumer."""
+    with RangeFetcher(
+        config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]
+    ) as fetcher:
+        yield from fetcher.read_group(specs)

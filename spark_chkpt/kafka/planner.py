@@ -1,11 +1,13 @@
-"""Readers of the ``chkpt-kafka`` source: streaming (micro-batch) and batch.
+"""The driver side of the ``chkpt-kafka`` source: where each batch starts and ends.
 
-Driver side: offsets are planned with :class:`~spark_chkpt.kafka.offset_reader.OffsetReader`
-(one consumer kept for the query's lifetime). Executor side: each input partition is
-read by :class:`~spark_chkpt.kafka.fetcher.RangeFetcher` into Arrow record batches.
-
-The offset Spark writes to its offset log is Spark's Kafka JSON, e.g.
-``{"events": {"0": 1200, "1": 1187}}``.
+:class:`SourcePlanner` keeps one offset reader (:mod:`spark_chkpt.kafka.offset_reader`)
+for the query's lifetime and answers what Spark asks a Kafka source: the initial
+offsets, the end of the next batch (read limits, ``minOffsetsPerTrigger``,
+Trigger.AvailableNow, new and lost partitions, and on topics with barriers a cut at a
+snapshot, :mod:`spark_chkpt.alignment.cut`), and the read tasks of a batch. The
+offsets it returns are Spark's Kafka JSON, e.g. ``{"events": {"0": 1200, "1": 1187}}``,
+with the batch's alignment report under ``__chkpt__``. The DataSource classes in
+``connectors/kafka_source.py`` only translate between Spark and this class.
 """
 
 from __future__ import annotations
@@ -13,18 +15,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
-
-from spark_chkpt.alignment.aligner import Mode
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.errors import DataLossError
@@ -44,42 +37,7 @@ from spark_chkpt.offsets import (
     total_lag,
 )
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 log = logging.getLogger(__name__)
-
-
-class KafkaInputPartition(InputPartition):
-    """One read task: offset ranges of one or more topic-partitions (pickled to the
-    executor), with what to skip and drop on topics that carry barriers."""
-
-    def __init__(self, specs: Sequence[ReadSpec]) -> None:
-        super().__init__(None)
-        self.specs = list(specs)
-
-    def __repr__(self) -> str:
-        return f"KafkaInputPartition({', '.join(str(s.range) for s in self.specs)})"
-
-
-_TASK_ALIGNMENT: dict[str, Mode] = {
-    "aligned": "aligned",
-    "unaligned": "unaligned",
-    "none": "at-least-once",
-}
-
-
-def _read_partition(
-    config: SourceConfig, partition: InputPartition, client_id: str
-) -> Iterator[pa.RecordBatch]:
-    from spark_chkpt.kafka.fetcher import RangeFetcher
-
-    if not isinstance(partition, KafkaInputPartition):
-        raise TypeError(f"chkpt-kafka cannot read {partition!r}")
-    with RangeFetcher(
-        config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]
-    ) as fetcher:
-        yield from fetcher.read_group(partition.specs)
 
 
 def _group(pieces: Sequence[OffsetRange], per_task: int) -> list[list[OffsetRange]]:
@@ -95,14 +53,18 @@ def _group(pieces: Sequence[OffsetRange], per_task: int) -> list[list[OffsetRang
     return groups
 
 
-class _Planner:
-    """What the batch and the streaming reader share: the driver-side offset reader."""
+class SourcePlanner:
+    """The driver side of one ``chkpt-kafka`` reader: offsets, cuts and read tasks."""
 
     def __init__(self, *, config: SourceConfig) -> None:
         self.config = config
         self._run_id = uuid.uuid4().hex[:12]
         self._offsets: OffsetReader | None = None
         self._indexes: dict[str, ControlTopic] = {}
+        self._available_now: PartitionOffsets | None = None
+        self._last_trigger = time.monotonic()
+        self._latest: PartitionOffsets = {}
+        self._waiting_since: dict[str, float] = {}
 
     @property
     def client_id(self) -> str:
@@ -150,10 +112,12 @@ class _Planner:
         end: PartitionOffsets,
         *,
         modes: Mapping[str, str] | None = None,
-    ) -> list[InputPartition]:
-        """Input partitions for ``[start, end)``. Partitions new since ``start`` are read
-        from their earliest offset; an end before its start is data loss (fail, or warn and
-        read that partition from its earliest offset)."""
+    ) -> list[list[ReadSpec]]:
+        """Read tasks for ``[start, end)``, each a list of ranges of distinct partitions.
+
+        Partitions new since ``start`` are read from their earliest offset; an end before
+        its start is data loss (fail, or warn and read that partition from its earliest
+        offset)."""
         went_back = [tp for tp in end if tp in start and end[tp] < start[tp]]
         for tp in went_back:
             self._data_loss(
@@ -166,9 +130,7 @@ class _Planner:
         pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
         specs = self._read_specs(first, end, modes or {})
         return [
-            KafkaInputPartition(
-                [ReadSpec(range=r, markers=specs[r.tp][0], filter=specs[r.tp][1]) for r in group]
-            )
+            [ReadSpec(range=r, markers=specs[r.tp][0], filter=specs[r.tp][1]) for r in group]
             for group in _group(pieces, self.config.partitions_per_task)
         ]
 
@@ -212,18 +174,8 @@ class _Planner:
             index.close()
         self._indexes = {}
 
-
-class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader: Spark's Kafka source semantics, plus group offset commits."""
-
-    def __init__(self, *, config: SourceConfig) -> None:
-        super().__init__(config=config)
-        self._available_now: PartitionOffsets | None = None
-        self._last_trigger = time.monotonic()
-        self._latest: PartitionOffsets = {}
-        self._waiting_since: dict[str, float] = {}
-
-    def initialOffset(self) -> dict:
+    def initial_offsets(self) -> dict[str, Any]:
+        """Where a new streaming query starts (``startingOffsets`` and friends)."""
         spec = self.config.starting
         tps = self.offsets.partitions()
         offsets = self.offsets.resolve(
@@ -235,17 +187,17 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         log.info("chkpt-kafka starts at %s", to_json(offsets))
         return to_json(offsets)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.config.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.config.max_offsets_per_trigger)
-        return ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
+    def prepare_available_now(self) -> None:
+        """Trigger.AvailableNow: fix the end at what exists now."""
         tps = self.offsets.partitions()
         self._available_now = self.offsets.latest(tps)
         log.info("chkpt-kafka Trigger.AvailableNow reads up to %s", to_json(self._available_now))
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latest_offset(
+        self, start: dict[str, Any], *, max_rows: int | None, read_all: bool
+    ) -> dict[str, Any]:
+        """The end of the next batch from ``start``: capped at ``max_rows`` records, cut
+        at a barrier on topics that carry them; ``start`` itself to skip the trigger."""
         begin = from_json(start)
         tps = self.offsets.partitions()
         if self._available_now is not None:
@@ -277,11 +229,10 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         effective.update(self.offsets.earliest(went_back))
         self._latest = latest
         end = latest
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if max_rows is not None:
             end = allocate_limit(effective, latest, max_records=max_rows)
         end, meta = self._align(effective, latest, end, max_rows)
-        if self._waits_for_more(effective, end, limit):
+        if self._waits_for_more(effective, end, read_all=read_all):
             return start
         if end == from_json(start):
             return start
@@ -355,11 +306,11 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         return end, ({"topics": report} if report else {})
 
     def _waits_for_more(
-        self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit
+        self, start: PartitionOffsets, end: PartitionOffsets, *, read_all: bool
     ) -> bool:
         """minOffsetsPerTrigger: skip this trigger until enough records or maxTriggerDelay."""
         wanted = self.config.min_offsets_per_trigger
-        if wanted is None or self._available_now is not None or isinstance(limit, ReadAllAvailable):
+        if wanted is None or self._available_now is not None or read_all:
             return False
         waited_ms = (time.monotonic() - self._last_trigger) * 1000
         if total_lag(start, end) >= wanted or waited_ms >= self.config.max_trigger_delay_ms:
@@ -371,20 +322,18 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         )
         return True
 
-    def reportLatestOffset(self) -> dict | None:
+    def reported_latest(self) -> dict[str, Any] | None:
         return to_json(self._latest) if self._latest else None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        # Spark may replay this from its offset log after a restart: the modes come from
-        # the report stored with the end offset, the drop rules from the barrier index.
+    def read_tasks(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[ReadSpec]]:
+        """Read tasks of the streaming batch ``[start, end)``. Spark may replay this from
+        its offset log after a restart: the modes come from the report stored with the
+        end offset, the drop rules from the barrier index."""
         topics = meta_of(end).get("topics", {})
         modes = {t: str(r.get("mode")) for t, r in topics.items() if isinstance(r, dict)}
         return self.plan(from_json(start), from_json(end), modes=modes)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_partition(self.config, partition, self.client_id + "-executor")
-
-    def commit(self, end: dict) -> None:
+    def commit_group(self, end: dict[str, Any]) -> None:
         """Spark finished the batch ending at ``end``: make it visible to lag tools."""
         if self.config.group_id is None:
             return
@@ -395,18 +344,10 @@ class KafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
                 "chkpt-kafka could not commit offsets for group %s: %s", self.config.group_id, e
             )
 
-    def stop(self) -> None:
-        super().stop()
-
-
-class KafkaBatchReader(_Planner, DataSourceReader):
-    """``spark.read.format("chkpt-kafka")``: reads ``[startingOffsets, endingOffsets)``.
-
-    On topics with barriers it skips barrier records and drops records of failed upstream
-    attempts before the last barrier; records after it (a snapshot in flight) are read.
-    """
-
-    def partitions(self) -> Sequence[InputPartition]:
+    def batch_read_tasks(self) -> list[list[ReadSpec]]:
+        """Read tasks of a batch query, ``[startingOffsets, endingOffsets)``. On topics with
+        barriers, barrier records are skipped and records of failed upstream attempts
+        before the last barrier dropped; records after it (a snapshot in flight) are read."""
         tps = self.offsets.partitions()
         start = self.offsets.resolve(
             self.config.starting,
@@ -425,9 +366,6 @@ class KafkaBatchReader(_Planner, DataSourceReader):
             return self.plan(start, end, modes={tp.topic: mode for tp in end})
         finally:
             self.stop()
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_partition(self.config, partition, self.client_id + "-executor")
 
 
 def _starting_option(kind: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from spark_chkpt.kafka.planner import KafkaStreamReader
+from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.offsets import TopicPartition
@@ -49,8 +49,8 @@ def reader(offsets: ScriptedOffsets, **options: str) -> KafkaStreamReader:
         {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}
     )
     r = KafkaStreamReader(config=config)
-    r._offsets = offsets  # type: ignore[assignment]
-    r.barrier_entries = _plain_topic  # type: ignore[method-assign]
+    r.planner._offsets = offsets  # type: ignore[assignment]
+    r.planner.barrier_entries = _plain_topic  # type: ignore[method-assign]
     return r
 
 
@@ -151,5 +151,5 @@ def test_min_partitions_splits_ranges() -> None:
 def test_reader_pickles_without_its_driver_consumer() -> None:
     r = reader(ScriptedOffsets({T0: 0}, {T0: 1}))
     clone = pickle.loads(pickle.dumps(r))
-    assert clone._offsets is None
+    assert clone.planner._offsets is None
     assert clone.config == r.config

@@ -1,0 +1,101 @@
+"""Readers of the ``chkpt-kafka`` source: streaming (micro-batch) and batch.
+
+Thin: Spark's calls are translated for :class:`~spark_chkpt.kafka.planner.SourcePlanner`
+on the driver, and each input partition is read on an executor by
+:func:`~spark_chkpt.kafka.fetcher.read_task` into Arrow record batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_chkpt.kafka.fetcher import ReadSpec, read_task
+from spark_chkpt.kafka.planner import SourcePlanner
+from spark_chkpt.kafka.source_options import SourceConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class KafkaInputPartition(InputPartition):
+    """One read task: offset ranges of one or more topic-partitions (pickled to the
+    executor), with what to skip and drop on topics that carry barriers."""
+
+    def __init__(self, specs: Sequence[ReadSpec]) -> None:
+        super().__init__(None)
+        self.specs = list(specs)
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({', '.join(str(s.range) for s in self.specs)})"
+
+
+def _read(planner: SourcePlanner, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, KafkaInputPartition):
+        raise TypeError(f"chkpt-kafka cannot read {partition!r}")
+    return read_task(
+        config=planner.config, specs=partition.specs, client_id=planner.client_id + "-executor"
+    )
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader: Spark's Kafka source semantics, plus group offset commits."""
+
+    def __init__(self, *, config: SourceConfig) -> None:
+        self.config = config
+        self.planner = SourcePlanner(config=config)
+
+    def initialOffset(self) -> dict:
+        return self.planner.initial_offsets()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.config.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.config.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.planner.prepare_available_now()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return self.planner.latest_offset(
+            start,
+            max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            read_all=isinstance(limit, ReadAllAvailable),
+        )
+
+    def reportLatestOffset(self) -> dict | None:
+        return self.planner.reported_latest()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [KafkaInputPartition(task) for task in self.planner.read_tasks(start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.planner, partition)
+
+    def commit(self, end: dict) -> None:
+        self.planner.commit_group(end)
+
+    def stop(self) -> None:
+        self.planner.stop()
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read.format("chkpt-kafka")``: reads ``[startingOffsets, endingOffsets)``."""
+
+    def __init__(self, *, config: SourceConfig) -> None:
+        self.config = config
+        self.planner = SourcePlanner(config=config)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [KafkaInputPartition(task) for task in self.planner.batch_read_tasks()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.planner, partition)
