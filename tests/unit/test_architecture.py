@@ -134,3 +134,15 @@ def test_no_import_cycles() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
+
+
+def test_setup_cfg_lists_every_package() -> None:
+    """A sub-package missing from setup.cfg imports in a checkout (``pip install -e``) but
+    is not in the wheel (``pip install .``)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert packages == listed
