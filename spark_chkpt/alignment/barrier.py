@@ -27,6 +27,7 @@ from spark_chkpt.errors import ChkptError
 
 ATTEMPT_HEADER = "chkpt.attempt"
 BARRIER_HEADER = "chkpt.barrier"
+PROJECT_HEADERS = frozenset({ATTEMPT_HEADER, BARRIER_HEADER})
 BARRIER_KEY = b"__chkpt_barrier__"
 MARKER_VERSION = 1
 CONTROL_PREFIX = "__chkpt."
@@ -118,10 +119,23 @@ def is_barrier(headers: Sequence[tuple[str, bytes]] | None) -> bool:
 
 
 def attempt_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    """The attempt tag of a record: the last ``chkpt.attempt`` header, the one its writer
+    added (the sink strips forwarded tags, but records written before it did may carry an
+    upstream stage's tag first)."""
+    tag = None
     for key, value in headers or ():
         if key == ATTEMPT_HEADER:
-            return bytes(value).decode("ascii", errors="replace")
-    return None
+            tag = bytes(value).decode("ascii", errors="replace")
+    return tag
+
+
+def without_project_headers(
+    headers: Sequence[tuple[str, bytes]],
+) -> list[tuple[str, bytes]]:
+    """``headers`` minus this project's own (attempt tags, barrier marks): a job that
+    forwards the headers it read (``includeHeaders=true``) must not pass an upstream
+    stage's tag on, or downstream readers would judge its records by the wrong attempt."""
+    return [(k, v) for k, v in headers if k not in PROJECT_HEADERS]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Phase 1 of the Kafka sink (executors): produce a task's rows, tagged with its attempt.
 
-Every record gets the header ``chkpt.attempt`` = this task attempt's tag. The producer
+Every record gets the header ``chkpt.attempt`` = this task attempt's tag; project headers
+a job forwards from its input (``includeHeaders=true``) are dropped first. The producer
 is idempotent with ``acks=all`` and is flushed before the task returns, so when the
 driver's coordinator runs, every record of the batch is durably in Kafka, ahead of the
 barrier it is about to write.
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
+from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, without_project_headers
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 
@@ -91,6 +92,8 @@ class RecordProducer:
                     "and no 'topic' option is set"
                 )
             record_headers = [(h["key"], _bytes(h["value"]) or b"") for h in headers[i] or ()]
+            if record_headers:
+                record_headers = without_project_headers(record_headers)
             record_headers.append(self._tag)
             future = self._producer.send(
                 topic,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_chkpt.alignment.barrier import BARRIER_HEADER
+from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, BARRIER_HEADER
 from spark_chkpt.snapshot.metrics import SnapshotReporter
-from tests.helpers import Upstream, drain_to_files, kafka_stream
+from tests.helpers import Upstream, drain_to_files, kafka_stream, produce
 
 pytestmark = pytest.mark.integration
 
@@ -185,3 +185,67 @@ def test_corrupt_barrier_names_topic_partition_and_offset(
     df = kafka_stream(spark, bootstrap_servers, upstream.topic)
     with pytest.raises(Exception, match=rf"corrupt barrier record at {upstream.topic}-1 offset 1"):
         drain_to_files(spark, df, tmp_path)
+
+
+def _to_kafka(df: Any, servers: str, topic: str, checkpoint: Path) -> None:
+    """Run an availableNow query from ``df`` into ``chkpt-kafka`` topic ``topic``."""
+    query = (
+        df.writeStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("topic", topic)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+
+
+def test_headers_forwarded_by_a_middle_stage_keep_every_record(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
+    """Kafka → A → Kafka → B → Kafka → C: stage B reads with includeHeaders=true and
+    writes the headers on, as a pass-through job would. B's output must carry B's own
+    attempt tag, not A's, or C's aligned read drops every record as unconfirmed."""
+    plain, middle, final = (make_topic(partitions=2, suffix=s) for s in ("in", "mid", "out"))
+    values = [b"h-%d" % i for i in range(20)]
+    produce(producer, plain, values, partitions=2, headers=lambda i: [("trace", b"t%d" % i)])
+    _to_kafka(
+        kafka_stream(spark, bootstrap_servers, plain, includeHeaders="true").select(
+            "key", "value", "headers"
+        ),
+        bootstrap_servers,
+        middle,
+        tmp_path / "a",
+    )
+    _to_kafka(
+        kafka_stream(spark, bootstrap_servers, middle, includeHeaders="true").select(
+            "key", "value", "headers"
+        ),
+        bootstrap_servers,
+        final,
+        tmp_path / "b",
+    )
+    assert drain_to_files(spark, kafka_stream(spark, bootstrap_servers, final), tmp_path) == (
+        names(values)
+    )
+    # The user's header travels on; each record carries exactly one attempt tag.
+    rows = (
+        kafka_stream(spark, bootstrap_servers, final, includeHeaders="true")
+        .writeStream.format("memory")
+        .queryName("forwarded_headers")
+        .option("checkpointLocation", str(tmp_path / "c2"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    rows.awaitTermination(180)
+    keys = [
+        sorted(h["key"] for h in r["headers"])
+        for r in spark.sql("SELECT headers FROM forwarded_headers").collect()
+    ]
+    assert len(keys) == len(values)
+    assert all(k == sorted([ATTEMPT_HEADER, "trace"]) for k in keys), keys[:3]

@@ -19,6 +19,7 @@ from spark_chkpt.alignment.barrier import (
     attempt_of,
     control_topic_for,
     is_barrier,
+    without_project_headers,
 )
 from spark_chkpt.errors import ChkptError
 
@@ -89,6 +90,13 @@ def test_attempt_of() -> None:
     assert attempt_of([(BARRIER_HEADER, b"1")]) is None
     assert attempt_of([("other", b"x"), (ATTEMPT_HEADER, b"t-3-1")]) == "t-3-1"
     assert attempt_of([(ATTEMPT_HEADER, bytearray(b"t-3-2"))]) == "t-3-2"
+    # A record forwarded by an older sink: the writer's own tag is the last one.
+    assert attempt_of([(ATTEMPT_HEADER, b"upstream"), (ATTEMPT_HEADER, b"mine")]) == "mine"
+
+
+def test_without_project_headers_keeps_user_headers_in_order() -> None:
+    headers = [("a", b"1"), (ATTEMPT_HEADER, b"up"), ("b", b"2"), (BARRIER_HEADER, b"1")]
+    assert without_project_headers(headers) == [("a", b"1"), ("b", b"2")]
 
 
 def test_attempt_of_tolerates_non_ascii() -> None:
