@@ -10,7 +10,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import ConfigError
+from spark_chkpt.kafka.control_topic import ensure_control_topic
 from spark_chkpt.kafka.records import spark_schema_ddl
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.kafka.source_options import SourceConfig
@@ -54,6 +56,13 @@ class KafkaDataSource(DataSource):
             )
         config = KafkaSinkConfig.from_options(self.options)
         check_sink_schema(schema, config)
+        if config.topic:
+            # Before any task produces: a reader that found no control topic would read
+            # the first snapshot's records, confirmed or not, as a plain topic's.
+            ensure_control_topic(
+                bootstrap_servers=config.bootstrap_servers,
+                name=config.control_topic or control_topic_for(config.topic),
+            )
         app_id = (
             config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id()
         )

@@ -21,6 +21,35 @@ log = logging.getLogger(__name__)
 
 _READ_TIMEOUT_S = 30.0
 
+# The index must outlive every reader that may still read the data it describes: a
+# reader starting from ``earliest`` needs the entries of the oldest data still in the
+# topic. Kafka's default retention (7 days) would expire them first.
+CONTROL_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+# Control topics this process has created or seen, so that write tasks ask the broker once.
+_ENSURED: set[tuple[str, str]] = set()
+
+
+def ensure_control_topic(*, bootstrap_servers: str, name: str) -> None:
+    """Create control topic ``name`` (one partition, infinite retention) unless it exists.
+
+    The sink calls this before any task produces (``streamWriter()``, and a write task for
+    each topic named by a ``topic`` column), so a reader never mistakes a topic whose first
+    snapshot is still in flight for a plain topic and reads unconfirmed records."""
+    from spark_chkpt.kafka.topics import create_topic
+
+    key = (bootstrap_servers, name)
+    if key in _ENSURED:
+        return
+    create_topic(
+        bootstrap_servers=bootstrap_servers,
+        name=name,
+        partitions=1,
+        exist_ok=True,
+        config=CONTROL_TOPIC_CONFIG,
+    )
+    _ENSURED.add(key)
+
 
 class ControlTopic(BarrierIndex):
     """The index entries of one data topic, read incrementally from its control topic."""

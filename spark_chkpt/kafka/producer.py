@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, without_project_headers
+from spark_chkpt.alignment.barrier import (
+    ATTEMPT_HEADER,
+    control_topic_for,
+    without_project_headers,
+)
+from spark_chkpt.kafka.control_topic import ensure_control_topic
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 
@@ -63,6 +68,7 @@ class RecordProducer:
         )
         self._lock = threading.Lock()
         self._error: BaseException | None = None
+        self._controlled: set[str] = set()
 
     def _acked(self, metadata: Any) -> None:
         with self._lock:
@@ -84,6 +90,16 @@ class RecordProducer:
             raise ChkptError("chkpt-kafka sink: set option 'topic' or write a 'topic' column")
         partitions = _column(batch, "partition") or [None] * n
         headers = _column(batch, "headers") or [None] * n
+        if not self.config.topic:
+            # streamWriter() created the option's control topic; a topic column can name
+            # new topics, whose control topic must exist before their first record does.
+            for name in set(topics) - self._controlled:
+                if name is not None:
+                    ensure_control_topic(
+                        bootstrap_servers=self.config.bootstrap_servers,
+                        name=self.config.control_topic or control_topic_for(name),
+                    )
+                    self._controlled.add(name)
         for i in range(n):
             topic = topics[i]
             if topic is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError
 
@@ -25,6 +27,17 @@ def partition_count(*, bootstrap_servers: str, name: str) -> int:
         consumer.close()
 
 
+def topic_names(*, bootstrap_servers: str) -> set[str]:
+    """The topics the cluster's metadata lists now."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","))
+    try:
+        return set(consumer.topics())
+    finally:
+        consumer.close()
+
+
 def _wait_for_partitions(
     bootstrap_servers: str, name: str, partitions: int, timeout_s: float = 30.0
 ) -> None:
@@ -43,14 +56,18 @@ def create_topic(
     partitions: int = 1,
     replication_factor: int = 1,
     exist_ok: bool = False,
+    config: Mapping[str, str] | None = None,
 ) -> None:
-    """Create ``name`` and wait until its metadata shows every partition."""
+    """Create ``name`` (with topic ``config`` such as ``retention.ms``) and wait until its
+    metadata shows every partition."""
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     admin = _admin(bootstrap_servers)
     try:
-        admin.create_topics([NewTopic(name, partitions, replication_factor)])
+        admin.create_topics(
+            [NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))]
+        )
     except TopicAlreadyExistsError:
         if not exist_ok:
             raise

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
-from spark_chkpt.kafka.control_topic import ControlTopic, write_entry
+from spark_chkpt.kafka.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.producer import ProducedOutput
-from spark_chkpt.kafka.topics import create_topic
 from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
@@ -88,13 +87,7 @@ class KafkaCoordinator(SnapshotCoordinator):
                 data_topic=topic,
             )
             _INDEXES[key] = index
-        if not index.exists():
-            create_topic(
-                bootstrap_servers=self.settings.bootstrap_servers,
-                name=control,
-                partitions=1,
-                exist_ok=True,
-            )
+        ensure_control_topic(bootstrap_servers=self.settings.bootstrap_servers, name=control)
         index.refresh()
         return index
 

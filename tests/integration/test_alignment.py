@@ -249,3 +249,42 @@ def test_headers_forwarded_by_a_middle_stage_keep_every_record(
     ]
     assert len(keys) == len(values)
     assert all(k == sorted([ATTEMPT_HEADER, "trace"]) for k in keys), keys[:3]
+
+
+def test_a_topic_reads_aligned_before_its_first_snapshot_completes(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The sink creates the control topic before any task produces: a reader that runs
+    while batch 0 is in flight (or after its attempt failed) must not take the topic for a
+    plain one and read unconfirmed records."""
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from spark_chkpt.connectors.kafka import KafkaDataSource
+    from spark_chkpt.kafka.producer import RecordProducer
+    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+    from spark_chkpt.kafka.topics import topic_names
+
+    named, by_column = make_topic(partitions=2, suffix="named"), make_topic(suffix="column")
+    options = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "topic": named,
+        "checkpointLocation": str(tmp_path / "upstream"),
+        "txnAppId": "upstream-run",
+    }
+    KafkaDataSource(options).streamWriter(StructType([StructField("value", BinaryType())]), False)
+    # A write task of batch 0 produces, and its commit never comes (the attempt failed).
+    task = RecordProducer(config=KafkaSinkConfig.from_options(options), batch_id=0, task=0)
+    task.send(pa.record_batch({"value": [b"u-%d" % i for i in range(6)]}))
+    task.finish()
+    assert drain_to_files(spark, kafka_stream(spark, bootstrap_servers, named), tmp_path) == []
+
+    # Without a topic option, the task creates the control topic of each topic it writes.
+    del options["topic"]
+    column_task = RecordProducer(config=KafkaSinkConfig.from_options(options), batch_id=0, task=1)
+    column_task.send(pa.record_batch({"value": [b"c-0"], "topic": [by_column]}))
+    column_task.finish()
+    assert f"__chkpt.{by_column}" in topic_names(bootstrap_servers=bootstrap_servers)
