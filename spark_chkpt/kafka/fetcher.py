@@ -70,6 +70,8 @@ class _Channel:
     ahead: list[Any] = field(default_factory=list)  # fetched past the range's end
     assigned: bool = False
     done: bool = False
+    held: list[Any] = field(default_factory=list)  # waiting for a barrier to judge them
+    seen_confirmed: set[str] = field(default_factory=set)  # attempts barriers here named
 
     @property
     def tp(self) -> TopicPartition:
@@ -149,8 +151,8 @@ class RangeFetcher:
         consumer.assign(starts)
         for channel in channels.values():
             channel.assigned = not channel.done
-            if channel.done and aligner is not None:
-                self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
+            if channel.done:  # the prefetch buffer held the whole range
+                self._end_of_range(channel, aligner, channels)
         limit = self._config.max_records_per_arrow_batch
         timeout_s = self._config.poll_timeout_ms / 1000
         idle = Deadline.after(seconds=timeout_s)
@@ -276,6 +278,12 @@ class RangeFetcher:
             split = bisect.bisect_left(records, end, key=lambda r: r.offset)
             channel.ahead, records = records[split:], records[:split]
         if not spec.markers:
+            # A topic read as plain may still carry barriers its reader cannot place (the
+            # control topic is invisible to it): they are never rows.
+            if any(r.headers and is_barrier(r.headers) for r in records):
+                skipped = [r for r in records if not (r.headers and is_barrier(r.headers))]
+                self.stats.barriers += len(records) - len(skipped)
+                records = skipped
             channel.pending.extend(records)
             return
         keep_until = spec.filter.confirm_until if spec.filter is not None else -1
@@ -290,21 +298,54 @@ class RangeFetcher:
                     offset=record.offset,
                 )
                 self.stats.barriers += 1
+                # The barrier names the attempts it confirms: records held for want of an
+                # index entry (expired, or a recreated control topic) are judged now.
+                channel.seen_confirmed.update(barrier.attempts)
+                if channel.held:
+                    self._release(channel, confirmed, keep_until, aligner, channels)
                 if aligner is not None:
                     self._emit(
                         aligner.on_barrier(channel=channel.tp, snapshot_id=barrier.snapshot_id),
                         channels,
                     )
                 continue
-            tag = attempt_of(headers) if headers else None
-            if tag is not None and record.offset < keep_until and tag not in confirmed:
-                self.stats.dropped += 1
-                self.stats.dropped_attempts.add(tag)
+            if channel.held or _unconfirmed(record, confirmed, channel.seen_confirmed, keep_until):
+                # Hold it (and everything after it, to keep offset order) until a barrier
+                # confirms its attempt or the range ends without one.
+                channel.held.append(record)
                 continue
-            if aligner is None:
-                channel.pending.append(record)
+            self._pass(channel, record, aligner, channels)
+
+    def _pass(
+        self,
+        channel: _Channel,
+        record: Any,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        if aligner is None:
+            channel.pending.append(record)
+        else:
+            self._emit(aligner.on_record(channel=channel.tp, record=record), channels)
+
+    def _release(
+        self,
+        channel: _Channel,
+        confirmed: frozenset[str],
+        keep_until: int,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """Pass the held records that some barrier or the index confirms, in order; drop
+        the tagged ones that none does (a failed upstream attempt's output)."""
+        held, channel.held = channel.held, []
+        for record in held:
+            if _unconfirmed(record, confirmed, channel.seen_confirmed, keep_until):
+                tag = attempt_of(record.headers)
+                self.stats.dropped += 1
+                self.stats.dropped_attempts.add(str(tag))
             else:
-                self._emit(aligner.on_record(channel=channel.tp, record=record), channels)
+                self._pass(channel, record, aligner, channels)
 
     @staticmethod
     def _emit(events: Sequence[Any], channels: dict[TopicPartition, _Channel]) -> None:
@@ -323,6 +364,24 @@ class RangeFetcher:
         channel.done = True
         if channel.assigned:
             self._consumer.pause(channel.tp)
+        self._end_of_range(channel, aligner, channels)
+
+    def _end_of_range(
+        self,
+        channel: _Channel,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """No barrier comes any more: judge the held records by what is known."""
+        if channel.held:
+            spec = channel.spec
+            self._release(
+                channel,
+                spec.filter.confirmed if spec.filter is not None else frozenset(),
+                spec.filter.confirm_until if spec.filter is not None else -1,
+                aligner,
+                channels,
+            )
         if aligner is not None:
             self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
 
@@ -338,6 +397,17 @@ class RangeFetcher:
                     partition=channel.tp.partition,
                     schema=self._schema,
                 )
+
+
+def _unconfirmed(
+    record: Any, confirmed: frozenset[str], seen: set[str], keep_until: int
+) -> bool:
+    """A tagged record below the filter's bound whose attempt neither the index nor a
+    barrier read so far confirms."""
+    if record.offset >= keep_until or not record.headers:
+        return False
+    tag = attempt_of(record.headers)
+    return tag is not None and tag not in confirmed and tag not in seen
 
 
 # A read task's alignment by the source's mode: 'none' passes every record but barriers.

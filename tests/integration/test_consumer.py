@@ -199,3 +199,89 @@ def test_one_consumer_reading_several_partitions_keeps_each_in_order(
         rows = table.filter(pc.equal(table.column("partition"), p))
         assert rows.column("offset").to_pylist() == list(range(1000))
         assert rows.column("value").to_pylist() == [b"%d" % (3 * o + p) for o in range(1000)]
+
+
+def _tagged(tag: str) -> Callable[[int], list[tuple[str, bytes]]]:
+    from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
+
+    return lambda i: [(ATTEMPT_HEADER, tag.encode())]
+
+
+def _barrier_record(producer: Any, topic: str, snapshot: int, attempts: list[str]) -> None:
+    from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier
+
+    marker = Barrier(app_id="up", snapshot_id=snapshot, attempts=tuple(attempts))
+    producer.send(topic, key=BARRIER_KEY, value=marker.value(), partition=0, headers=marker.headers())
+    producer.flush()
+
+
+def _values(table: pa.Table) -> list[str]:
+    return [bytes(v).decode() for v in table.column("value").to_pylist()]
+
+
+def test_barrier_records_are_skipped_even_on_a_topic_read_as_plain(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
+) -> None:
+    """A reader that cannot see the control topic (custom controlTopic, ACLs, deleted)
+    reads the topic as plain: the barrier records must still never become rows."""
+    topic = make_topic()
+    produce(producer, topic, [b"a-0", b"a-1"], headers=_tagged("A"))
+    _barrier_record(producer, topic, 0, ["A"])
+    produce(producer, topic, [b"plain"])
+    table, fetcher = _read(
+        _config(bootstrap_servers, topic, client), OffsetRange(TopicPartition(topic, 0), 0, 4)
+    )
+    assert _values(table) == ["a-0", "a-1", "plain"]
+    assert fetcher.stats.barriers == 1
+
+
+def test_a_barrier_confirms_its_attempts_when_the_index_lost_them(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    client: str,
+    pool: ConsumerPool,
+) -> None:
+    """The index entry of snapshot 0 is gone (retention, a recreated control topic): the
+    barrier record itself names the attempts it confirms, so A's records are read and the
+    failed attempt X's, which no barrier names, are still dropped, all in offset order."""
+    topic = make_topic()
+    produce(producer, topic, [b"a-0"], headers=_tagged("A"))
+    produce(producer, topic, [b"x-0", b"x-1"], headers=_tagged("X"))
+    produce(producer, topic, [b"a-1"], headers=_tagged("A"))
+    produce(producer, topic, [b"plain-0"])
+    _barrier_record(producer, topic, 0, ["A"])
+    produce(producer, topic, [b"b-0"], headers=_tagged("B"))
+    _barrier_record(producer, topic, 1, ["B"])
+    produce(producer, topic, [b"x-2"], headers=_tagged("X"))
+    produce(producer, topic, [b"plain-1"])
+    from spark_chkpt.alignment.cut import RecordFilter
+
+    config = _config(bootstrap_servers, topic, client)
+    index_only_b = RecordFilter(confirmed=frozenset({"B"}), confirm_until=8)
+    tp = TopicPartition(topic, 0)
+    table, fetcher = _read(
+        config, [ReadSpec(range=OffsetRange(tp, 0, 8), markers=True, filter=index_only_b)]
+    )
+    assert _values(table) == ["a-0", "a-1", "plain-0", "b-0"]
+    assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (2, {"X"})
+    # The same when a range comes whole from the prefetch buffer: its held records are
+    # judged at its end (plain-1 waits behind x-2, and must not be lost with it).
+    prefetch = PrefetchBuffer()
+    to_ten = RecordFilter(confirmed=frozenset({"B"}), confirm_until=10)
+    first, _ = _read(
+        config,
+        [ReadSpec(range=OffsetRange(tp, 0, 6), markers=True, filter=to_ten)],
+        pool=pool,
+        prefetch=prefetch,
+    )
+    second, fetcher = _read(
+        config,
+        [ReadSpec(range=OffsetRange(tp, 6, 10), markers=True, filter=to_ten)],
+        pool=pool,
+        prefetch=prefetch,
+    )
+    assert fetcher.stats.prefetched == 4
+    assert _values(first) == ["a-0", "a-1", "plain-0"]
+    assert _values(second) == ["b-0", "plain-1"]
+    assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (1, {"X"})
