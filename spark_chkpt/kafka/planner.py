@@ -328,10 +328,18 @@ class SourcePlanner:
     def read_tasks(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[ReadSpec]]:
         """Read tasks of the streaming batch ``[start, end)``. Spark may replay this from
         its offset log after a restart: the modes come from the report stored with the
-        end offset, the drop rules from the barrier index."""
+        end offset, the drop rules from the barrier index.
+
+        A topic the report does not name had no control topic when the batch was planned
+        and was read as plain: its replay reads it as plain too (mode ``none``: barriers
+        skipped, nothing dropped), even if its control topic exists by now, or the replay
+        would drop records the first run read."""
         topics = meta_of(end).get("topics", {})
         modes = {t: str(r.get("mode")) for t, r in topics.items() if isinstance(r, dict)}
-        return self.plan(from_json(start), from_json(end), modes=modes)
+        planned = from_json(end)
+        for topic in {tp.topic for tp in planned}:
+            modes.setdefault(topic, "none")
+        return self.plan(from_json(start), planned, modes=modes)
 
     def commit_group(self, end: dict[str, Any]) -> None:
         """Spark finished the batch ending at ``end``: make it visible to lag tools."""

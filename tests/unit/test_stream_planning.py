@@ -153,3 +153,22 @@ def test_reader_pickles_without_its_driver_consumer() -> None:
     clone = pickle.loads(pickle.dumps(r))
     assert clone.planner._offsets is None
     assert clone.config == r.config
+
+
+def test_a_batch_planned_before_the_control_topic_existed_replays_as_plain() -> None:
+    """Batch N was planned while the topic had no control topic (no report in its end
+    offset). Replayed after the control topic appeared, it must read what the first run
+    read: barriers skipped, no tagged record dropped."""
+    offsets = ScriptedOffsets({T0: 0}, {T0: 10})
+    r = reader(offsets)
+    r.planner.barrier_entries = lambda topic, refresh=True: []  # type: ignore[method-assign]
+    parts = r.partitions({"ev": {"0": 0}}, {"ev": {"0": 10}})
+    specs = [s for p in parts for s in p.specs]
+    assert [(s.markers, s.filter) for s in specs] == [(True, None)]
+    # A batch planned with a report keeps its mode: aligned filters by the index.
+    parts = r.partitions(
+        {"ev": {"0": 0}},
+        {"ev": {"0": 10}, "__chkpt__": {"topics": {"ev": {"mode": "aligned"}}}},
+    )
+    (spec,) = [s for p in parts for s in p.specs]
+    assert spec.filter is not None and spec.filter.confirm_until == 10
