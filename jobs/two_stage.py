@@ -119,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--trigger", default="processingTime=5 seconds")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument("--alignment", default="aligned", choices=("aligned", "unaligned", "none"))
+    parser.add_argument(
+        "--alignment", default="aligned", choices=("aligned", "unaligned", "at-least-once", "none")
+    )
     parser.add_argument("--alignment-timeout", default=None)
     parser.add_argument("--master", default=None)
     args = parser.parse_args(argv)

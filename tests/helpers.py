@@ -79,11 +79,23 @@ class Upstream:
             )
         self.producer.flush()
 
-    def barrier(self, snapshot: int, attempts: Sequence[str], *, index: bool = True) -> None:
+    def barrier(
+        self,
+        snapshot: int,
+        attempts: Sequence[str],
+        *,
+        index: bool = True,
+        partitions: Sequence[int] | None = None,
+    ) -> None:
+        """Barrier ``snapshot`` in every partition (or in ``partitions`` only), then its
+        ``complete`` index entry. With ``partitions``, the entry names the offset each
+        other partition's barrier will land at (its log end now): that barrier is late,
+        and :meth:`late_barrier` writes it."""
         from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry
         from spark_chkpt.kafka.control_topic import write_entry
 
         marker = Barrier(app_id=self.app_id, snapshot_id=snapshot, attempts=tuple(attempts))
+        on = list(range(self.partitions)) if partitions is None else list(partitions)
         futures = {
             p: self.producer.send(
                 self.topic,
@@ -92,11 +104,13 @@ class Upstream:
                 partition=p,
                 headers=Barrier.headers(),
             )
-            for p in range(self.partitions)
+            for p in on
         }
         self.producer.flush()
         if index:
             positions = {p: f.get(timeout=30).offset for p, f in futures.items()}
+            late = [p for p in range(self.partitions) if p not in positions]
+            positions.update(self.log_ends(late))
             write_entry(
                 self.producer,
                 control_topic=self.control,
@@ -109,6 +123,22 @@ class Upstream:
                     positions=positions,
                 ),
             )
+
+    def late_barrier(self, snapshot: int, attempts: Sequence[str], *, partition: int) -> None:
+        """Write the barrier :meth:`barrier` left out, where its index entry says it is."""
+        expected = self.log_ends([partition])[partition]
+        self.barrier(snapshot, attempts, index=False, partitions=[partition])
+        assert self.log_ends([partition])[partition] == expected + 1
+
+    def log_ends(self, partitions: Sequence[int]) -> dict[int, int]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.servers)
+        try:
+            ends = consumer.end_offsets([TopicPartition(self.topic, p) for p in partitions])
+            return {tp.partition: int(offset) for tp, offset in ends.items()}
+        finally:
+            consumer.close()
 
 
 def drain_to_files(spark: Any, df: Any, base: Path) -> list[str]:

@@ -4,12 +4,20 @@ Pure planning (no Kafka, no Spark): from the batch's start offsets, the log ends
 barrier index entries of the upstream query, decide the end offsets, which records the
 read tasks must drop, and what the batch reports about alignment.
 
-* ``aligned``: end on every partition right after barrier S, the newest snapshot whose
-  barriers all lie at or after the start (a consistent cut of upstream snapshots), as
-  large as ``maxOffsetsPerTrigger`` allows; a single snapshot larger than the limit is
-  read whole. Tagged records before the cut that no barrier confirms are dropped.
-* ``unaligned``: read what is there; records before the last known barrier are filtered
-  as above, records after it pass unconfirmed (at-least-once for them).
+The four modes, as Flink's (seed 002):
+
+* ``aligned`` (exactly-once, consistent): end on every partition right after barrier S,
+  the newest snapshot whose barriers all lie at or after the start (a consistent cut of
+  upstream snapshots), as large as ``maxOffsetsPerTrigger`` allows; a single snapshot
+  larger than the limit is read whole. Tagged records no barrier confirms are dropped.
+* ``unaligned`` (exactly-once per record, no waiting): each partition ends right after
+  its own newest barrier, so a partition whose barrier arrived is read without waiting
+  for the others; only confirmed records are read. The cut is not consistent across
+  partitions: the report says which snapshot each partition reached (``reached``). The
+  alignment timeout falls back to this mode, never below it.
+* ``at-least-once`` (Flink's AT_LEAST_ONCE): read what is there; records before the last
+  known barrier are filtered as above, records after it pass unconfirmed (a failed
+  upstream attempt after the last barrier is read, and its replay again).
 * ``none``: plain reads; barrier records are skipped, nothing else is filtered.
 
 The aligner (:mod:`spark_chkpt.alignment.aligner`) decides which snapshots are complete across the
@@ -27,7 +35,8 @@ from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
 
-AlignmentMode = Literal["aligned", "unaligned", "none"]
+AlignmentMode = Literal["aligned", "unaligned", "at-least-once", "none"]
+ALIGNMENT_MODES: tuple[AlignmentMode, ...] = ("aligned", "unaligned", "at-least-once", "none")
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class TopicCut:
     snapshots: tuple[int, ...] = ()
     barriers: int = 0
     note: str | None = None
+    reached: Mapping[int, int] = field(default_factory=dict)  # unaligned: partition -> snapshot
 
     @property
     def waiting(self) -> bool:
@@ -77,17 +87,20 @@ def completed_snapshots(
     start: Mapping[TopicPartition, int],
     partitions: Sequence[TopicPartition],
 ) -> list[IndexEntry]:
-    """Entries whose barrier lies at or after ``start`` on every partition, in snapshot
-    order, as the aligner completes them."""
+    """Entries whose barrier every partition has reached by the end of its log, in
+    snapshot order, as the aligner completes them. A partition whose barrier lies before
+    ``start`` (an unaligned batch took it further than the others) has delivered it
+    already; an entry must still have a barrier at or after ``start`` somewhere."""
     aligner: Aligner[None] = Aligner(channels=partitions, mode="at-least-once")
     by_id = {}
     done: list[IndexEntry] = []
     for entry in sorted(entries, key=lambda e: e.snapshot_id):
         by_id[entry.snapshot_id] = entry
         events = []
+        if not any(entry.positions.get(tp.partition, -1) >= start.get(tp, 0) for tp in partitions):
+            continue
         for tp in partitions:
-            position = entry.positions.get(tp.partition)
-            if position is not None and position >= start.get(tp, 0):
+            if entry.positions.get(tp.partition) is not None:
                 events += aligner.on_barrier(channel=tp, snapshot_id=entry.snapshot_id)
         done += [by_id[e.snapshot_id] for e in events if isinstance(e, SnapshotCompleted)]
     return done
@@ -104,7 +117,7 @@ def plan_topic(
     force_unaligned: bool = False,
 ) -> TopicCut:
     """Plan one topic's part of the batch. ``force_unaligned``: the alignment timeout
-    expired, read this batch unaligned."""
+    expired, read this batch ``unaligned`` (still exactly-once per record)."""
     partitions = sorted(latest)
     begin = {tp: start.get(tp, latest[tp]) for tp in partitions}
 
@@ -131,12 +144,13 @@ def plan_topic(
             return TopicCut(topic=topic, mode="aligned", end=dict(begin), app_id=app_id)
         chosen, note = [done[0]], None
         for entry in done[1:]:
-            span = sum(entry.positions[tp.partition] + 1 - begin[tp] for tp in partitions)
+            span = sum(max(0, entry.positions[tp.partition] + 1 - begin[tp]) for tp in partitions)
             if max_records is not None and span > max_records:
                 break
             chosen.append(entry)
         last = chosen[-1]
-        end = {tp: last.positions[tp.partition] + 1 for tp in partitions}
+        # A partition already past the barrier (after an unaligned batch) reads nothing.
+        end = {tp: max(begin[tp], last.positions[tp.partition] + 1) for tp in partitions}
         span = sum(end[tp] - begin[tp] for tp in partitions)
         if max_records is not None and span > max_records:
             note = (
@@ -156,9 +170,81 @@ def plan_topic(
             note=note,
         )
 
+    if mode in ("unaligned", "aligned"):
+        return _plan_unaligned(
+            topic=topic,
+            begin=begin,
+            latest=latest,
+            limited_end=limited(latest),
+            entries=entries,
+            ahead=ahead,
+            app_id=app_id,
+            note="alignment timeout: read unaligned" if force_unaligned else None,
+        )
+
     end = limited(latest)
     covered = tuple(
         e.snapshot_id for e in done if all(e.positions[tp.partition] < end[tp] for tp in partitions)
+    )
+    return TopicCut(
+        topic=topic,
+        mode="at-least-once",
+        end=end,
+        filters=record_filters(
+            topic=topic, mode="at-least-once", begin=begin, end=end, entries=ahead
+        ),
+        app_id=app_id,
+        snapshots=covered,
+        barriers=_barriers(ahead, begin, end, topic),
+    )
+
+
+def _plan_unaligned(
+    *,
+    topic: str,
+    begin: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    limited_end: Mapping[TopicPartition, int],
+    entries: Sequence[IndexEntry],
+    ahead: Sequence[IndexEntry],
+    app_id: str | None,
+    note: str | None,
+) -> TopicCut:
+    """Each partition ends right after its newest barrier within the read limit. If no
+    partition has a barrier within it, each reads up to its first barrier (a snapshot is
+    read whole rather than not at all)."""
+    barriers: dict[TopicPartition, list[tuple[int, int]]] = {}
+    for tp in sorted(latest):
+        barriers[tp] = sorted(
+            (e.positions[tp.partition], e.snapshot_id)
+            for e in ahead
+            if tp.partition in e.positions and begin[tp] <= e.positions[tp.partition] < latest[tp]
+        )
+    chosen = {
+        tp: next((b for b in reversed(found) if b[0] < limited_end[tp]), None)
+        for tp, found in barriers.items()
+    }
+    if all(b is None for b in chosen.values()):
+        chosen = {tp: (found[0] if found else None) for tp, found in barriers.items()}
+    end = {tp: (b[0] + 1 if b is not None else begin[tp]) for tp, b in chosen.items()}
+    reached = {tp.partition: b[1] for tp, b in chosen.items() if b is not None}
+    for tp in end:  # a partition that stays where it is: the barrier it is already past
+        passed = [
+            (e.positions[tp.partition], e.snapshot_id)
+            for e in entries
+            if tp.partition in e.positions and e.positions[tp.partition] < begin[tp]
+        ]
+        if tp.partition not in reached and passed:
+            reached[tp.partition] = max(passed)[1]
+    covered = tuple(
+        sorted(
+            e.snapshot_id
+            for e in ahead
+            if all(
+                tp.partition in e.positions and begin[tp] <= e.positions[tp.partition] < end[tp]
+                for tp in end
+            )
+        )
     )
     return TopicCut(
         topic=topic,
@@ -168,7 +254,8 @@ def plan_topic(
         app_id=app_id,
         snapshots=covered,
         barriers=_barriers(ahead, begin, end, topic),
-        note="alignment timeout: read unaligned" if force_unaligned else None,
+        note=note,
+        reached=reached,
     )
 
 
@@ -195,8 +282,9 @@ def record_filters(
     """The drop rule per partition of ``[begin, end)``, derived again from the index when
     Spark replans a batch from its offset log (so a replay filters the same way).
 
-    aligned: every tagged record in the range must be confirmed by a barrier;
-    unaligned: only those before the last known barrier (later ones are in flight).
+    aligned, unaligned: every tagged record in the range must be confirmed by a barrier
+    (the range ends right after one on each partition);
+    at-least-once: only those before the last known barrier (later ones are in flight).
     """
     if mode == "none":
         return {}
@@ -204,7 +292,7 @@ def record_filters(
     confirmed = frozenset(a for e in ahead for a in e.attempts)
     filters = {}
     for tp, until in end.items():
-        if mode == "aligned":
+        if mode in ("aligned", "unaligned"):
             bound = until
         else:
             last = max(

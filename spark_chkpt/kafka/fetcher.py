@@ -399,9 +399,7 @@ class RangeFetcher:
                 )
 
 
-def _unconfirmed(
-    record: Any, confirmed: frozenset[str], seen: set[str], keep_until: int
-) -> bool:
+def _unconfirmed(record: Any, confirmed: frozenset[str], seen: set[str], keep_until: int) -> bool:
     """A tagged record below the filter's bound whose attempt neither the index nor a
     barrier read so far confirms."""
     if record.offset >= keep_until or not record.headers:
@@ -414,6 +412,7 @@ def _unconfirmed(
 _TASK_ALIGNMENT: dict[str, Mode] = {
     "aligned": "aligned",
     "unaligned": "unaligned",
+    "at-least-once": "at-least-once",
     "none": "at-least-once",
 }
 

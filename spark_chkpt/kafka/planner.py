@@ -284,7 +284,8 @@ class SourcePlanner:
                     )
                     log.warning(
                         "chkpt-kafka: no consistent cut of %s after %.0f ms "
-                        "(alignmentTimeout); reading this batch unaligned",
+                        "(alignmentTimeout); reading this batch unaligned (each partition up to "
+                        "its own newest barrier)",
                         topic,
                         waited,
                     )
@@ -301,6 +302,7 @@ class SourcePlanner:
                 "barriers": cut.barriers,
                 "waited_ms": round(waited),
                 "span": sum(cut.end[tp] - t_begin[tp] for tp in tps),
+                **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
                 **({"note": cut.note} if cut.note else {}),
             }
         return end, ({"topics": report} if report else {})
@@ -369,7 +371,9 @@ class SourcePlanner:
             option=_ending_option(self.config.ending.kind),
             missing_time="latest",
         )
-        mode = "none" if self.config.alignment == "none" else "unaligned"
+        # A batch query has no later batch to wait for: it reads the records after the
+        # last barrier too (at-least-once for them), like Flink's AT_LEAST_ONCE.
+        mode = "none" if self.config.alignment == "none" else "at-least-once"
         try:
             return self.plan(start, end, modes={tp.topic: mode for tp in end})
         finally:

@@ -20,8 +20,8 @@ from spark_chkpt.alignment.barrier import (
     control_topic_for,
     without_project_headers,
 )
-from spark_chkpt.kafka.control_topic import ensure_control_topic
 from spark_chkpt.errors import ChkptError
+from spark_chkpt.kafka.control_topic import ensure_control_topic
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from spark_chkpt.alignment.cut import ALIGNMENT_MODES, AlignmentMode
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client_settings import (
     check_librdkafka,
@@ -232,7 +233,7 @@ class SourceConfig:
     poll_timeout_ms: int
     max_records_per_arrow_batch: int
     client_settings: Mapping[str, Any]
-    alignment: Literal["aligned", "unaligned", "none"] = "aligned"
+    alignment: AlignmentMode = "aligned"
     alignment_timeout_ms: int | None = None
     control_topic: str | None = None
     partitions_per_task: int = 1
@@ -300,11 +301,13 @@ class SourceConfig:
             "maxTriggerDelay", opts.get("maxtriggerdelay"), default_ms=15 * 60_000
         )
         alignment = opts.get("alignment", "aligned").strip().lower()
-        if alignment not in ("aligned", "unaligned", "none"):
+        if alignment not in ALIGNMENT_MODES:
             raise ConfigError(
                 "alignment",
                 alignment,
-                "one of 'aligned' (exactly-once across barriers, the default), 'unaligned', 'none'",
+                "one of 'aligned' (exactly-once, a consistent cut: the default), 'unaligned' "
+                "(exactly-once, each partition up to its own newest barrier), 'at-least-once' "
+                "(also reads records after the last barrier), 'none' (plain reads)",
             )
         timeout = opts.get("alignmenttimeout")
         group_id = opts.get("kafka.group.id")

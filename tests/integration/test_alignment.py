@@ -1,4 +1,4 @@
-"""Aligned, unaligned and plain reads of a topic that carries barrier markers, the
+"""Aligned, unaligned, at-least-once and plain reads of a topic that carries barrier markers, the
 alignment timeout, a snapshot larger than the read limit, grouped read tasks, and
 corrupt markers. The upstream is staged record by record with tests.helpers.Upstream."""
 
@@ -92,16 +92,42 @@ def test_one_read_task_aligns_several_partitions(
     assert last_report(tmp_path / "chk")[upstream.topic]["snapshots"] == [0, 1]
 
 
-def test_unaligned_reads_in_flight_records_but_drops_failed_attempts(
+def test_at_least_once_reads_in_flight_records_but_drops_failed_attempts(
     spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
 ) -> None:
     upstream.records("T0", T0)
     upstream.records("TX", TX)
     upstream.barrier(0, ["T0"])
     upstream.records("T1", T1)
-    df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignment="unaligned")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignment="at-least-once")
     assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
-    assert last_report(tmp_path / "chk")[upstream.topic]["mode"] == "unaligned"
+    assert last_report(tmp_path / "chk")[upstream.topic]["mode"] == "at-least-once"
+
+
+@pytest.mark.parametrize(
+    ("mode", "first"),
+    [("unaligned", T0), ("aligned", T0), ("at-least-once", T0 + TX + T1)],
+)
+def test_a_failed_attempt_after_the_last_barrier_is_read_only_at_least_once(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    upstream: Upstream,
+    tmp_path: Path,
+    mode: str,
+    first: list[bytes],
+) -> None:
+    """Upstream's attempt TX of snapshot 1 fails after barrier 0, and its replay T1
+    commits. unaligned and aligned never read TX; at-least-once reads it (and T1 twice
+    would follow an upstream replay): that is what the mode's name says."""
+    upstream.records("T0", T0)
+    upstream.barrier(0, ["T0"])
+    upstream.records("TX", TX)
+    upstream.records("T1", T1)
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignment=mode)
+    assert drain_to_files(spark, df, tmp_path) == names(first)
+    upstream.barrier(1, ["T1"])
+    rest = drain_to_files(spark, df, tmp_path)
+    assert rest == ([] if mode == "at-least-once" else names(T1))
 
 
 def test_none_reads_everything_but_barriers(
@@ -140,9 +166,13 @@ def test_a_snapshot_larger_than_the_limit_is_read_whole(
     assert "read whole" in logged[0]["note"]
 
 
-def test_alignment_timeout_switches_one_batch_to_unaligned(
+def test_alignment_timeout_falls_back_to_unaligned_never_to_at_least_once(
     spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
 ) -> None:
+    """Snapshot 1's barrier is late on partition 2. After alignmentTimeout the batch reads
+    partitions 0 and 1 up to barrier 1 and partition 2 up to barrier 0, never an
+    unconfirmed record; when the late barrier lands, partition 2's rest follows and the
+    cut is consistent again. Every record exactly once."""
     upstream.records("T0", T0)
     upstream.barrier(0, ["T0"])
     df = kafka_stream(spark, bootstrap_servers, upstream.topic, alignmentTimeout="1500ms")
@@ -154,25 +184,39 @@ def test_alignment_timeout_switches_one_batch_to_unaligned(
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    try:
-        query.processAllAvailable()
-        upstream.records("T1", T1)  # snapshot 1 in flight; its barrier never comes
-        time.sleep(0.6)
-        query.processAllAvailable()
-        seen = sorted(
+
+    def seen() -> list[str]:
+        return sorted(
             r[0] for r in spark.sql(f"SELECT CAST(value AS STRING) FROM {name}").collect()
         )
-        assert seen == names(T0)  # still aligned: waiting for barrier 1
+
+    def wait_for(n: int) -> None:
         deadline = time.monotonic() + 30
-        while spark.table(name).count() < len(T0 + T1) and time.monotonic() < deadline:
+        while spark.table(name).count() < n and time.monotonic() < deadline:
             time.sleep(0.3)
+
+    try:
+        query.processAllAvailable()
+        upstream.records("T1", T1)  # one record per partition
+        upstream.records("TX", TX[:1])  # a failed attempt, partition 0, never confirmed
+        upstream.barrier(1, ["T1"], partitions=[0, 1])
+        time.sleep(0.6)
+        query.processAllAvailable()
+        assert seen() == names(T0)  # still aligned: waiting for barrier 1 on partition 2
+        wait_for(len(T0) + 2)
+        assert seen() == names(T0 + T1[:2])  # unaligned: partitions 0 and 1 only
+        timed_out = last_report(tmp_path / "chk")[upstream.topic]
+        upstream.late_barrier(1, ["T1"], partition=2)
+        wait_for(len(T0 + T1))
+        query.processAllAvailable()
     finally:
         query.stop()
-    seen = sorted(r[0] for r in spark.sql(f"SELECT CAST(value AS STRING) FROM {name}").collect())
-    assert seen == names(T0 + T1)
-    report = last_report(tmp_path / "chk")[upstream.topic]
-    assert report["mode"] == "unaligned" and report["waited_ms"] >= 1500
-    assert "alignment timeout" in report["note"]
+    assert seen() == names(T0 + T1)
+    assert timed_out["mode"] == "unaligned" and timed_out["waited_ms"] >= 1500
+    assert "alignment timeout" in timed_out["note"]
+    assert timed_out["reached"] == {"0": 1, "1": 1, "2": 0}
+    final = last_report(tmp_path / "chk")[upstream.topic]
+    assert final["mode"] == "aligned" and final["snapshots"] == [1]
 
 
 def test_corrupt_barrier_names_topic_partition_and_offset(

@@ -211,7 +211,9 @@ def _barrier_record(producer: Any, topic: str, snapshot: int, attempts: list[str
     from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier
 
     marker = Barrier(app_id="up", snapshot_id=snapshot, attempts=tuple(attempts))
-    producer.send(topic, key=BARRIER_KEY, value=marker.value(), partition=0, headers=marker.headers())
+    producer.send(
+        topic, key=BARRIER_KEY, value=marker.value(), partition=0, headers=marker.headers()
+    )
     producer.flush()
 
 

@@ -140,18 +140,25 @@ def test_aligned_waits_when_a_snapshot_misses_a_partition() -> None:
     assert cut.barriers == 0
 
 
-def test_aligned_waits_when_start_is_inside_a_snapshot() -> None:
-    # Snapshot 0's barrier on partition 0 was already read: it cannot be a cut any more.
+def test_aligned_completes_a_snapshot_a_partition_already_passed() -> None:
+    # Partition 0 is past snapshot 0's barrier (an unaligned batch took it further):
+    # it has delivered that barrier, so the batch reads partition 1 up to its barrier
+    # and the cut is consistent again.
     start = {P0: 10, P1: 0}
     cut = plan(start=start, entries=[entry(0, {0: 9, 1: 4})])
-    assert cut.waiting
-    assert cut.end == start
+    assert not cut.waiting
+    assert cut.snapshots == (0,)
+    assert cut.end == {P0: 10, P1: 5}
 
 
-def test_aligned_skips_a_snapshot_straddling_the_start() -> None:
+def test_aligned_cut_from_a_start_past_some_barriers() -> None:
     cut = plan(start={P0: 10, P1: 0})
-    assert cut.snapshots == (1, 2)
+    assert cut.snapshots == (0, 1, 2)
     assert cut.end == {P0: 30, P1: 25}
+    # With a limit: snapshot 0 costs nothing on partition 0, 5 on partition 1.
+    cut = plan(start={P0: 10, P1: 0}, max_records=5)
+    assert cut.snapshots == (0,)
+    assert cut.end == {P0: 10, P1: 5}
 
 
 def test_aligned_skips_an_incomplete_snapshot_before_a_complete_one() -> None:
@@ -178,10 +185,11 @@ def test_all_snapshots_consumed_waits() -> None:
 
 
 def test_new_partition_starts_at_latest() -> None:
-    # A partition missing from start begins at latest: its older barriers are behind it.
+    # A partition missing from start begins at latest: its older barriers are behind it,
+    # delivered; partition 0 reads on to the newest snapshot.
     cut = plan(start={P0: 0}, latest={P0: 100, P1: 30})
-    assert cut.waiting
-    assert cut.end == {P0: 0, P1: 30}
+    assert cut.snapshots == (0, 1, 2)
+    assert cut.end == {P0: 30, P1: 30}
 
 
 def test_aligned_never_ends_beyond_latest() -> None:
@@ -197,21 +205,64 @@ def test_aligned_never_ends_beyond_latest() -> None:
 # -- unaligned -------------------------------------------------------------------------------
 
 
-def test_force_unaligned_reads_latest_with_a_note() -> None:
+def test_unaligned_ends_each_partition_after_its_own_newest_barrier() -> None:
+    # Snapshot 2's barrier on partition 1 is not in the log yet (24 >= latest 20):
+    # aligned stops both partitions at snapshot 1; unaligned takes partition 0 on to 2.
+    latest = {P0: 35, P1: 20}
+    assert plan(latest=latest).end == {P0: 20, P1: 15}
+    cut = plan("unaligned", latest=latest)
+    assert cut.mode == "unaligned" and not cut.waiting
+    assert cut.end == {P0: 30, P1: 15}
+    assert cut.reached == {0: 2, 1: 1}
+    assert cut.snapshots == (0, 1)  # complete on every partition within the cut
+    confirmed = frozenset({"t-0-0", "t-1-0", "t-2-0"})
+    # Every tagged record in the range must be confirmed: nothing in flight is read.
+    assert cut.filters == {
+        P0: RecordFilter(confirmed=confirmed, confirm_until=30),
+        P1: RecordFilter(confirmed=confirmed, confirm_until=15),
+    }
+
+
+def test_unaligned_respects_the_limit_per_partition() -> None:
+    cut = plan("unaligned", max_records=40)
+    # The limit's share is 20 per partition: barriers 19 and 14 fit, 29 and 24 do not.
+    assert cut.end == {P0: 20, P1: 15}
+    assert cut.reached == {0: 1, 1: 1}
+
+
+def test_unaligned_reads_a_first_snapshot_whole_beyond_the_limit() -> None:
+    cut = plan("unaligned", max_records=4)
+    assert cut.end == {P0: 10, P1: 5}
+    assert cut.reached == {0: 0, 1: 0}
+
+
+def test_unaligned_without_barriers_reads_nothing() -> None:
+    cut = plan("unaligned", entries=[])
+    assert cut.end == ZERO
+    assert cut.reached == {}
+
+
+def test_force_unaligned_falls_back_to_unaligned_not_at_least_once() -> None:
+    # Snapshot 0 misses partition 1: aligned waits; the timeout reads partition 0 up to
+    # its barrier and nothing unconfirmed.
     cut = plan(entries=[entry(0, {0: 9})], force_unaligned=True)
     assert cut.mode == "unaligned"
     assert not cut.waiting
-    assert cut.end == LATEST
+    assert cut.end == {P0: 10, P1: 0}
     assert cut.note is not None and "alignment timeout" in cut.note
     assert cut.snapshots == ()
+    assert cut.reached == {0: 0}
     assert cut.barriers == 1
     assert cut.filters[P0] == RecordFilter(confirmed=frozenset({"t-0-0"}), confirm_until=10)
     assert cut.filters[P1] == RecordFilter(confirmed=frozenset({"t-0-0"}), confirm_until=0)
 
 
-def test_unaligned_filters_stop_after_the_last_barrier() -> None:
-    cut = plan("unaligned")
-    assert cut.mode == "unaligned"
+# -- unaligned -------------------------------------------------------------------------------
+
+
+def test_at_least_once_filters_stop_after_the_last_barrier() -> None:
+    cut = plan("at-least-once")
+    assert cut.mode == "at-least-once"
     assert cut.note is None
     assert cut.end == LATEST
     assert cut.snapshots == (0, 1, 2)
@@ -223,8 +274,8 @@ def test_unaligned_filters_stop_after_the_last_barrier() -> None:
     }
 
 
-def test_unaligned_is_limited_and_filters_below_the_limited_end() -> None:
-    cut = plan("unaligned", max_records=40)
+def test_at_least_once_is_limited_and_filters_below_the_limited_end() -> None:
+    cut = plan("at-least-once", max_records=40)
     assert cut.end == {P0: 20, P1: 20}
     # Last barrier below 20: 19 on partition 0, 14 on partition 1 (24 is past the end).
     assert cut.filters[P0].confirm_until == 20
@@ -234,8 +285,8 @@ def test_unaligned_is_limited_and_filters_below_the_limited_end() -> None:
     assert cut.barriers == 4
 
 
-def test_unaligned_without_barriers_filters_nothing() -> None:
-    cut = plan("unaligned", entries=[])
+def test_at_least_once_without_barriers_filters_nothing() -> None:
+    cut = plan("at-least-once", entries=[])
     assert cut.end == LATEST
     assert cut.filters == {
         P0: RecordFilter(confirmed=frozenset(), confirm_until=0),
@@ -244,8 +295,8 @@ def test_unaligned_without_barriers_filters_nothing() -> None:
     assert cut.snapshots == ()
 
 
-def test_unaligned_confirmed_set_holds_only_entries_ahead() -> None:
-    cut = plan("unaligned", start={P0: 20, P1: 15})
+def test_at_least_once_confirmed_set_holds_only_entries_ahead() -> None:
+    cut = plan("at-least-once", start={P0: 20, P1: 15})
     assert cut.filters[P0].confirmed == frozenset({"t-2-0"})
     assert cut.snapshots == (2,)
     assert cut.barriers == 2
@@ -286,6 +337,9 @@ def test_none_ignores_several_apps() -> None:
         ("unaligned", ZERO, None),
         ("unaligned", ZERO, 40),
         ("unaligned", {P0: 10, P1: 0}, 7),
+        ("at-least-once", ZERO, None),
+        ("at-least-once", ZERO, 40),
+        ("at-least-once", {P0: 10, P1: 0}, 7),
         ("none", ZERO, None),
     ],
 )
@@ -306,7 +360,7 @@ def test_replay_filters_match_the_plan(
 # -- two apps, helpers -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["aligned", "unaligned"])
+@pytest.mark.parametrize("mode", ["aligned", "unaligned", "at-least-once"])
 def test_two_apps_in_one_topic_are_an_error(mode: str) -> None:
     entries = [entry(0, {0: 9, 1: 4}, app="up-a"), entry(0, {0: 19, 1: 14}, app="up-b")]
     with pytest.raises(AlignmentError, match="up-a, up-b") as info:
