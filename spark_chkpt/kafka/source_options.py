@@ -352,7 +352,7 @@ class SourceConfig:
             or 120_000,
             max_records_per_arrow_batch=max_records,
             client_settings=settings,
-            alignment=alignment,  # type: ignore[arg-type]
+            alignment=alignment,
             alignment_timeout_ms=None
             if timeout is None
             else parse_duration_ms("alignmentTimeout", timeout, default_ms=0),
