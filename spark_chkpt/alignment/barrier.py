@@ -151,6 +151,9 @@ class IndexEntry:
     counts: Mapping[int, int] = field(default_factory=dict)  # partition -> confirmed records
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     offset: int | None = None  # where it sits in the control topic (set when read)
+    # The data topic's Kafka topic id when written: entries of a deleted and recreated
+    # topic of the same name must not cut the new one (None: written before ids were).
+    topic_id: str | None = None
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -167,6 +170,7 @@ class IndexEntry:
                 "positions": {str(p): o for p, o in sorted(self.positions.items())},
                 "counts": {str(p): n for p, n in sorted(self.counts.items())},
                 "created_ms": self.created_ms,
+                **({"topic_id": self.topic_id} if self.topic_id else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -189,6 +193,9 @@ class IndexEntry:
                 raise TypeError(f"field 'counts' is {raw_counts!r}")
             counts = {int(p): int(n) for p, n in raw_counts.items()}
             created_ms = int(doc.get("created_ms") or 0)
+            topic_id = doc.get("topic_id")
+            if topic_id is not None and not isinstance(topic_id, str):
+                raise TypeError(f"field 'topic_id' is {topic_id!r}")
         except (TypeError, ValueError) as e:
             raise CorruptMarker(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -201,4 +208,5 @@ class IndexEntry:
             counts=counts,
             created_ms=created_ms,
             offset=offset,
+            topic_id=topic_id,
         )

@@ -17,14 +17,31 @@ from spark_chkpt.alignment.barrier import IndexEntry
 class BarrierIndex:
     """The index entries of one data topic, in the order they were written."""
 
-    def __init__(self, *, data_topic: str, entries: Iterable[IndexEntry] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        data_topic: str,
+        entries: Iterable[IndexEntry] = (),
+        topic_id: str | None = None,
+    ) -> None:
         self.data_topic = data_topic
+        self.topic_id = topic_id
         self.entries: list[IndexEntry] = []
+        self.stale = 0  # entries of an earlier topic of the same name, ignored
         self.add(entries)
 
     def add(self, entries: Iterable[IndexEntry]) -> list[IndexEntry]:
-        """Append the entries about this index's data topic; returns those kept."""
-        new = [e for e in entries if e.topic == self.data_topic]
+        """Append the entries about this index's data topic; returns those kept. With a
+        ``topic_id``, entries written for another topic id (the topic was deleted and
+        created again under the same name) are counted in ``stale`` and left out."""
+        new = []
+        for entry in entries:
+            if entry.topic != self.data_topic:
+                continue
+            if self.topic_id and entry.topic_id and entry.topic_id != self.topic_id:
+                self.stale += 1
+                continue
+            new.append(entry)
         self.entries.extend(new)
         return new
 

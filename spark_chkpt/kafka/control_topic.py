@@ -62,8 +62,9 @@ class ControlTopic(BarrierIndex):
         data_topic: str,
         client_settings: Mapping[str, Any] | None = None,
         client_id: str = "spark-chkpt-index",
+        topic_id: str | None = None,
     ) -> None:
-        super().__init__(data_topic=data_topic)
+        super().__init__(data_topic=data_topic, topic_id=topic_id)
         self.bootstrap_servers = bootstrap_servers
         self.control_topic = control_topic
         self._settings = dict(client_settings or {})
@@ -91,6 +92,13 @@ class ControlTopic(BarrierIndex):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+    def current_topic_id(self) -> str | None:
+        """The data topic's id in fresh metadata (a producer's cached metadata keeps a
+        deleted topic's id until it expires)."""
+        consumer = self._client()
+        consumer.topics()  # a metadata request for every topic, ids included
+        return topic_id_of(consumer, self.data_topic)
 
     def exists(self) -> bool:
         consumer = self._client()
@@ -132,7 +140,29 @@ class ControlTopic(BarrierIndex):
                     f"reading control topic {self.control_topic} timed out at "
                     f"offset {self._position} (high watermark {highwater})"
                 )
-        return self.add(read)
+        stale = self.stale
+        kept = self.add(read)
+        if self.stale > stale:
+            log.warning(
+                "control topic %s holds %d entries of an earlier topic named %s (deleted "
+                "and created again; its id is now %s): they are ignored",
+                self.control_topic,
+                self.stale - stale,
+                self.data_topic,
+                self.topic_id,
+            )
+        return kept
+
+
+def topic_id_of(client: Any, topic: str) -> str | None:
+    """The Kafka topic id of ``topic`` from a kafka-python client's metadata (consumer or
+    producer), or None when the broker does not report ids (before Kafka 2.8)."""
+    cluster = getattr(getattr(client, "_client", None), "cluster", None)
+    if cluster is None:
+        cluster = getattr(client, "_metadata", None)
+    lookup = getattr(cluster, "topic_id", None)
+    value = lookup(topic) if callable(lookup) else None
+    return str(value) if value else None
 
 
 def write_entry(producer: Any, *, control_topic: str, entry: IndexEntry) -> int:

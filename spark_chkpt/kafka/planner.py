@@ -21,7 +21,7 @@ from typing import Any
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.kafka.control_topic import ControlTopic
+from spark_chkpt.kafka.control_topic import ControlTopic, topic_id_of
 from spark_chkpt.kafka.fetcher import ReadSpec
 from spark_chkpt.kafka.offset_reader import OffsetReader
 from spark_chkpt.kafka.source_options import SourceConfig
@@ -90,6 +90,10 @@ class SourcePlanner:
         index = self._indexes.get(topic)
         if index is not None and not refresh:
             return index.complete()
+        topic_id = topic_id_of(self.offsets.consumer, topic)
+        if index is not None and topic_id != index.topic_id:
+            index.close()  # the topic was deleted and created again: read the index anew
+            index = None
         if index is None:
             control = self.config.control_topic or control_topic_for(topic)
             seen = self.offsets.topics_seen or set(self.offsets.consumer.topics())
@@ -101,6 +105,7 @@ class SourcePlanner:
                 data_topic=topic,
                 client_settings=self.config.client_settings,
                 client_id=self.client_id + "-index",
+                topic_id=topic_id,
             )
             self._indexes[topic] = index
         index.refresh()

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
-from spark_chkpt.kafka.control_topic import ControlTopic, ensure_control_topic, write_entry
+from spark_chkpt.kafka.control_topic import (
+    ControlTopic,
+    ensure_control_topic,
+    write_entry,
+)
 from spark_chkpt.kafka.producer import ProducedOutput
 from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator
@@ -80,12 +84,16 @@ class KafkaCoordinator(SnapshotCoordinator):
         control = self.settings.control_topic or control_topic_for(topic)
         key = (self.settings.bootstrap_servers, control, topic)
         index = _INDEXES.get(key)
+        if index is not None and index.current_topic_id() != index.topic_id:
+            index.close()  # deleted and created again: entries of the old one don't count
+            index = None
         if index is None:
             index = ControlTopic(
                 bootstrap_servers=self.settings.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,
             )
+            index.topic_id = index.current_topic_id()
             _INDEXES[key] = index
         ensure_control_topic(bootstrap_servers=self.settings.bootstrap_servers, name=control)
         index.refresh()
@@ -148,6 +156,7 @@ class KafkaCoordinator(SnapshotCoordinator):
                     topic=topic,
                     attempts=tuple(sorted(m.attempt for m in outputs if topic in m.counts)),
                     counts=counts,
+                    topic_id=index.topic_id,
                 )
                 write_entry(producer, control_topic=index.control_topic, entry=intent)
             else:
@@ -184,6 +193,7 @@ class KafkaCoordinator(SnapshotCoordinator):
                     attempts=intent.attempts,
                     positions=positions,
                     counts=intent.counts,
+                    topic_id=index.topic_id,
                 ),
             )
             confirmed[topic] = intent.attempts

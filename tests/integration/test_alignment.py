@@ -332,3 +332,54 @@ def test_a_topic_reads_aligned_before_its_first_snapshot_completes(
     column_task.send(pa.record_batch({"value": [b"c-0"], "topic": [by_column]}))
     column_task.finish()
     assert f"__chkpt.{by_column}" in topic_names(bootstrap_servers=bootstrap_servers)
+
+
+def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
+    """The data topic is deleted and created again under its name; its control topic
+    survives with the old topic's entries. The upstream job restarts (fresh checkpoint,
+    same txnAppId) and writes snapshots 0 and 1 again: the old entries must neither make
+    its commits look done nor cut the new topic. Entries carry the topic's Kafka id."""
+    from spark_chkpt.kafka.topics import create_topic, delete_topic
+
+    first_in, second_in = make_topic(suffix="in1"), make_topic(suffix="in2")
+    data = make_topic(partitions=2, suffix="data")
+    old = [b"old-%d" % i for i in range(10)]
+    new = [b"new-%d" % i for i in range(10)]
+    produce(producer, first_in, old)
+    produce(producer, second_in, new)
+
+    def upstream_run(source: str, checkpoint: str) -> None:
+        df = kafka_stream(spark, bootstrap_servers, source, maxOffsetsPerTrigger="5")
+        query = (
+            df.select("value")
+            .writeStream.format("chkpt-kafka")
+            .option("kafka.bootstrap.servers", bootstrap_servers)
+            .option("topic", data)
+            .option("txnAppId", "recreated-upstream")
+            .option("checkpointLocation", str(tmp_path / checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+
+    upstream_run(first_in, "up-1")
+    delete_topic(bootstrap_servers=bootstrap_servers, name=data)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            create_topic(bootstrap_servers=bootstrap_servers, name=data, partitions=2)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    upstream_run(second_in, "up-2")
+    df = kafka_stream(spark, bootstrap_servers, data)
+    assert drain_to_files(spark, df, tmp_path) == names(new)

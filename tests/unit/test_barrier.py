@@ -253,3 +253,29 @@ def test_index_entry_invalid_created_ms(created_ms: object) -> None:
 def test_control_topic_for() -> None:
     assert control_topic_for("events") == "__chkpt.events"
     assert control_topic_for("a.b-c") == CONTROL_PREFIX + "a.b-c"
+
+
+def test_index_entries_of_an_earlier_topic_id_are_left_out() -> None:
+    from spark_chkpt.alignment.index import BarrierIndex
+
+    def entry(snapshot: int, topic_id: str | None) -> IndexEntry:
+        return IndexEntry(
+            kind="complete",
+            app_id="up",
+            snapshot_id=snapshot,
+            topic="t",
+            attempts=("a",),
+            positions={0: snapshot},
+            topic_id=topic_id,
+        )
+
+    parsed = IndexEntry.parse(entry(0, "id-1").value(), topic="c", partition=0, offset=3)
+    assert parsed.topic_id == "id-1"
+    assert (
+        IndexEntry.parse(entry(0, None).value(), topic="c", partition=0, offset=3).topic_id is None
+    )
+    index = BarrierIndex(data_topic="t", topic_id="id-2")
+    kept = index.add([entry(0, "id-1"), entry(1, None), entry(0, "id-2")])
+    assert [(e.snapshot_id, e.topic_id) for e in kept] == [(1, None), (0, "id-2")]
+    assert index.stale == 1
+    assert index.first(app_id="up", snapshot_id=0, kind="complete") == kept[1]
