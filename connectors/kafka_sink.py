@@ -8,6 +8,7 @@ driver's ``commit`` writes barrier markers naming the attempts that belong to th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -20,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from spark_chkpt.errors import ConfigError
+from spark_chkpt.kafka.outage import broker_calls
 from spark_chkpt.kafka.producer import ProducedOutput, RecordProducer, produce_all
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.snapshot.kafka_coordinator import BarrierSettings, KafkaCoordinator
@@ -90,14 +92,22 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         context = TaskContext.get()
         batch_prop = context.getLocalProperty("streaming.sql.batchId") if context else None
-        producer = RecordProducer(
-            config=self.config,
-            batch_id=int(batch_prop) if batch_prop is not None else None,
-            task=context.partitionId() if context else 0,
-        )
-        out = produce_all(producer, iterator)
+        with self._broker_calls(f"producing batch {batch_prop}'s records"):
+            producer = RecordProducer(
+                config=self.config,
+                batch_id=int(batch_prop) if batch_prop is not None else None,
+                task=context.partitionId() if context else 0,
+            )
+            out = produce_all(producer, iterator)
         return ProducedMessage(
             attempt=out.attempt, batch_id=out.batch_id, task=out.task, counts=out.counts
+        )
+
+    def _broker_calls(self, doing: str) -> AbstractContextManager[None]:
+        return broker_calls(
+            servers=self.config.bootstrap_servers,
+            settings=self.config.producer_settings,
+            doing=doing,
         )
 
     def _coordinator(self) -> KafkaCoordinator:
@@ -116,7 +126,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         produced = [m if isinstance(m, ProducedOutput) else None for m in messages]
-        self._coordinator().commit(messages=produced, batch_id=batchId)
+        with self._broker_calls(f"committing snapshot {batchId} (index entries, barriers)"):
+            self._coordinator().commit(messages=produced, batch_id=batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         produced = [m if isinstance(m, ProducedOutput) else None for m in messages]

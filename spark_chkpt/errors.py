@@ -36,3 +36,10 @@ class BrokerError(ChkptError):
 
 class WorkerPythonError(ChkptError):
     """The interpreter Spark's Python workers would run cannot import spark_chkpt."""
+
+
+class BrokerUnavailableError(ChkptError):
+    """The Kafka broker did not answer within a client timeout; the message names the
+    broker and the option that sets the timeout."""
+
+    retriable = True

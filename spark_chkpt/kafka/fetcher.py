@@ -31,6 +31,7 @@ from spark_chkpt.alignment.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import DataLossError, KafkaReadError
 from spark_chkpt.kafka.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
+from spark_chkpt.kafka.outage import broker_calls
 from spark_chkpt.kafka.pool import POOL, ConsumerPool
 from spark_chkpt.kafka.prefetch import PREFETCH, PrefetchBuffer
 from spark_chkpt.kafka.records import arrow_schema, to_record_batch
@@ -191,8 +192,9 @@ class RangeFetcher:
                     rng = channel.spec.range
                     error = consumer.last_error()
                     raise KafkaReadError(
-                        f"{rng.tp}: no records after waiting {self._config.poll_timeout_ms} ms "
-                        f"at offset {channel.position} of [{rng.start}, {rng.end})"
+                        f"{rng.tp}: no records from {self._config.bootstrap_servers} after "
+                        f"waiting {self._config.poll_timeout_ms} ms at offset "
+                        f"{channel.position} of [{rng.start}, {rng.end})"
                         + (f"; the client's last error: {error}" if error else "")
                         + "; raise kafkaConsumer.pollTimeoutMs if the broker is slow"
                     )
@@ -421,7 +423,14 @@ def read_task(
     *, config: SourceConfig, specs: Sequence[ReadSpec], client_id: str
 ) -> Iterator[pa.RecordBatch]:
     """One read task on an executor: the ranges of ``specs`` with one pooled consumer."""
-    with RangeFetcher(
-        config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]
-    ) as fetcher:
+    with (
+        broker_calls(
+            servers=config.bootstrap_servers,
+            settings=config.client_settings,
+            doing="reading " + ", ".join(str(s.range) for s in specs),
+        ),
+        RangeFetcher(
+            config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]
+        ) as fetcher,
+    ):
         yield from fetcher.read_group(specs)

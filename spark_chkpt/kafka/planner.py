@@ -12,11 +12,12 @@ with the batch's alignment report under ``__chkpt__``. The DataSource classes in
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
@@ -24,6 +25,7 @@ from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.control_topic import ControlTopic, topic_id_of
 from spark_chkpt.kafka.fetcher import ReadSpec
 from spark_chkpt.kafka.offset_reader import OffsetReader
+from spark_chkpt.kafka.outage import broker_calls
 from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.offsets import (
     OffsetRange,
@@ -38,6 +40,33 @@ from spark_chkpt.offsets import (
 )
 
 log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _on_broker(
+    doing: str,
+) -> Callable[
+    [Callable[Concatenate[SourcePlanner, _P], _R]], Callable[Concatenate[SourcePlanner, _P], _R]
+]:
+    """A planner call whose broker outage leaves as one error naming broker and timeout."""
+
+    def wrap(
+        method: Callable[Concatenate[SourcePlanner, _P], _R],
+    ) -> Callable[Concatenate[SourcePlanner, _P], _R]:
+        @functools.wraps(method)
+        def call(self: SourcePlanner, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with broker_calls(
+                servers=self.config.bootstrap_servers,
+                settings=self.config.client_settings,
+                doing=doing,
+            ):
+                return method(self, *args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def _group(pieces: Sequence[OffsetRange], per_task: int) -> list[list[OffsetRange]]:
@@ -179,6 +208,7 @@ class SourcePlanner:
             index.close()
         self._indexes = {}
 
+    @_on_broker("finding the query's starting offsets")
     def initial_offsets(self) -> dict[str, Any]:
         """Where a new streaming query starts (``startingOffsets`` and friends)."""
         spec = self.config.starting
@@ -192,12 +222,14 @@ class SourcePlanner:
         log.info("chkpt-kafka starts at %s", to_json(offsets))
         return to_json(offsets)
 
+    @_on_broker("reading the log ends for Trigger.AvailableNow")
     def prepare_available_now(self) -> None:
         """Trigger.AvailableNow: fix the end at what exists now."""
         tps = self.offsets.partitions()
         self._available_now = self.offsets.latest(tps)
         log.info("chkpt-kafka Trigger.AvailableNow reads up to %s", to_json(self._available_now))
 
+    @_on_broker("planning the next batch")
     def latest_offset(
         self, start: dict[str, Any], *, max_rows: int | None, read_all: bool
     ) -> dict[str, Any]:
@@ -332,6 +364,7 @@ class SourcePlanner:
     def reported_latest(self) -> dict[str, Any] | None:
         return to_json(self._latest) if self._latest else None
 
+    @_on_broker("planning a batch's read tasks")
     def read_tasks(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[ReadSpec]]:
         """Read tasks of the streaming batch ``[start, end)``. Spark may replay this from
         its offset log after a restart: the modes come from the report stored with the
@@ -359,6 +392,7 @@ class SourcePlanner:
                 "chkpt-kafka could not commit offsets for group %s: %s", self.config.group_id, e
             )
 
+    @_on_broker("planning a batch query's read tasks")
     def batch_read_tasks(self) -> list[list[ReadSpec]]:
         """Read tasks of a batch query, ``[startingOffsets, endingOffsets)``. On topics with
         barriers, barrier records are skipped and records of failed upstream attempts

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -129,10 +130,25 @@ class EmbeddedBroker:
             f"requests within {self.startup_timeout_s}s: {last}"
         )
 
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): connections stay open and nothing answers, as in
+        a long GC pause or a network partition. Its data survives, unlike a restart."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker go on (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._process is None or self._process.poll() is not None:
+            raise BrokerError(f"broker at {self.bootstrap_servers} is not running")
+        os.kill(self._process.pid, sig)
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
+        os.kill(process.pid, signal.SIGCONT)  # a paused broker must see the SIGTERM
         process.terminate()
         try:
             process.wait(timeout=10)

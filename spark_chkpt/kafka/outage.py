@@ -1,0 +1,72 @@
+"""A broker that does not answer: one error naming the broker and the timeout to raise.
+
+kafka-python reports an outage as one of several low-level errors (a bootstrap that timed
+out, a request that timed out, no broker available), deep inside a worker's traceback.
+:func:`broker_calls` turns each into a :class:`BrokerUnavailableError` that says which
+broker, while doing what, which timeout expired, and what to do. A pause shorter than
+the timeouts is waited out by the clients themselves; nothing here retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from spark_chkpt.errors import BrokerUnavailableError
+
+# (option a user sets, kafka-python setting, kafka-python's default) per kind of wait.
+_BOOTSTRAP = ("kafka.bootstrap.timeout.ms", "bootstrap_timeout_ms", 30_000)
+_REQUEST = ("kafka.request.timeout.ms", "request_timeout_ms", 30_000)
+_BLOCK = ("kafka.max.block.ms", "max_block_ms", 60_000)
+
+
+def unavailable(
+    error: BaseException, *, servers: str, settings: Mapping[str, Any], doing: str
+) -> BrokerUnavailableError | None:
+    """The error to raise for ``error`` if it means the broker did not answer, else None."""
+    from kafka import errors as kafka_errors
+
+    text = str(error)
+    no_brokers = _classes(kafka_errors, "NoBrokersAvailable")
+    waits = _classes(
+        kafka_errors,
+        "KafkaTimeoutError",
+        "RequestTimedOutError",
+        "KafkaConnectionError",
+        "NodeNotReadyError",
+    )
+    if isinstance(error, no_brokers) or (isinstance(error, waits) and "bootstrap" in text.lower()):
+        option, key, default = _BOOTSTRAP
+    elif isinstance(error, waits) and "update metadata" in text:
+        option, key, default = _BLOCK  # a producer waiting for the topic's metadata
+    elif isinstance(error, waits):
+        option, key, default = _REQUEST
+    else:
+        return None
+    value = settings.get(key, default)
+    return BrokerUnavailableError(
+        f"Kafka broker {servers} did not answer while {doing}: {option}={value} passed "
+        f"({type(error).__name__}: {text}). The broker is down, paused or unreachable. "
+        "Nothing of the unfinished batch is committed: restart the query when the broker "
+        f"is back and it goes on exactly once; raise {option} to wait out longer outages."
+    )
+
+
+def _classes(module: Any, *names: str) -> tuple[type[BaseException], ...]:
+    """The named exception classes the installed kafka-python has (they vary by version)."""
+    return tuple(getattr(module, n) for n in names if isinstance(getattr(module, n, None), type))
+
+
+@contextmanager
+def broker_calls(*, servers: str, settings: Mapping[str, Any], doing: str) -> Iterator[None]:
+    """Run Kafka client calls; an outage leaves as :class:`BrokerUnavailableError`."""
+    try:
+        yield
+    except BrokerUnavailableError:
+        raise
+    except Exception as e:
+        error = unavailable(e, servers=servers, settings=settings, doing=doing)
+        if error is None:
+            raise
+        raise error from e

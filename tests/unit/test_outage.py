@@ -1,0 +1,54 @@
+"""Client errors that mean "the broker did not answer" become one error naming the
+broker, what was being done, and the option that sets the expired timeout."""
+
+from __future__ import annotations
+
+import pytest
+from kafka import errors as kafka_errors
+
+from spark_chkpt.errors import BrokerUnavailableError
+from spark_chkpt.kafka.outage import broker_calls, unavailable
+
+
+@pytest.mark.parametrize(
+    ("error", "option", "value"),
+    [
+        (
+            kafka_errors.KafkaTimeoutError("Unable to bootstrap from ['h:1']"),
+            "kafka.bootstrap.timeout.ms",
+            5000,
+        ),
+        (
+            kafka_errors.RequestTimedOutError("Request timed out after 4999 ms"),
+            "kafka.request.timeout.ms",
+            30000,
+        ),
+        (
+            kafka_errors.KafkaTimeoutError("Failed to update metadata after 60.0 secs."),
+            "kafka.max.block.ms",
+            60000,
+        ),
+    ],
+)
+def test_an_outage_names_broker_doing_and_timeout(
+    error: Exception, option: str, value: int
+) -> None:
+    result = unavailable(
+        error, servers="h:1", settings={"bootstrap_timeout_ms": 5000}, doing="planning"
+    )
+    assert isinstance(result, BrokerUnavailableError) and result.retriable
+    message = str(result)
+    assert "h:1" in message and "while planning" in message
+    assert f"{option}={value}" in message and f"raise {option}" in message
+
+
+def test_other_errors_pass_unchanged() -> None:
+    assert unavailable(ValueError("x"), servers="h:1", settings={}, doing="d") is None
+    with pytest.raises(ValueError, match="x"), broker_calls(servers="h:1", settings={}, doing="d"):
+        raise ValueError("x")
+    with (
+        pytest.raises(BrokerUnavailableError) as info,
+        broker_calls(servers="h:1", settings={}, doing="reading"),
+    ):
+        raise kafka_errors.RequestTimedOutError("late")
+    assert isinstance(info.value.__cause__, kafka_errors.RequestTimedOutError)
