@@ -90,6 +90,22 @@ def _snapshots(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recover(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.snapshot.recovery import recover_checkpoint
+
+    snapshot = recover_checkpoint(
+        table_uri=args.table, checkpoint_location=args.checkpoint, app_id=args.app_id
+    )
+    print(
+        f"checkpoint {args.checkpoint} written: query {snapshot.app_id} resumes at batch "
+        f"{snapshot.batch_id + 1}, after Delta version {snapshot.table_version}, from "
+        f"{json.dumps(snapshot.record.source_offsets)}"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="spark-chkpt",
@@ -121,6 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     snaps.add_argument("checkpoint", help="the query's checkpointLocation")
     snaps.add_argument("--json", action="store_true", help="print JSON with a summary")
     snaps.set_defaults(run=_snapshots)
+    recover = sub.add_parser(
+        "recover",
+        help="the checkpoint folder is lost: write a new one from the Delta table's last "
+        "snapshot, so the query resumes exactly where the table ends (stateless queries)",
+    )
+    recover.add_argument("--table", required=True, help="the chkpt-delta table's path")
+    recover.add_argument("--checkpoint", required=True, help="an empty folder to write")
+    recover.add_argument(
+        "--app-id", default=None, help="the query id to recover, if the table holds several"
+    )
+    recover.set_defaults(run=_recover)
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] in found:  # its options belong to the program's parser
         logging.basicConfig(level=logging.WARNING)
@@ -131,7 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return int(args.run(args))
+    from spark_chkpt.errors import ChkptError
+
+    try:
+        return int(args.run(args))
+    except ChkptError as e:
+        print(f"spark-chkpt {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+# The commitInfo key under which a Delta commit carries its snapshot record.
+SNAPSHOT_KEY = "chkpt.snapshot"
+
 
 class CommitOutcome(str, Enum):
     """What the coordinator did with one batch (Flink's PendingCheckpoint results)."""

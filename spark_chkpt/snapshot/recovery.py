@@ -1,0 +1,161 @@
+"""Recovery from the table when the checkpoint folder is lost.
+
+Every ``chkpt-delta`` commit carries its snapshot record (``chkpt.snapshot`` in
+commitInfo): the query id, the batch id and the source end offsets of the snapshot the
+commit completed. So the table itself says where its query stood, as kafka-delta-ingest
+keeps offsets in the table for this reason. :func:`recover_checkpoint` writes a new
+checkpoint folder from the table's last snapshot: Spark's ``metadata`` with the same
+query id, ``offsets/N`` with the snapshot's source offsets (and ``offsets/N-1``, which
+Spark reads on restart) and ``commits/N``. A query
+started on it resumes at batch N+1 from exactly where the table ends, and its commits
+go on under the same ``txn(appId)``: nothing read twice, nothing skipped.
+
+Only stateless queries can be recovered this way: the keyed state of a stateful query
+lives in the lost folder (Spark fails to load it and says so; use a savepoint).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.fs import qualify, resolve
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
+from spark_chkpt.snapshot.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryError(ChkptError):
+    """The table cannot say where to resume, or the target folder is not empty."""
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """The newest snapshot record of one query in a Delta table, with its version."""
+
+    record: SnapshotRecord
+    table_version: int
+
+    @property
+    def app_id(self) -> str:
+        return self.record.app_id
+
+    @property
+    def batch_id(self) -> int:
+        return self.record.batch_id
+
+
+def table_snapshots(
+    *, table_uri: str, storage_options: Mapping[str, str] | None = None
+) -> dict[str, TableSnapshot]:
+    """Per query id, the newest snapshot record the table's commits carry."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
+    except TableNotFoundError as e:
+        raise RecoveryError(f"{table_uri} is not a Delta table: {e}") from e
+    newest: dict[str, TableSnapshot] = {}
+    for entry in table.history():  # newest first
+        text = entry.get(SNAPSHOT_KEY)
+        if not text:
+            continue
+        try:
+            record = SnapshotRecord.from_json(text)
+        except (ValueError, TypeError) as e:
+            raise RecoveryError(
+                f"{table_uri} version {entry.get('version')}: unreadable snapshot record ({e})"
+            ) from e
+        known = newest.get(record.app_id)
+        if known is None or record.batch_id > known.batch_id:
+            newest[record.app_id] = TableSnapshot(
+                record=record, table_version=int(entry["version"])
+            )
+    return newest
+
+
+def last_snapshot(
+    *,
+    table_uri: str,
+    app_id: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> TableSnapshot:
+    """The newest snapshot of ``app_id`` in the table (of its only query if None)."""
+    found = table_snapshots(table_uri=table_uri, storage_options=storage_options)
+    if app_id is not None:
+        if app_id not in found:
+            raise RecoveryError(
+                f"{table_uri} holds no snapshot of query {app_id}; it holds "
+                f"{', '.join(sorted(found)) or 'none'}"
+            )
+        return found[app_id]
+    if not found:
+        raise RecoveryError(f"{table_uri} holds no snapshot records: nothing to resume from")
+    if len(found) > 1:
+        listing = "; ".join(
+            f"{a} (batch {s.batch_id}, query {s.record.query_name})"
+            for a, s in sorted(found.items())
+        )
+        raise RecoveryError(
+            f"{table_uri} holds snapshots of {len(found)} queries: {listing}. "
+            "Name the one to recover with --app-id."
+        )
+    return next(iter(found.values()))
+
+
+def recover_checkpoint(
+    *,
+    table_uri: str,
+    checkpoint_location: str,
+    app_id: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> TableSnapshot:
+    """Write a checkpoint at ``checkpoint_location`` (which must not hold one) from which
+    the query resumes at the batch after the table's last snapshot."""
+    snapshot = last_snapshot(table_uri=table_uri, app_id=app_id, storage_options=storage_options)
+    record = snapshot.record
+    root = resolve(qualify(checkpoint_location))
+    for part in ("metadata", "offsets", "commits"):
+        if root.child(part).exists():
+            raise RecoveryError(
+                f"{checkpoint_location} already holds a Spark checkpoint ({part} exists); "
+                "recover into an empty folder"
+            )
+    batch = record.batch_id
+    if batch > 0:
+        # Spark reads the entry before the last one on restart (the start of batch N);
+        # the next batch starts from offsets/N whatever it holds.
+        root.child("offsets", str(batch - 1)).write_atomic(
+            offset_log_entry(sources=record.source_offsets)
+        )
+    root.child("offsets", str(batch)).write_atomic(offset_log_entry(sources=record.source_offsets))
+    root.child("commits", str(batch)).write_atomic('v1\n{"nextBatchWatermarkMs":0}')
+    # The snapshot store gets the record, so `spark-chkpt snapshots` shows where it resumed.
+    SnapshotStore(checkpoint_location=qualify(checkpoint_location)).put(record)
+    # metadata last: until it exists, Spark would not take the folder for a checkpoint.
+    root.child("metadata").write_atomic(json.dumps({"id": record.app_id}))
+    log.warning(
+        "recovered %s from %s: query %s resumes at batch %d after Delta version %d, from %s",
+        checkpoint_location,
+        table_uri,
+        record.app_id,
+        batch + 1,
+        snapshot.table_version,
+        json.dumps(record.source_offsets),
+    )
+    return snapshot
+
+
+def offset_log_entry(*, sources: list[Any], watermark_ms: int = 0) -> str:
+    """Spark's ``offsets/N`` text: version, batch metadata, one line per source."""
+    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": int(time.time() * 1000)}
+    lines = ["v1", json.dumps(meta)]
+    lines += ["-" if s is None else json.dumps(s) for s in sources]
+    return "\n".join(lines)
