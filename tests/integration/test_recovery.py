@@ -54,7 +54,7 @@ def test_the_newest_snapshot_of_each_query(tmp_path: Path) -> None:
         "a": (1, 2),
         "b": (0, 1),
     }
-    with pytest.raises(RecoveryError, match="2 queries: a .batch 1.*--app-id"):
+    with pytest.raises(RecoveryError, match=r"2 queries: a \(batch 1.*--app-id"):
         last_snapshot(table_uri=str(table))
     assert last_snapshot(table_uri=str(table), app_id="b").record.source_offsets == [
         {"views": {"0": 5}}
