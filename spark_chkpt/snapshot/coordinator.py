@@ -22,15 +22,19 @@ offsets) or the whole batch visible and findable by step 2 of the re-run.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from spark_chkpt.errors import ChkptError
 from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotCoordinator:
@@ -102,7 +106,11 @@ class SnapshotCoordinator:
         commit carries (the crash came between the sink's commit and the store), stored
         now so the store matches the sink; else a ``duplicate`` record of ``attempts``.
         """
-        existing = self.store.get(batch_id)
+        try:
+            existing = self.store.get(batch_id)
+        except ChkptError as e:  # the store is a copy: the sink's commit is the truth
+            log.warning("%s; writing it again from the sink's commit", e)
+            existing = None
         if existing is not None:
             return existing
         record = committed() or self.record(

@@ -1,0 +1,55 @@
+"""Bad files in the checkpoint folder: each gets an error naming the file, or is repaired
+from what the table committed, and nothing already committed is lost (the README's
+bad-input table lists these next to the option and record cases tested elsewhere)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+from tests.unit.test_coordinator import Query
+
+
+def test_a_corrupt_snapshot_record_is_rewritten_from_the_commit(tmp_path: Path) -> None:
+    q = Query(tmp_path)
+    first = q.commit(0, q.stage(0, [1, 2]))
+    stored = q.checkpoint / "chkpt" / "snapshots" / "0.json"
+    stored.write_text('{"batch_id": 0, "app_')  # torn by a disk fault
+    with pytest.raises(ChkptError, match=f"snapshot record .*{stored.name} is corrupt"):
+        q.store().get(0)
+    again = q.commit(0, q.stage(0, [1, 2]))  # Spark replays the batch
+    assert (again.rows, again.table_version, again.outcome) == (2, 0, "committed")
+    assert again.source_offsets == first.source_offsets
+    assert q.store().get(0) == again
+    assert q.rows() == [(1, "a"), (2, "a")]
+
+
+def test_missing_offset_log_entry_names_the_file(tmp_path: Path) -> None:
+    q = Query(tmp_path)
+    with pytest.raises(ChkptError, match=r"no plan for batch 7: .*offsets/7 is missing"):
+        SparkCheckpoint(location=str(q.checkpoint)).plan(7)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("v1\n", "is not a Spark offset log entry"), ('v1\n{"a":1}\n{broken', "malformed offset")],
+)
+def test_corrupt_offset_log_entry_names_the_file(tmp_path: Path, text: str, fragment: str) -> None:
+    q = Query(tmp_path)
+    (q.checkpoint / "offsets" / "3").write_text(text)
+    with pytest.raises(ChkptError, match=rf"offsets/3.*{fragment}|{fragment}.*offsets/3"):
+        SparkCheckpoint(location=str(q.checkpoint)).plan(3)
+
+
+def test_corrupt_or_missing_query_metadata_names_the_file(tmp_path: Path) -> None:
+    q = Query(tmp_path)
+    (q.checkpoint / "metadata").write_text(json.dumps({"no": "id"}))
+    with pytest.raises(ChkptError, match=r"metadata is not Spark query metadata"):
+        SparkCheckpoint(location=str(q.checkpoint)).query_id()
+    (q.checkpoint / "metadata").unlink()
+    with pytest.raises(ChkptError, match=r"metadata does not exist: is .* a Spark streaming"):
+        SparkCheckpoint(location=str(q.checkpoint)).query_id()
