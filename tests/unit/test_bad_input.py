@@ -53,3 +53,47 @@ def test_corrupt_or_missing_query_metadata_names_the_file(tmp_path: Path) -> Non
     (q.checkpoint / "metadata").unlink()
     with pytest.raises(ChkptError, match=r"metadata does not exist: is .* a Spark streaming"):
         SparkCheckpoint(location=str(q.checkpoint)).query_id()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "option", "fragment"),
+    [
+        ("key string", "value", "must have a 'value' column"),
+        ("value int", "value", "must be string or binary"),
+        ("value string, key array<int>", "key", "must be string or binary"),
+        ("value string", "topic", "set option 'topic' or write a 'topic' column"),
+        ("value string, topic int", "topic", "must be a string"),
+        ("value string, topic string, partition string", "partition", "must be an int"),
+        ("value string, topic string, headers array<string>", "headers", "array<struct<key"),
+    ],
+)
+def test_kafka_sink_schema_errors_name_the_column(ddl: str, option: str, fragment: str) -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from spark_chkpt.connectors.kafka_sink import check_sink_schema
+    from spark_chkpt.errors import ConfigError
+    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+
+    types = {
+        "string": StringType(),
+        "int": IntegerType(),
+        "binary": BinaryType(),
+        "array<int>": ArrayType(IntegerType()),
+        "array<string>": ArrayType(StringType()),
+    }
+    schema = StructType(
+        [StructField(n, types[t]) for n, t in (c.strip().split(" ", 1) for c in ddl.split(","))]
+    )
+    config = KafkaSinkConfig.from_options(
+        {"kafka.bootstrap.servers": "h:1", "checkpointLocation": "/tmp/chk"}
+    )
+    with pytest.raises(ConfigError, match=fragment) as info:
+        check_sink_schema(schema, config)
+    assert info.value.option == option
