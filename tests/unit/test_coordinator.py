@@ -69,12 +69,15 @@ class Query:
         apps: list[str | None] | None = None,
         schema: pa.Schema = SCHEMA,
         task: int = 0,
+        app_id: str = APP_ID,
     ) -> StagedOutput:
-        """Stage rows ``ids`` (app ``"a"`` unless given) as one task attempt."""
+        """Stage rows ``ids`` (app ``"a"`` unless given) as one task attempt of the
+        writer ``app_id``."""
         stager = ParquetStager(
             table=resolve(str(self.table)),
             schema=schema,
             partition_by=["app"],
+            app_id=app_id,
             batch_id=batch_id,
             task=task,
             max_records_per_file=1000,
@@ -86,13 +89,18 @@ class Query:
     # -- phase 2 -------------------------------------------------------------------------
 
     def coordinator(
-        self, *, merge_schema: bool = False, retained: int = 10, orphan_retention_s: float = 3600.0
+        self,
+        *,
+        merge_schema: bool = False,
+        retained: int = 10,
+        orphan_retention_s: float = 3600.0,
+        app_id: str = APP_ID,
     ) -> DeltaCoordinator:
         return DeltaCoordinator(
             settings=CommitSettings(
                 table_uri=str(self.table),
                 checkpoint_location=str(self.checkpoint),
-                app_id=APP_ID,
+                app_id=app_id,
                 query_name="events_to_delta",
                 partition_by=("app",),
                 merge_schema=merge_schema,
@@ -431,6 +439,7 @@ def test_committed_stats_let_readers_skip_files_correctly(q: Query) -> None:
             table=resolve(str(q.table)),
             schema=SCHEMA,
             partition_by=["app"],
+            app_id=APP_ID,
             batch_id=batch_id,
             task=0,
             max_records_per_file=1000,
