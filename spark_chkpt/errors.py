@@ -36,3 +36,9 @@ class BrokerError(ChkptError):
 
 class WorkerPythonError(ChkptError):
     """The interpreter Spark's Python workers would run cannot import spark_chkpt."""
+
+
+class QueryIdentityError(ChkptError):
+    """A sink already holds batch N of this app id with other source offsets: the
+    checkpoint is not the one that wrote the table (a fresh checkpoint that reuses the
+    app id, or a copy of a checkpoint running next to the original)."""
