@@ -77,6 +77,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             table=resolve(self.config.path),
             schema=self.arrow_schema,
             partition_by=self.config.partition_by,
+            app_id=self.app_id,
             batch_id=int(batch_prop) if batch_prop is not None else None,
             task=context.partitionId() if context else 0,
             max_records_per_file=self.config.max_records_per_file,

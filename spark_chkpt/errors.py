@@ -43,3 +43,9 @@ class BrokerUnavailableError(ChkptError):
     broker and the option that sets the timeout."""
 
     retriable = True
+
+
+class QueryIdentityError(ChkptError):
+    """A sink already holds batch N of this app id with other source offsets: the
+    checkpoint is not the one that wrote the table (a fresh checkpoint that reuses the
+    app id, or a copy of a checkpoint running next to the original)."""

@@ -3,9 +3,12 @@
 A task writes its Arrow batches into Parquet files under the table directory (Hive-style
 ``col=value/`` folders when partitioned) and returns a :class:`StagedOutput`: each
 file's path, size, partition values and Delta statistics. Nothing is visible until the
-driver's coordinator commits the add actions. File names carry the batch, the task
-and a random attempt tag so a crashed attempt's files are recognisable later:
-``part-b00042-t00003-<attempt>-000.chkpt.snappy.parquet``.
+driver's coordinator commits the add actions. File names carry the batch, the task,
+the writer's tag (:func:`app_tag` of its app id) and a random attempt tag, so a crashed
+attempt's files are recognisable later and each writer cleans up only its own:
+``part-b00042-t00003-q<app tag>-<attempt>-000.chkpt.snappy.parquet``. Names without the
+writer's tag (``part-b00042-t00003-<attempt>-000...``, written before it existed) still
+match :data:`STAGED_NAME`; their ``app`` group is None.
 
 Memory is bounded: batches stream into open Parquet writers (one per partition value,
 at most ``max_open_files``), and a file is closed once it holds ``max_records_per_file``
@@ -15,6 +18,7 @@ rows or ``target_file_bytes`` of Arrow data.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import re
@@ -33,8 +37,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+def app_tag(app_id: str) -> str:
+    """The writer's tag in its staged file names: 8 hex digits of SHA-256 of the app id
+    (stable across processes and machines; two app ids share one with odds 2^-32)."""
+    return hashlib.sha256(app_id.encode("utf-8")).hexdigest()[:8]
+
+
 STAGED_NAME = re.compile(
-    r"^part-b(?P<batch>\d+)-t(?P<task>\d+)-(?P<attempt>[0-9a-f]{12})-\d+\.chkpt\.snappy\.parquet$"
+    r"^part-b(?P<batch>\d+)-t(?P<task>\d+)-(?:q(?P<app>[0-9a-f]{8})-)?"
+    r"(?P<attempt>[0-9a-f]{12})-\d+\.chkpt\.snappy\.parquet$"
 )
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _STRING_STATS_MAX = 64
@@ -235,6 +247,7 @@ class ParquetStager:
         table: Location,
         schema: pa.Schema,
         partition_by: Sequence[str],
+        app_id: str,
         batch_id: int | None,
         task: int,
         max_records_per_file: int,
@@ -248,6 +261,7 @@ class ParquetStager:
         for name in self.partition_by:
             self.data_schema = self.data_schema.remove(self.data_schema.get_field_index(name))
         self.output = StagedOutput(attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task)
+        self.app_tag = app_tag(app_id)
         self.max_records_per_file = max_records_per_file
         self.target_file_bytes = target_file_bytes
         self.max_open_files = max_open_files
@@ -263,7 +277,7 @@ class ParquetStager:
             self.output.files.append(self._open.pop(oldest).close())
         folder = partition_dir(self.partition_by, key) if self.partition_by else ""
         name = (
-            f"part-b{self.output.batch_id or 0:05d}-t{self.output.task:05d}-"
+            f"part-b{self.output.batch_id or 0:05d}-t{self.output.task:05d}-q{self.app_tag}-"
             f"{self.output.attempt}-{self._seq:03d}.chkpt.snappy.parquet"
         )
         self._seq += 1

@@ -10,6 +10,15 @@ Facts about delta-rs (``deltalake`` 1.x) this module relies on, each checked her
 * Blind appends are retried by delta-rs itself on conflicts with other writers;
   a conflict on the same app id raises ``CommitFailedError``.
 * ``get_add_actions()`` returns URL-encoded paths; staged paths are raw.
+* ``create_write_transaction`` returns nothing and ``history()`` numbers versions from
+  the handle it was called on, so the commit that set ``txn(appId, N)`` is found by
+  reading the JSON commits themselves (:meth:`DeltaTarget.find_txn_commit`).
+* Custom commit metadata lands as top-level keys of the commit's ``commitInfo``.
+
+Orphans: every staged name carries its writer's tag (``app_tag`` of the app id, see
+:mod:`spark_chkpt.delta.staging`). A writer removes only its own orphans; another
+writer's files, however old, may be a slow batch in flight. Names without a tag (staged
+before tags existed) are removed once older than the retention, as they always were.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, normalize_schema
+from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, resolve
 
@@ -46,6 +55,14 @@ class SchemaPlan:
     @property
     def compatible(self) -> bool:
         return not self.new_columns and not self.type_changes
+
+
+@dataclass(frozen=True)
+class TxnCommit:
+    """The commit that set ``txn(appId)`` to a version: its Delta version and commitInfo."""
+
+    version: int
+    info: dict[str, Any]
 
 
 class DeltaTarget:
@@ -164,6 +181,37 @@ class DeltaTarget:
             commit_properties=props,
         )
 
+    def find_txn_commit(self, table: Any, *, app_id: str, txn_version: int) -> TxnCommit | None:
+        """The commit whose ``txn`` action set ``app_id`` to ``txn_version``, or None.
+
+        Reads the JSON commits from the table's latest version back, with no fixed limit
+        (any number of other writers' commits may have followed), and stops at the first
+        of: that commit; a commit of ``app_id`` with a lower txn version (``app_id``'s
+        versions only grow, so the one wanted is not further back); a version whose JSON
+        commit is gone (cleaned up after a checkpoint); version 0.
+        """
+        log_dir = self.location.child("_delta_log")
+        for version in range(int(table.version()), -1, -1):
+            try:
+                text = log_dir.child(f"{version:020d}.json").read_text()
+            except FileNotFoundError:
+                return None
+            info: dict[str, Any] = {}
+            txn: int | None = None
+            for line in text.splitlines():
+                if '"commitInfo"' not in line and '"txn"' not in line:
+                    continue  # add actions: skip parsing their statistics
+                action = json.loads(line)
+                if isinstance(action.get("commitInfo"), dict):
+                    info = dict(action["commitInfo"])
+                elif isinstance(action.get("txn"), dict) and action["txn"].get("appId") == app_id:
+                    txn = int(action["txn"]["version"])
+            if txn == txn_version:
+                return TxnCommit(version=version, info=info)
+            if txn is not None and txn < txn_version:
+                return None
+        return None
+
     # -- what the log references -----------------------------------------------------
 
     def referenced(self, table: Any, *, whole_log: bool = False) -> set[str]:
@@ -199,9 +247,13 @@ class DeltaTarget:
                 removed += 1
         return removed
 
-    def remove_orphans(self, *, older_than_s: float, keep: Set[str] = frozenset()) -> int:
-        """Delete staged files of crashed attempts: named by the sink, referenced by no
-        commit, not in ``keep`` (the commit in progress), older than ``older_than_s``."""
+    def remove_orphans(
+        self, *, app_id: str, older_than_s: float, keep: Set[str] = frozenset()
+    ) -> int:
+        """Delete staged files of ``app_id``'s crashed attempts: named by the sink with
+        ``app_id``'s tag (or with no tag: staged before tags existed), referenced by no
+        commit, not in ``keep`` (the commit in progress), older than ``older_than_s``.
+        Files another writer staged are never touched: they may be its batch in flight."""
         import pyarrow.fs as pafs
 
         table = self.open()
@@ -211,8 +263,10 @@ class DeltaTarget:
         cutoff = time.time() - older_than_s
         removed = 0
         root = self.location.path.rstrip("/") + "/"
+        mine = app_tag(app_id)
         for info in self.location.list(recursive=True):
-            if info.type != pafs.FileType.File or not STAGED_NAME.match(info.base_name):
+            name = STAGED_NAME.match(info.base_name) if info.type == pafs.FileType.File else None
+            if name is None or name["app"] not in (mine, None):
                 continue
             relative = info.path[len(root) :] if info.path.startswith(root) else info.path
             if relative.startswith("_delta_log") or relative in keep:

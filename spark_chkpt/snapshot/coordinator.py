@@ -10,7 +10,9 @@ completes the snapshot:
    (:meth:`SnapshotCoordinator.plan`);
 2. **idempotency**: the sink says whether batch N is already in it (Delta:
    ``txn(appId) >= N``; Kafka: a ``complete`` index entry). If so, this attempt's output
-   is discarded and :meth:`SnapshotCoordinator.duplicate` returns the snapshot's record;
+   is discarded and :meth:`SnapshotCoordinator.duplicate` returns the snapshot's record
+   (Delta first checks that the commit of batch N came from the same source offsets,
+   else :class:`~spark_chkpt.errors.QueryIdentityError`);
 3. **make visible**, in one atomic step that also records the snapshot: one Delta
    commit (:mod:`spark_chkpt.snapshot.delta_coordinator`), or barrier markers and the
    index entry naming them (:mod:`spark_chkpt.snapshot.kafka_coordinator`);

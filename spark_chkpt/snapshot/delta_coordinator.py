@@ -5,10 +5,29 @@ Executors stage Parquet files under the table folder (:mod:`spark_chkpt.delta.st
 carries ``txn(appId, N)`` and the snapshot record. A crash anywhere leaves either
 nothing visible (Spark re-runs batch N with the same offsets) or the whole batch
 visible with ``txn(appId, N)`` (the re-run finds it and discards itself).
+
+Query identity. ``txn(appId) >= N`` alone would also discard the batch of a checkpoint
+that did not write the table: a fresh checkpoint reusing the app id (option
+``txnAppId``) or a copy of a checkpoint running next to the original. So a replay is
+checked: the commit that set ``txn(appId, N)`` carries the snapshot record, and its
+source offsets (topic-partition positions; the ``__chkpt__`` alignment report aside)
+must equal ``offsets/N``. Equal: a true replay, discarded. Different:
+:class:`~spark_chkpt.errors.QueryIdentityError`, and the table is left as it is.
+When the commit cannot be checked:
+
+* it carries no snapshot record (written by a release before records, or by another
+  tool with this app id): discarded with a warning, as before;
+* the log no longer holds it (JSON commits cleaned up after a Delta checkpoint, or
+  history rewritten) and ``txn(appId) == N``: discarded with a warning. This is the
+  crash-restart case: Spark re-runs only the newest planned batch, which is the app's
+  newest commit;
+* the log no longer holds it and ``txn(appId) > N``: ``QueryIdentityError``. A
+  checkpoint behind the table is never a crash restart, and it cannot be verified.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -17,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
+from spark_chkpt.offsets import META_KEY, from_json
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 
@@ -71,7 +91,9 @@ class DeltaCoordinator(SnapshotCoordinator):
             return 0
         _CLEANED.add(key)
         removed = self.target.remove_orphans(
-            older_than_s=self.settings.orphan_retention_s, keep={f.path for f in in_progress}
+            app_id=self.app_id,
+            older_than_s=self.settings.orphan_retention_s,
+            keep={f.path for f in in_progress},
         )
         if removed:
             log.warning(
@@ -87,9 +109,10 @@ class DeltaCoordinator(SnapshotCoordinator):
         Step 1: read Spark's plan for the batch (``offsets/<batch_id>``): the source
                 offsets this snapshot covers.
         Step 2: idempotency. If the table's ``txn(appId)`` is already ``>= batch_id`` the
-                batch was committed by an earlier attempt: delete this attempt's staged
-                files and return its record (repairing the store from the commit's
-                record if a crash lost it).
+                batch was committed by an earlier attempt, if that commit's source
+                offsets are this plan's (else :class:`QueryIdentityError`, see the
+                module docstring): delete this attempt's staged files and return its
+                record (repairing the store from the commit's record if a crash lost it).
         Step 3: schema. A column the table lacks fails the batch naming it, unless
                 mergeSchema adds it; a changed type always fails.
         Step 4: one Delta commit with the add actions, ``txn(appId, batch_id)`` and the
@@ -113,6 +136,9 @@ class DeltaCoordinator(SnapshotCoordinator):
             table = self.target.open()
             done = table.transaction_version(self.app_id) if table is not None else None
             if done is not None and done >= batch_id:
+                committed = self._check_replay(
+                    table, batch_id=batch_id, done=done, sources=plan.sources
+                )
                 removed = self.target.delete_unreferenced(files, table)
                 log.warning(
                     "chkpt-delta batch %d was already committed (table txn %s=%d); "
@@ -127,7 +153,7 @@ class DeltaCoordinator(SnapshotCoordinator):
                     sources=plan.sources,
                     started=started,
                     attempts=attempts,
-                    committed=lambda: self._committed_record(batch_id),
+                    committed=lambda: committed,  # noqa: B023 (called before the return)
                 )
 
             # Step 3
@@ -200,33 +226,96 @@ class DeltaCoordinator(SnapshotCoordinator):
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed
 
-    def _commit_entry(self, batch_id: int) -> dict[str, Any] | None:
-        """Our commit of ``batch_id`` in the table's recent history (newest first)."""
-        table = self.target.open()
-        for entry in table.history(limit=50) if table is not None else []:
-            snapshot = entry.get(SNAPSHOT_KEY)
-            if (
-                entry.get("chkpt.batchId") == batch_id
-                and snapshot
-                and SnapshotRecord.from_json(snapshot).app_id == self.app_id
-            ):
-                return dict(entry)
-        return None
+    def _check_replay(
+        self, table: Any, *, batch_id: int, done: int, sources: Sequence[Any]
+    ) -> SnapshotRecord | None:
+        """Step 2's identity check: the record of our commit of ``batch_id`` (with its
+        Delta version) if its source offsets are ``sources``; None if the commit cannot
+        be checked but a replay is the only explanation; raises
+        :class:`QueryIdentityError` otherwise (see the module docstring)."""
+        commit = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
+        if commit is None:
+            if done > batch_id:
+                raise QueryIdentityError(
+                    f"chkpt-delta table {self.settings.table_uri} holds app id "
+                    f"'{self.app_id}' up to batch {done}, past batch {batch_id}, but its log "
+                    f"no longer holds the commit of batch {batch_id} (JSON commits cleaned "
+                    "up or history rewritten), so this checkpoint "
+                    f"({self.settings.checkpoint_location}) and its plan for batch "
+                    f"{batch_id} {describe_offsets(sources)} cannot be checked against the "
+                    f"table. {_IDENTITY_FIX}"
+                )
+            log.warning(
+                "chkpt-delta batch %d: the commit of txn %s=%d is no longer in the log of %s; "
+                "taking this attempt as a replay of it",
+                batch_id,
+                self.app_id,
+                batch_id,
+                self.settings.table_uri,
+            )
+            return None
+        snapshot = commit.info.get(SNAPSHOT_KEY)
+        if not snapshot:
+            log.warning(
+                "chkpt-delta batch %d: Delta version %d set txn %s=%d without a snapshot "
+                "record; its source offsets cannot be compared, taking this as a replay",
+                batch_id,
+                commit.version,
+                self.app_id,
+                batch_id,
+            )
+            return None
+        record = replace(SnapshotRecord.from_json(snapshot), table_version=commit.version)
+        if positions(record.source_offsets) != positions(sources):
+            raise QueryIdentityError(
+                f"chkpt-delta table {self.settings.table_uri} already holds batch {batch_id} "
+                f"of app id '{self.app_id}' (Delta version {commit.version}) from source "
+                f"offsets {describe_offsets(record.source_offsets)}, but this query's "
+                f"checkpoint ({self.settings.checkpoint_location}) planned batch {batch_id} "
+                f"with offsets {describe_offsets(sources)}: the checkpoint is not the one "
+                f"that wrote the table. {_IDENTITY_FIX}"
+            )
+        return record
 
     def _version_of(self, batch_id: int) -> int | None:
         """The Delta version our commit of ``batch_id`` became (another writer may have
         committed since, so not simply the latest version)."""
-        entry = self._commit_entry(batch_id)
-        return int(entry["version"]) if entry is not None else None
-
-    def _committed_record(self, batch_id: int) -> SnapshotRecord | None:
-        """The record our commit of ``batch_id`` carries in commitInfo, with its version."""
-        entry = self._commit_entry(batch_id)
-        if entry is None:
+        table = self.target.open()
+        if table is None:
             return None
-        return replace(
-            SnapshotRecord.from_json(entry[SNAPSHOT_KEY]), table_version=entry["version"]
-        )
+        commit = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
+        return commit.version if commit is not None else None
+
+
+_IDENTITY_FIX = (
+    "Nothing of this attempt was committed and the table is unchanged. A fresh checkpoint "
+    "for a table this app id already wrote needs a new txnAppId (or the checkpoint that "
+    "wrote the table); two copies of one checkpoint must not run, only one of them may "
+    "write the table."
+)
+
+
+def positions(sources: Sequence[Any]) -> list[Any]:
+    """Each source's end offsets without the alignment report (``__chkpt__``): what two
+    plans of one batch must share."""
+    return [
+        {k: v for k, v in s.items() if k != META_KEY} if isinstance(s, dict) else s for s in sources
+    ]
+
+
+def describe_offsets(sources: Sequence[Any]) -> str:
+    """``[events-0: 120, events-1: 98]`` (one ``;``-separated part per source)."""
+    parts = []
+    for source in sources:
+        try:
+            offsets = from_json(source) if isinstance(source, dict) else None
+        except ChkptError:
+            offsets = None
+        if offsets is not None:
+            parts.append(", ".join(f"{tp}: {offsets[tp]}" for tp in sorted(offsets)))
+        else:
+            parts.append(json.dumps(source, sort_keys=True))
+    return "[" + "; ".join(parts) + "]"
 
 
 def _is_conflict(error: Exception) -> bool:

@@ -8,6 +8,7 @@ process in its own session, so the kill takes the Python driver and its JVM, as
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from deltalake import DeltaTable
 
 from spark_chkpt.delta.staging import STAGED_NAME
 from spark_chkpt.delta.table import DeltaTarget
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
 from spark_chkpt.snapshot.store import SnapshotStore
 from tests.helpers import user_env
 
@@ -38,7 +39,9 @@ def run_job(
     *,
     kill_at: str | None = None,
     fail_at: str | None = None,
+    orphan_retention: str | None = "0ms",
 ) -> subprocess.CompletedProcess:
+    """Run the job once; ``orphan_retention=None`` keeps the sink's default (1 hour)."""
     env = user_env()
     if kill_at:
         env["SPARK_CHKPT_KILL_AT"] = kill_at
@@ -65,12 +68,12 @@ def run_job(
         "--master",
         "local[2]",
         "--set",
-        "sink.orphanRetention=0ms",
-        "--set",
         "sink.partitionBy=app",
         "--set",
         "job.queryName=fault_test",
     ]
+    if orphan_retention is not None:
+        command += ["--set", f"sink.orphanRetention={orphan_retention}"]
     return subprocess.run(
         command,
         cwd=tmp_path,
@@ -98,7 +101,9 @@ def txn_version(tmp_path: Path) -> int | None:
     return DeltaTable(str(tmp_path / "table")).transaction_version(app_id)
 
 
-def assert_exactly_once(tmp_path: Path) -> pa.Table:
+def assert_exactly_once(tmp_path: Path, *, unreferenced: set[str] | None = None) -> pa.Table:
+    """Every event once; every staged file on disk referenced, but ``unreferenced``
+    (orphans the retention still keeps), which must be on disk and invisible."""
     table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table()
     ids = sorted(table.column("event_id").to_pylist())
     missing = sorted(set(range(EVENTS)) - set(ids))
@@ -114,8 +119,20 @@ def assert_exactly_once(tmp_path: Path) -> pa.Table:
     )
     assert len(set(positions)) == EVENTS
     # Every staged file left on disk is one the table references: nothing dangling.
-    assert staged_files(tmp_path / "table") == referenced(tmp_path / "table")
+    left = unreferenced or set()
+    assert not left & referenced(tmp_path / "table")
+    assert staged_files(tmp_path / "table") == referenced(tmp_path / "table") | left
     return table
+
+
+def assert_records_match_the_events(table: pa.Table) -> None:
+    """Each row is its source event, field by field (not only its id)."""
+    events = PageViews(seed=1)
+    for row in table.to_pylist():
+        expected = events.event(row["event_id"])
+        when = dt.datetime.fromisoformat(str(expected.pop("ts")).replace("Z", "+00:00"))
+        assert {k: row[k] for k in expected} == expected
+        assert row["ts"] == when, (row["event_id"], row["ts"], when)
 
 
 def snapshots(tmp_path: Path) -> list[int]:
@@ -124,6 +141,8 @@ def snapshots(tmp_path: Path) -> list[int]:
 
 def spark_committed(tmp_path: Path) -> list[int]:
     commits = tmp_path / "chk" / "commits"
+    if not commits.is_dir():
+        return []
     return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
 
 
@@ -172,6 +191,50 @@ def test_kill_after_delta_commit(tmp_path: Path, bootstrap_servers: str, topic: 
     store = SnapshotStore(checkpoint_location=str(tmp_path / "chk"))
     repaired = store.get(1)
     assert repaired is not None and repaired.rows == PER_BATCH  # taken from commitInfo
+    assert snapshots(tmp_path) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("point", ["after-staging", "after-delta-commit"])
+def test_kill_in_the_first_batch(
+    tmp_path: Path, bootstrap_servers: str, topic: str, point: str
+) -> None:
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at=f"{point}@0"))
+    assert snapshots(tmp_path) == []
+    assert spark_committed(tmp_path) == []
+    staged_batch0 = {f for f in staged_files(tmp_path / "table") if "part-b00000-" in f}
+    assert staged_batch0
+    if point == "after-staging":  # staged, and the table not even created
+        assert not DeltaTable.is_deltatable(str(tmp_path / "table"))
+    else:  # the table was created by batch 0's commit
+        assert txn_version(tmp_path) == 0
+        assert staged_batch0 == referenced(tmp_path / "table")
+        assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == PER_BATCH
+
+    result = run_job(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_exactly_once(tmp_path)
+    assert snapshots(tmp_path) == [0, 1, 2]
+    first = SnapshotStore(checkpoint_location=str(tmp_path / "chk")).get(0)
+    assert first is not None and first.rows == PER_BATCH and first.table_version == 0
+
+
+def test_kill_after_staging_with_the_default_orphan_retention(
+    tmp_path: Path, bootstrap_servers: str, topic: str
+) -> None:
+    # The default orphanRetention (1 hour): the killed attempt's files are too young to
+    # be removed at the restart. They must stay invisible, and every record exact.
+    killed = run_job(
+        tmp_path, bootstrap_servers, topic, kill_at="after-staging@1", orphan_retention=None
+    )
+    _killed(killed)
+    staged_batch1 = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
+    assert staged_batch1 and not staged_batch1 & referenced(tmp_path / "table")
+
+    result = run_job(tmp_path, bootstrap_servers, topic, orphan_retention=None)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = assert_exactly_once(tmp_path, unreferenced=staged_batch1)
+    assert_records_match_the_events(table)
+    assert txn_version(tmp_path) == 2
     assert snapshots(tmp_path) == [0, 1, 2]
 
 

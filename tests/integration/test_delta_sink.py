@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -188,6 +189,72 @@ def test_another_writer_appending_concurrently(
     assert ours == list(range(600))
     others = [r["n"] for r in rows if r["writer"] == "other"]
     assert len(others) == len(set(others)) > 1
+
+
+def _values(tmp_path: Path) -> list[int]:
+    rows = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().column("n").to_pylist()
+    return sorted(rows)
+
+
+def test_fresh_checkpoint_reusing_the_txn_app_id_fails_instead_of_dropping_batches(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
+    topic = make_topic()
+    produce(producer, topic, [b"%d" % i for i in range(300)])
+
+    def numbers(per_batch: str) -> DataFrame:
+        return kafka_stream(
+            spark, bootstrap_servers, topic, maxOffsetsPerTrigger=per_batch
+        ).selectExpr("CAST(CAST(value AS STRING) AS long) n")
+
+    first = to_delta(numbers("100"), tmp_path, chk="chk1", txnAppId="orders-to-delta")
+    assert first.exception() is None
+    assert _values(tmp_path) == list(range(300))  # batches 0, 1, 2
+    produce(producer, topic, [b"%d" % i for i in range(300, 600)])
+
+    # The checkpoint is gone; a fresh one keeps txnAppId and plans batch 0 = 0..250.
+    fresh = to_delta(numbers("250"), tmp_path, chk="chk2", txnAppId="orders-to-delta")
+
+    assert fresh.exception() is not None
+    text = str(fresh.exception())
+    assert "QueryIdentityError" in text or "already holds batch 0" in text
+    assert "orders-to-delta" in text and "txnAppId" in text
+    assert f"{topic}-0: 100" in text and f"{topic}-0: 250" in text
+    assert _values(tmp_path) == list(range(300))  # every committed row, exactly once
+
+
+def test_second_copy_of_a_checkpoint_fails_and_the_table_keeps_no_duplicates(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
+    topic = make_topic()
+    numbers = kafka_stream(spark, bootstrap_servers, topic).selectExpr(
+        "CAST(CAST(value AS STRING) AS long) n"
+    )
+    produce(producer, topic, [b"%d" % i for i in range(100)])
+    assert to_delta(numbers, tmp_path, chk="original").exception() is None  # batch 0
+    shutil.copytree(tmp_path / "original", tmp_path / "copy")
+
+    produce(producer, topic, [b"%d" % i for i in range(100, 200)])
+    assert to_delta(numbers, tmp_path, chk="original").exception() is None  # batch 1: ..200
+    produce(producer, topic, [b"%d" % i for i in range(200, 300)])
+    copy = to_delta(numbers, tmp_path, chk="copy")  # its batch 1: 100..300
+
+    assert copy.exception() is not None
+    text = str(copy.exception())
+    assert "batch 1" in text and "copies" in text
+    assert f"{topic}-0: 200" in text and f"{topic}-0: 300" in text
+    assert _values(tmp_path) == list(range(200))
+    # The original carries on and the table holds every record once.
+    assert to_delta(numbers, tmp_path, chk="original").exception() is None
+    assert _values(tmp_path) == list(range(300))
 
 
 def _job_settings(servers: str, topic: str, tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -22,12 +22,14 @@ from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, SchemaMismatch
+from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.fs import resolve
 from spark_chkpt.snapshot.delta_coordinator import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 
 APP_ID = "3f9d0c1e-query-id"
+OTHER_APP = "77aa01b2-other-query-id"
 SPARK_TS = pa.timestamp("us", tz="Etc/UTC")  # what Spark's Arrow batches carry
 SCHEMA = pa.schema([("id", pa.int64()), ("app", pa.string()), ("ts", SPARK_TS)])
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -69,12 +71,15 @@ class Query:
         apps: list[str | None] | None = None,
         schema: pa.Schema = SCHEMA,
         task: int = 0,
+        app_id: str = APP_ID,
     ) -> StagedOutput:
-        """Stage rows ``ids`` (app ``"a"`` unless given) as one task attempt."""
+        """Stage rows ``ids`` (app ``"a"`` unless given) as one task attempt of the
+        writer ``app_id``."""
         stager = ParquetStager(
             table=resolve(str(self.table)),
             schema=schema,
             partition_by=["app"],
+            app_id=app_id,
             batch_id=batch_id,
             task=task,
             max_records_per_file=1000,
@@ -86,13 +91,18 @@ class Query:
     # -- phase 2 -------------------------------------------------------------------------
 
     def coordinator(
-        self, *, merge_schema: bool = False, retained: int = 10, orphan_retention_s: float = 3600.0
+        self,
+        *,
+        merge_schema: bool = False,
+        retained: int = 10,
+        orphan_retention_s: float = 3600.0,
+        app_id: str = APP_ID,
     ) -> DeltaCoordinator:
         return DeltaCoordinator(
             settings=CommitSettings(
                 table_uri=str(self.table),
                 checkpoint_location=str(self.checkpoint),
-                app_id=APP_ID,
+                app_id=app_id,
                 query_name="events_to_delta",
                 partition_by=("app",),
                 merge_schema=merge_schema,
@@ -315,6 +325,96 @@ def test_replay_without_any_record_writes_a_duplicate_record(q: Query) -> None:
     assert not any(q.exists(retry)) and all(q.exists(original))
 
 
+# -- 3b. query identity: the table's batch N came from other offsets ----------------------
+
+
+def test_replay_with_other_source_offsets_fails_naming_both(q: Query) -> None:
+    # A fresh checkpoint reusing the app id (txnAppId) planned batch 0 differently.
+    q.plan(0, {"events": {"0": 3, "1": 1}})
+    first = q.coordinator().commit(messages=[q.stage(0, [1, 2, 3, 4])], batch_id=0, schema=SCHEMA)
+    q.plan(0, {"events": {"0": 7, "1": 2}})
+    retry = q.stage(0, [1, 2, 3, 4, 5, 6, 7, 8, 9])
+
+    with pytest.raises(QueryIdentityError) as raised:
+        q.coordinator().commit(messages=[retry], batch_id=0, schema=SCHEMA)
+
+    text = str(raised.value)
+    assert str(q.table) in text and APP_ID in text and "batch 0" in text
+    assert "events-0: 3" in text and "events-0: 7" in text  # both offset sets
+    assert "txnAppId" in text and "copies" in text  # the fix
+    assert q.delta().version() == 0 and q.delta().transaction_version(APP_ID) == 0
+    assert q.rows() == [(1, "a"), (2, "a"), (3, "a"), (4, "a")]  # nothing lost or added
+    assert q.store().get(0) == first
+
+
+def test_replay_of_an_older_batch_with_other_offsets_fails(q: Query) -> None:
+    # A copy of the checkpoint: the original committed 0 and 1, the copy plans 1 anew.
+    q.commit(0, q.stage(0, [1]))
+    q.commit(1, q.stage(1, [2]))
+    q.plan(0, {"events": {"0": 99, "1": 0}})
+
+    with pytest.raises(QueryIdentityError, match=r"batch 0 .*events-0: 99"):
+        q.coordinator().commit(messages=[q.stage(0, [1])], batch_id=0, schema=SCHEMA)
+    assert q.rows() == [(1, "a"), (2, "a")]
+
+
+def test_replay_compares_positions_not_the_alignment_report(q: Query) -> None:
+    offsets = {"events": {"0": 3}}
+    q.plan(0, {**offsets, "__chkpt__": {"topics": {"events": {"mode": "aligned"}}}})
+    first = q.coordinator().commit(messages=[q.stage(0, [1])], batch_id=0, schema=SCHEMA)
+    q.plan(0, {**offsets, "__chkpt__": {"topics": {"events": {"mode": "unaligned"}}}})
+
+    again = q.coordinator().commit(messages=[q.stage(0, [1])], batch_id=0, schema=SCHEMA)
+
+    assert again == first and q.rows() == [(1, "a")]
+
+
+def test_batch_behind_the_table_whose_commit_is_gone_fails(q: Query) -> None:
+    # txn(app) = 2 > 0 but the log no longer has batch 0's commit (a checkpoint was
+    # written and the older JSON commits cleaned up): it cannot be verified.
+    for batch_id in range(3):
+        q.commit(batch_id, q.stage(batch_id, [batch_id]))
+    q.delta().create_checkpoint()
+    for version in (0, 1):
+        (q.table / "_delta_log" / f"{version:020d}.json").unlink()
+    (q.checkpoint / "chkpt" / "snapshots" / "0.json").unlink()
+
+    with pytest.raises(QueryIdentityError, match=r"no longer holds .*batch 0"):
+        q.commit(0, q.stage(0, [0]))
+    assert q.rows() == [(0, "a"), (1, "a"), (2, "a")]
+
+
+# -- 3c. our commit far back in a busy table's history -----------------------------------
+
+
+def test_replay_finds_its_commit_behind_many_commits_of_other_writers(q: Query) -> None:
+    q.commit(0, q.stage(0, [1]))
+    committed = q.commit(1, q.stage(1, [2]))
+    for i in range(60):
+        write_deltalake(
+            str(q.table),
+            pa.table(
+                {
+                    "id": pa.array([1000 + i], pa.int64()),
+                    "app": ["other"],
+                    "ts": pa.array([T0], pa.timestamp("us", tz="UTC")),
+                }
+            ),
+            mode="append",
+            partition_by=["app"],
+        )
+    assert q.delta().version() == 61
+    (q.checkpoint / "chkpt" / "snapshots" / "1.json").unlink()  # lost in a crash
+
+    repaired = q.commit(1, q.stage(1, [2]))
+
+    assert repaired.outcome == "committed"
+    assert repaired.table_version == committed.table_version == 1
+    assert (repaired.rows, repaired.attempts) == (1, committed.attempts)
+    assert q.store().get(1) == repaired
+    assert q.delta().version() == 61
+
+
 # -- 4. abort ----------------------------------------------------------------------------
 
 
@@ -431,6 +531,7 @@ def test_committed_stats_let_readers_skip_files_correctly(q: Query) -> None:
             table=resolve(str(q.table)),
             schema=SCHEMA,
             partition_by=["app"],
+            app_id=APP_ID,
             batch_id=batch_id,
             task=0,
             max_records_per_file=1000,
@@ -472,13 +573,20 @@ def test_remove_orphans_deletes_only_old_unreferenced_staged_files(q: Query) -> 
     q.backdate(referenced, orphan, in_progress)
     os.utime(foreign, (time.time() - OLD, time.time() - OLD))
 
+    others = q.stage(1, [5], apps=["a"], app_id=OTHER_APP)  # another writer's, in flight
+    legacy = q.table / "app=a" / "part-b00001-t00000-0123456789ab-000.chkpt.snappy.parquet"
+    legacy.write_bytes(b"PAR1")  # staged before names carried the writer's tag
+    q.backdate(others)
+    os.utime(legacy, (time.time() - OLD, time.time() - OLD))
+
     removed = DeltaTarget(uri=str(q.table)).remove_orphans(
-        older_than_s=3600, keep={f.path for f in in_progress.files}
+        app_id=APP_ID, older_than_s=3600, keep={f.path for f in in_progress.files}
     )
 
-    assert removed == 1
-    assert not any(q.exists(orphan))
+    assert removed == 2
+    assert not any(q.exists(orphan)) and not legacy.exists()
     assert all(q.exists(young) + q.exists(referenced) + q.exists(in_progress))
+    assert all(q.exists(others))
     assert foreign.is_file()
     assert q.rows() == [(1, "a"), (2, "b c")]
 
@@ -490,7 +598,7 @@ def test_remove_orphans_keeps_files_older_table_versions_reference(q: Query) -> 
     assert q.rows() == [(2, "a")]
     q.backdate(first)
 
-    assert DeltaTarget(uri=str(q.table)).remove_orphans(older_than_s=60) == 0
+    assert DeltaTarget(uri=str(q.table)).remove_orphans(app_id=APP_ID, older_than_s=60) == 0
 
     assert all(q.exists(first))
     old = DeltaTable(str(q.table), version=0).to_pyarrow_table()
@@ -500,9 +608,14 @@ def test_remove_orphans_keeps_files_older_table_versions_reference(q: Query) -> 
 def test_remove_orphans_before_the_table_exists(q: Query) -> None:
     crashed = q.stage(0, [1])
     q.backdate(crashed)
-    assert DeltaTarget(uri=str(q.table)).remove_orphans(older_than_s=60) == 1
+    assert DeltaTarget(uri=str(q.table)).remove_orphans(app_id=APP_ID, older_than_s=60) == 1
     assert q.staged_on_disk() == set()
-    assert DeltaTarget(uri=str(q.table.parent / "nothing")).remove_orphans(older_than_s=0) == 0
+    assert (
+        DeltaTarget(uri=str(q.table.parent / "nothing")).remove_orphans(
+            app_id=APP_ID, older_than_s=0
+        )
+        == 0
+    )
 
 
 def test_first_commit_of_a_process_cleans_orphans_but_keeps_its_own_files(q: Query) -> None:
@@ -522,6 +635,32 @@ def test_first_commit_of_a_process_cleans_orphans_but_keeps_its_own_files(q: Que
     q.backdate(later)
     assert q.coordinator(orphan_retention_s=60).clean_orphans_once() == 0
     assert all(q.exists(later))
+
+
+def test_cleanup_spares_another_writers_in_flight_files(q: Query) -> None:
+    # Writer B, another query (another app id) on the same table, is slow: its staged
+    # files are older than A's orphanRetention and not committed yet.
+    write_deltalake(str(q.table), OTHER, partition_by=["app"])  # B created the table
+    theirs = q.stage(7, [100, 101], apps=["other", "other"], app_id=OTHER_APP)
+    mine = q.stage(0, [9])  # A's crashed attempt of batch 0
+    q.backdate(mine, theirs)
+
+    record = q.commit(0, q.stage(0, [1]), orphan_retention_s=60)  # A's first commit cleans
+
+    assert record.outcome == "committed"
+    assert not any(q.exists(mine))
+    assert all(q.exists(theirs))
+    # B's commit lands afterwards and every add action points at a file.
+    DeltaTarget(uri=str(q.table)).commit(
+        table=q.delta(),
+        schema=SCHEMA,
+        partition_by=["app"],
+        files=theirs.files,
+        app_id=OTHER_APP,
+        version=7,
+        metadata={},
+    )
+    assert q.rows() == [(1, "a"), (100, "other"), (100, "other"), (101, "other"), (101, "other")]
 
 
 # -- 7. another writer ---------------------------------------------------------------------

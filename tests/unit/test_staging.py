@@ -23,6 +23,7 @@ from spark_chkpt.delta.staging import (
     ParquetStager,
     StagedFile,
     StagedOutput,
+    app_tag,
     normalize_schema,
     partition_dir,
     partition_value_string,
@@ -58,6 +59,7 @@ def stager(
         table=resolve(str(table)),
         schema=schema,
         partition_by=partition_by,
+        app_id="staging-test-app",
         batch_id=batch_id,
         task=task,
         max_records_per_file=max_records,
@@ -204,7 +206,7 @@ def test_nan_partition_value_keeps_its_rows(tmp_path: Path) -> None:
 # -- file names and rolling ----------------------------------------------------------
 
 
-def test_file_names_carry_batch_task_and_attempt(tmp_path: Path) -> None:
+def test_file_names_carry_batch_task_writer_and_attempt(tmp_path: Path) -> None:
     s = stager(tmp_path, batch_id=42, task=3)
     s.add(rows([1, 2], ["x", "y"]))
     out = s.finish()
@@ -216,10 +218,23 @@ def test_file_names_carry_batch_task_and_attempt(tmp_path: Path) -> None:
         assert match is not None
         assert int(match["batch"]) == 42 and int(match["task"]) == 3
         assert match["attempt"] == out.attempt
+        assert match["app"] == app_tag("staging-test-app")
     assert (out.batch_id, out.task) == (42, 3)
-    assert out.files[0].path.endswith(f"part-b00042-t00003-{out.attempt}-000.chkpt.snappy.parquet")
+    tag = app_tag("staging-test-app")
+    assert out.files[0].path.endswith(
+        f"part-b00042-t00003-q{tag}-{out.attempt}-000.chkpt.snappy.parquet"
+    )
     other = stager(tmp_path, batch_id=42, task=3).output.attempt
     assert other != out.attempt  # a retry of the same task is told apart
+
+
+def test_writer_tag_is_stable_and_old_names_still_match() -> None:
+    assert app_tag("3f9d0c1e-query-id") == app_tag("3f9d0c1e-query-id")
+    assert app_tag("3f9d0c1e-query-id") != app_tag("3f9d0c1e-query-id2")
+    assert len(app_tag("x")) == 8
+    old = STAGED_NAME.match("part-b00042-t00003-0123456789ab-000.chkpt.snappy.parquet")
+    assert old is not None and old["app"] is None and old["attempt"] == "0123456789ab"
+    assert old["batch"] == "00042"
 
 
 def test_without_batch_id_names_use_batch_zero(tmp_path: Path) -> None:
