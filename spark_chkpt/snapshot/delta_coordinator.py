@@ -40,14 +40,13 @@ from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
 from spark_chkpt.offsets import META_KEY, from_json
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
-from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_KEY = "chkpt.snapshot"
 _CONFLICT_RETRIES = 10
 # Tables whose orphans this process already cleaned (the commit runs in a long-lived
 # Python worker; once per process and table is "at start-up").
