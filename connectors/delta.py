@@ -109,6 +109,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 retained_snapshots=self.config.retained_snapshots,
                 orphan_retention_s=self.config.orphan_retention_ms / 1000,
                 storage_options=dict(self.config.storage_options),
+                refuse_other_writers=self.config.other_writers == "refuse",
             )
         )
 

@@ -29,6 +29,7 @@ _KNOWN_DELTA_OPTIONS = {
         "maxRecordsPerFile",
         "targetFileSize",
         "orphanRetention",
+        "otherWriters",
     )
 }
 
@@ -48,6 +49,7 @@ class DeltaSinkConfig:
     target_file_bytes: int
     orphan_retention_ms: int
     storage_options: Mapping[str, str]
+    other_writers: str = "refuse"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
@@ -68,6 +70,14 @@ class DeltaSinkConfig:
                 "is the snapshot plan)",
             )
         partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",") if c.strip())
+        other_writers = opts.get("otherwriters", "refuse").strip().lower()
+        if other_writers not in ("refuse", "allow"):
+            raise ConfigError(
+                "otherWriters",
+                other_writers,
+                "'refuse' (default: a new query fails if the table holds another query's "
+                "snapshots of the same topic-partitions) or 'allow'",
+            )
         warn_unknown(
             opts, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
         )
@@ -95,6 +105,7 @@ class DeltaSinkConfig:
             storage_options={
                 k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
             },
+            other_writers=other_writers,
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:

@@ -41,6 +41,7 @@ from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
 from spark_chkpt.offsets import META_KEY, from_json
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.recovery import table_snapshots
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +67,7 @@ class CommitSettings:
     retained_snapshots: int
     orphan_retention_s: float
     storage_options: dict[str, str]
+    refuse_other_writers: bool = False
 
 
 class DeltaCoordinator(SnapshotCoordinator):
@@ -155,6 +157,9 @@ class DeltaCoordinator(SnapshotCoordinator):
                     committed=lambda: committed,  # noqa: B023 (called before the return)
                 )
 
+            if done is None and table is not None and self.settings.refuse_other_writers:
+                self._refuse_overlap(plan.sources)
+
             # Step 3
             if table is not None:
                 schema_plan = self.target.check_schema(
@@ -216,6 +221,31 @@ class DeltaCoordinator(SnapshotCoordinator):
         raise ChkptError(
             f"chkpt-delta batch {batch_id}: gave up after {_CONFLICT_RETRIES} commit conflicts"
         )
+
+    def _refuse_overlap(self, sources: Sequence[Any]) -> None:
+        """This query's first commit to a table that holds snapshots of another query
+        reading the same topic-partitions: its checkpoint was lost or replaced, and it
+        would write what the table has again. Refuse, naming the recovery."""
+        mine = _partitions_of(sources)
+        if not mine:
+            return
+        uri = self.settings.table_uri
+        snapshots = table_snapshots(table_uri=uri, storage_options=self.settings.storage_options)
+        for other, snapshot in sorted(snapshots.items()):
+            shared = mine & _partitions_of(snapshot.record.source_offsets)
+            if other == self.app_id or not shared:
+                continue
+            raise QueryIdentityError(
+                f"chkpt-delta: {uri} already holds snapshots of query {other} (last: batch "
+                f"{snapshot.batch_id}, Delta version {snapshot.table_version}, query name "
+                f"{snapshot.record.query_name!r}) reading the same topic-partitions "
+                f"({', '.join(sorted(shared)[:5])}); this query ({self.app_id}) writes to it "
+                "for the first time and would write that data again. If the checkpoint was "
+                f"lost: spark-chkpt recover --table {uri} --checkpoint <new folder> --app-id "
+                f"{other}, then start the query on the new folder. If two queries must write "
+                "the same partitions, set the sink option otherWriters=allow. Nothing was "
+                "committed."
+            )
 
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
         """Delete the staged files of a failed attempt (never files the table references)."""
@@ -315,6 +345,17 @@ def describe_offsets(sources: Sequence[Any]) -> str:
         else:
             parts.append(json.dumps(source, sort_keys=True))
     return "[" + "; ".join(parts) + "]"
+
+
+def _partitions_of(sources: Sequence[Any]) -> set[str]:
+    """``topic-partition`` names a batch's source offsets cover (Kafka-shaped sources)."""
+    names = set()
+    for source in sources:
+        if isinstance(source, dict):
+            for topic, parts in source.items():
+                if topic != META_KEY and isinstance(parts, dict):
+                    names.update(f"{topic}-{p}" for p in parts)
+    return names
 
 
 def _is_conflict(error: Exception) -> bool:

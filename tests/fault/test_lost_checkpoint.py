@@ -1,6 +1,7 @@
-"""The checkpoint folder is lost after a kill -9 mid-run. The Delta table's commits carry
-every snapshot's source offsets: `spark-chkpt recover` writes a new checkpoint from the
-table's last snapshot, and the job resumes exactly where the table ends."""
+"""The checkpoint folder is lost after a kill -9 mid-run. Starting the job on a fresh
+checkpoint is refused (it would write the table's data again). The Delta table's commits
+carry every snapshot's source offsets: `spark-chkpt recover` writes a new checkpoint
+from the table's last snapshot, and the job resumes exactly where the table ends."""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def test_a_lost_checkpoint_is_recovered_from_the_table(
     _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-delta-commit@1"))
     rows_before = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows
     assert 0 < rows_before < EVENTS
+    shutil.rmtree(tmp_path / "chk")
+
+    # Without recovery, a fresh checkpoint would write the table's data again: refused.
+    fresh = run_job(tmp_path, bootstrap_servers, topic)
+    assert fresh.returncode == 1, fresh.stderr[-3000:]
+    assert "QueryIdentityError" in fresh.stderr and "spark-chkpt recover" in fresh.stderr
+    assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == rows_before
     shutil.rmtree(tmp_path / "chk")
 
     result = recover(tmp_path)

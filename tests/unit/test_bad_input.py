@@ -11,7 +11,7 @@ import pytest
 
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
-from tests.unit.test_coordinator import Query
+from tests.unit.test_coordinator import SCHEMA, Query
 
 
 def test_a_corrupt_snapshot_record_is_rewritten_from_the_commit(tmp_path: Path) -> None:
@@ -97,3 +97,23 @@ def test_kafka_sink_schema_errors_name_the_column(ddl: str, option: str, fragmen
     with pytest.raises(ConfigError, match=fragment) as info:
         check_sink_schema(schema, config)
     assert info.value.option == option
+
+
+def test_a_new_query_on_another_querys_partitions_is_refused(tmp_path: Path) -> None:
+    from spark_chkpt.errors import QueryIdentityError
+
+    q = Query(tmp_path)
+    q.commit(0, q.stage(0, [1, 2]))  # query APP_ID read events-0 and events-1
+    # A new query id (the checkpoint was lost) on the same partitions: refused.
+    with pytest.raises(QueryIdentityError, match=r"spark-chkpt recover --table .* --app-id"):
+        q.commit(0, q.stage(0, [1, 2]), app_id="new-query", refuse_other_writers=True)
+    assert q.rows() == [(1, "a"), (2, "a")]
+    # Another topic's query may share the table.
+    q.plan(0, {"clicks": {"0": 4}})
+    other = q.coordinator(app_id="clicks-query", refuse_other_writers=True).commit(
+        messages=[q.stage(0, [7])], batch_id=0, schema=SCHEMA
+    )
+    assert other.outcome == "committed"
+    # And the same partitions, when the sink says so (otherWriters=allow).
+    allowed = q.commit(0, q.stage(0, [9]), app_id="second-query", refuse_other_writers=False)
+    assert allowed.outcome == "committed"

@@ -97,6 +97,7 @@ class Query:
         retained: int = 10,
         orphan_retention_s: float = 3600.0,
         app_id: str = APP_ID,
+        refuse_other_writers: bool = False,
     ) -> DeltaCoordinator:
         return DeltaCoordinator(
             settings=CommitSettings(
@@ -109,6 +110,7 @@ class Query:
                 retained_snapshots=retained,
                 orphan_retention_s=orphan_retention_s,
                 storage_options={},
+                refuse_other_writers=refuse_other_writers,
             )
         )
 
