@@ -349,7 +349,7 @@ def describe_offsets(sources: Sequence[Any]) -> str:
 
 def _partitions_of(sources: Sequence[Any]) -> set[str]:
     """``topic-partition`` names a batch's source offsets cover (Kafka-shaped sources)."""
-    names = set()
+    names: set[str] = set()
     for source in sources:
         if isinstance(source, dict):
             for topic, parts in source.items():
