@@ -117,3 +117,14 @@ def test_a_new_query_on_another_querys_partitions_is_refused(tmp_path: Path) -> 
     # And the same partitions, when the sink says so (otherWriters=allow).
     allowed = q.commit(0, q.stage(0, [9]), app_id="second-query", refuse_other_writers=False)
     assert allowed.outcome == "committed"
+
+
+def test_other_writers_option_names_its_values() -> None:
+    from spark_chkpt.delta.sink_options import DeltaSinkConfig
+    from spark_chkpt.errors import ConfigError
+
+    base = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
+    assert DeltaSinkConfig.from_options(base).other_writers == "refuse"
+    assert DeltaSinkConfig.from_options({**base, "otherWriters": "ALLOW"}).other_writers == "allow"
+    with pytest.raises(ConfigError, match=r"'otherWriters' = 'sometimes': 'refuse'"):
+        DeltaSinkConfig.from_options({**base, "otherWriters": "sometimes"})
