@@ -18,7 +18,8 @@ inside a JVM stack trace.
    which has spark_chkpt (it is running it).
 3. With none chosen and a cluster master, Spark's default stays: the executors' own
    ``python3``, where the cluster installs the package (Databricks installs a job's
-   wheel on every node).
+   wheel on every node). Spark also runs the data sources' driver-side steps in a
+   worker on the driver with that interpreter, so it is checked there too.
 4. The interpreter is checked once per path, in a subprocess on the driver: it must
    import ``spark_chkpt.connectors`` and have the driver's version. A failure raises
    :class:`WorkerPythonError` naming the interpreter, the setting and the fix. On a
@@ -97,15 +98,19 @@ def choose_worker_python(spark: SparkSession) -> WorkerPython | None:
     local = is_local_master(sc.master or "")
     if chosen is None:
         if not local:
+            # Spark runs the data sources' driver-side steps (schema, planning, commits)
+            # in a Python worker on the driver with the same interpreter: it is checked
+            # below when it exists here.
             log.info(
                 "master %s: Spark's Python workers run the executors' %r; spark-chkpt %s "
-                "must be installed there",
+                "must be installed there and on the driver",
                 sc.master,
                 sc.pythonExec,
                 _version(),
             )
-            return WorkerPython(executable=sc.pythonExec, setting="default")
-        chosen = WorkerPython(executable=sys.executable, setting="default")
+            chosen = WorkerPython(executable=sc.pythonExec, setting="default")
+        else:
+            chosen = WorkerPython(executable=sys.executable, setting="default")
     if local or _resolve(chosen.executable) is not None:
         check_worker_python(chosen)
     else:

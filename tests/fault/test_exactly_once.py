@@ -32,21 +32,15 @@ EVENTS = 3000
 PER_BATCH = 1000  # 3 partitions, 3 batches: the fault strikes batch 1
 
 
-def run_job(
+def job_command(
     tmp_path: Path,
     bootstrap_servers: str,
     topic: str,
     *,
-    kill_at: str | None = None,
-    fail_at: str | None = None,
     orphan_retention: str | None = "0ms",
-) -> subprocess.CompletedProcess:
-    """Run the job once; ``orphan_retention=None`` keeps the sink's default (1 hour)."""
-    env = user_env()
-    if kill_at:
-        env["SPARK_CHKPT_KILL_AT"] = kill_at
-    if fail_at:
-        env["SPARK_CHKPT_FAIL_AT"] = fail_at
+    master: str = "local[2]",
+) -> list[str]:
+    """The job's command line; ``orphan_retention=None`` keeps the sink's default (1 hour)."""
     command = [
         sys.executable,
         "-m",
@@ -66,7 +60,7 @@ def run_job(
         "--max-offsets-per-trigger",
         str(PER_BATCH),
         "--master",
-        "local[2]",
+        master,
         "--set",
         "sink.partitionBy=app",
         "--set",
@@ -74,8 +68,30 @@ def run_job(
     ]
     if orphan_retention is not None:
         command += ["--set", f"sink.orphanRetention={orphan_retention}"]
+    return command
+
+
+def run_job(
+    tmp_path: Path,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    kill_at: str | None = None,
+    fail_at: str | None = None,
+    orphan_retention: str | None = "0ms",
+    master: str = "local[2]",
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run the job once as a driver process in its own session, to its end or its kill."""
+    env = user_env(**(extra_env or {}))
+    if kill_at:
+        env["SPARK_CHKPT_KILL_AT"] = kill_at
+    if fail_at:
+        env["SPARK_CHKPT_FAIL_AT"] = fail_at
     return subprocess.run(
-        command,
+        job_command(
+            tmp_path, bootstrap_servers, topic, orphan_retention=orphan_retention, master=master
+        ),
         cwd=tmp_path,
         env=env,
         start_new_session=True,
