@@ -180,6 +180,7 @@ class DeltaCoordinator(SnapshotCoordinator):
                 size=sum(f.size for f in files),
                 attempts=attempts,
             )
+            record = replace(record, retries=attempt)
             try:
                 self.target.commit(
                     table=table,
@@ -210,12 +211,14 @@ class DeltaCoordinator(SnapshotCoordinator):
                 )
             )
             log.info(
-                "chkpt-delta snapshot %d committed: %d rows in %d files, Delta version %s, %.0f ms",
+                "chkpt-delta snapshot %d committed: %d rows in %d files, Delta version %s, "
+                "%.0f ms, %d conflict retries",
                 batch_id,
                 record.rows,
                 record.files,
                 record.table_version,
                 record.commit_ms,
+                record.retries,
             )
             return record
         raise ChkptError(

@@ -41,6 +41,7 @@ class SnapshotRecord:
     outcome: str = CommitOutcome.COMMITTED.value
     attempts: list[str] = field(default_factory=list)
     upstream_snapshots: list[Any] = field(default_factory=list)
+    retries: int = 0  # commit conflicts with other writers retried before this commit
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def to_json(self) -> str:
