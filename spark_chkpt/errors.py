@@ -36,3 +36,7 @@ class BrokerError(ChkptError):
 
 class WorkerPythonError(ChkptError):
     """The interpreter Spark's Python workers would run cannot import spark_chkpt."""
+
+
+class QueryIdentityError(ChkptError):
+    """Two different runs claim the same (appId, batchId)."""

@@ -137,6 +137,9 @@ class IndexEntry:
     counts: Mapping[int, int] = field(default_factory=dict)  # partition -> confirmed records
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     offset: int | None = None  # where it sits in the control topic (set when read)
+    # The snapshot's source offsets (Spark's offsets/N, topic-partition offsets only):
+    # which run of (app, snapshot) wrote the entry. None in entries written before it.
+    sources: tuple[Any, ...] | None = None
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -153,6 +156,7 @@ class IndexEntry:
                 "positions": {str(p): o for p, o in sorted(self.positions.items())},
                 "counts": {str(p): n for p, n in sorted(self.counts.items())},
                 "created_ms": self.created_ms,
+                **({} if self.sources is None else {"sources": list(self.sources)}),
             },
             separators=(",", ":"),
         ).encode()
@@ -175,6 +179,9 @@ class IndexEntry:
                 raise TypeError(f"field 'counts' is {raw_counts!r}")
             counts = {int(p): int(n) for p, n in raw_counts.items()}
             created_ms = int(doc.get("created_ms") or 0)
+            raw_sources = doc.get("sources")
+            if raw_sources is not None and not isinstance(raw_sources, list):
+                raise TypeError(f"field 'sources' is {raw_sources!r}")
         except (TypeError, ValueError) as e:
             raise CorruptMarker(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -187,4 +194,5 @@ class IndexEntry:
             counts=counts,
             created_ms=created_ms,
             offset=offset,
+            sources=None if raw_sources is None else tuple(raw_sources),
         )
