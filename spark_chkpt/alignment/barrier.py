@@ -154,6 +154,9 @@ class IndexEntry:
     # The data topic's Kafka topic id when written: entries of a deleted and recreated
     # topic of the same name must not cut the new one (None: written before ids were).
     topic_id: str | None = None
+    # The snapshot's source offsets (Spark's offsets/N, topic-partition offsets only):
+    # which run of (app, snapshot) wrote the entry. None in entries written before it.
+    sources: tuple[Any, ...] | None = None
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -171,6 +174,7 @@ class IndexEntry:
                 "counts": {str(p): n for p, n in sorted(self.counts.items())},
                 "created_ms": self.created_ms,
                 **({"topic_id": self.topic_id} if self.topic_id else {}),
+                **({} if self.sources is None else {"sources": list(self.sources)}),
             },
             separators=(",", ":"),
         ).encode()
@@ -196,6 +200,9 @@ class IndexEntry:
             topic_id = doc.get("topic_id")
             if topic_id is not None and not isinstance(topic_id, str):
                 raise TypeError(f"field 'topic_id' is {topic_id!r}")
+            raw_sources = doc.get("sources")
+            if raw_sources is not None and not isinstance(raw_sources, list):
+                raise TypeError(f"field 'sources' is {raw_sources!r}")
         except (TypeError, ValueError) as e:
             raise CorruptMarker(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -209,4 +216,5 @@ class IndexEntry:
             created_ms=created_ms,
             offset=offset,
             topic_id=topic_id,
+            sources=None if raw_sources is None else tuple(raw_sources),
         )

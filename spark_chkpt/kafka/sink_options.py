@@ -1,4 +1,9 @@
-"""Options of the ``chkpt-kafka`` sink (Spark's Kafka sink names), parsed on the driver."""
+"""Options of the ``chkpt-kafka`` sink (Spark's Kafka sink names), parsed on the driver.
+
+The sink's producers run with ``acks=all`` and the idempotent producer; a ``kafka.*``
+option that would weaken either (``kafka.acks=1``, ``kafka.enable.idempotence=false``,
+``kafka.retries=0``, more than 5 requests in flight) is rejected here, at load time.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,47 @@ _KNOWN_KAFKA_SINK_OPTIONS = {
         "path",
     )
 }
+
+
+# Why each kafka.* producer setting the sink's exactly-once needs may not be weakened.
+_ACKS_WHY = (
+    "must be all (or -1): with fewer acknowledgements a record the leader acknowledged "
+    "can vanish in a leader failover after a barrier confirmed it, which breaks "
+    "exactly-once"
+)
+_IDEMPOTENCE_WHY = (
+    "must be true: without the idempotent producer a retried send can write a record "
+    "twice under the same attempt tag, which no barrier can tell apart; exactly-once "
+    "needs it"
+)
+_RETRIES_WHY = (
+    "must be greater than 0: the idempotent producer that exactly-once needs requires "
+    "retries (leave it unset for kafka-python's default)"
+)
+_IN_FLIGHT_WHY = (
+    "must be at most 5: the idempotent producer that exactly-once needs keeps order "
+    "only with at most 5 requests in flight per connection"
+)
+
+
+def _check_delivery(opts: Mapping[str, str], settings: Mapping[str, Any]) -> None:
+    """Reject ``kafka.*`` overrides of the producer settings exactly-once rests on
+    (``acks=all``, the idempotent producer), naming the option, its value and why."""
+    if settings["acks"] not in ("all", -1):
+        raise ConfigError("kafka.acks", opts.get("kafka.acks"), _ACKS_WHY)
+    if settings["enable_idempotence"] is not True:
+        raise ConfigError(
+            "kafka.enable.idempotence", opts.get("kafka.enable.idempotence"), _IDEMPOTENCE_WHY
+        )
+    if "retries" in settings and settings["retries"] <= 0:
+        raise ConfigError("kafka.retries", opts.get("kafka.retries"), _RETRIES_WHY)
+    in_flight = settings.get("max_in_flight_requests_per_connection")
+    if in_flight is not None and in_flight > 5:
+        raise ConfigError(
+            "kafka.max.in.flight.requests.per.connection",
+            opts.get("kafka.max.in.flight.requests.per.connection"),
+            _IN_FLIGHT_WHY,
+        )
 
 
 @dataclass(frozen=True)
@@ -64,6 +110,7 @@ class KafkaSinkConfig:
             "batch_size": 512 * 1024,
         }
         settings.update(kafka_client_settings(opts, role="producer"))
+        _check_delivery(opts, settings)
         return cls(
             bootstrap_servers=servers,
             topic=opts.get("topic") or None,

@@ -10,20 +10,19 @@ records no barrier confirms.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
-from spark_chkpt.kafka.control_topic import (
-    ControlTopic,
-    ensure_control_topic,
-    write_entry,
-)
+from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.kafka.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.producer import ProducedOutput
-from spark_chkpt.local.fault import FaultPoint, maybe_kill
+from spark_chkpt.local.fault import FaultPoint, armed, maybe_kill
+from spark_chkpt.offsets import META_KEY
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 
@@ -103,11 +102,15 @@ class KafkaCoordinator(SnapshotCoordinator):
         """Complete snapshot ``batch_id`` of the Kafka sink.
 
         Step 1: read Spark's plan for the batch (``offsets/<batch_id>``).
-        Step 2: per topic, look for an earlier commit of this batch in the control topic:
-                a ``complete`` entry means the batch is done (return DUPLICATE: this
-                attempt's records stay unconfirmed, so aligned readers drop them); an
-                ``intent`` means a commit crashed midway: its attempts, not this one's,
-                are the ones snapshot N confirms.
+        Step 2: per topic, look for an earlier commit of this batch in the control topic.
+                Its entries record the source offsets of the run that wrote them: other
+                offsets than ``offsets/<batch_id>`` mean another run claims the same
+                (appId, batch) and the commit fails (:class:`QueryIdentityError`). A
+                ``complete`` entry means the batch is done (this attempt's records stay
+                unconfirmed, so aligned readers drop them; the snapshot record is the
+                store's, or built from the entry if the crash came before the store);
+                an ``intent`` means a commit crashed midway: its attempts, not this
+                one's, are the ones snapshot N confirms.
         Step 3: write the ``intent`` entry (flushed), fixing the confirmed attempts.
         Step 4: write barrier N into every partition of the topic. Every record of the
                 batch was acknowledged before the tasks returned, so each barrier lands
@@ -125,28 +128,31 @@ class KafkaCoordinator(SnapshotCoordinator):
 
         # Step 1
         plan = self.plan(batch_id)
+        sources = source_offsets(plan.sources)
 
         producer = self._producer()
-        confirmed: dict[str, tuple[str, ...]] = {}
-        rows = 0
-        duplicate = bool(topics)
+        completed: dict[str, IndexEntry] = {}  # topic -> its complete entry of batch_id
+        wrote = False
         for topic in topics:
             index = self._index(topic)
             # Step 2
-            if (
-                index.first(app_id=app, snapshot_id=batch_id, kind="complete") is not None
-                or (index.latest_snapshot(app_id=app) or -1) > batch_id
-            ):
+            complete = index.first(app_id=app, snapshot_id=batch_id, kind="complete")
+            intent = index.first(app_id=app, snapshot_id=batch_id, kind="intent")
+            for entry in (intent, complete):
+                if entry is not None:
+                    self._check_identity(entry, sources=sources, control_topic=index.control_topic)
+            latest = index.latest_snapshot(app_id=app)
+            if complete is not None or (latest is not None and latest > batch_id):
                 log.warning(
                     "chkpt-kafka batch %d was already committed to %s; this "
                     "attempt's records stay unconfirmed",
                     batch_id,
                     topic,
                 )
+                if complete is not None:
+                    completed[topic] = complete
                 continue
-            duplicate = False
-            intent = index.first(app_id=app, snapshot_id=batch_id, kind="intent")
-            counts = _counts(outputs, topic)
+            wrote = True
             if intent is None:
                 # Step 3
                 intent = IndexEntry(
@@ -155,10 +161,12 @@ class KafkaCoordinator(SnapshotCoordinator):
                     snapshot_id=batch_id,
                     topic=topic,
                     attempts=tuple(sorted(m.attempt for m in outputs if topic in m.counts)),
-                    counts=counts,
+                    counts=_counts(outputs, topic),
+                    sources=sources,
                     topic_id=index.topic_id,
                 )
                 write_entry(producer, control_topic=index.control_topic, entry=intent)
+                maybe_kill(FaultPoint.AFTER_INTENT, batch_id)
             else:
                 log.warning(
                     "chkpt-kafka batch %d: resuming the commit of attempts %s to %s",
@@ -168,58 +176,108 @@ class KafkaCoordinator(SnapshotCoordinator):
                 )
             # Step 4
             barrier = Barrier(app_id=app, snapshot_id=batch_id, attempts=intent.attempts)
-            futures = {
-                p: producer.send(
-                    topic,
-                    key=BARRIER_KEY,
-                    value=barrier.value(),
-                    partition=p,
-                    headers=Barrier.headers(),
-                )
-                for p in sorted(producer.partitions_for(topic))
-            }
-            producer.flush()
-            positions = {p: int(f.get(timeout=60).offset) for p, f in futures.items()}
+            positions = self._write_barriers(producer, topic=topic, barrier=barrier)
             maybe_kill(FaultPoint.AFTER_BARRIERS, batch_id)
             # Step 5
-            write_entry(
-                producer,
-                control_topic=index.control_topic,
-                entry=IndexEntry(
-                    kind="complete",
-                    app_id=app,
-                    snapshot_id=batch_id,
-                    topic=topic,
-                    attempts=intent.attempts,
-                    positions=positions,
-                    counts=intent.counts,
-                    topic_id=index.topic_id,
-                ),
+            complete = IndexEntry(
+                kind="complete",
+                app_id=app,
+                snapshot_id=batch_id,
+                topic=topic,
+                attempts=intent.attempts,
+                positions=positions,
+                counts=intent.counts,
+                sources=sources,
+                topic_id=index.topic_id,
             )
-            confirmed[topic] = intent.attempts
-            rows += sum(intent.counts.values())
+            write_entry(producer, control_topic=index.control_topic, entry=complete)
+            maybe_kill(FaultPoint.AFTER_COMPLETE, batch_id)
+            completed[topic] = complete
 
         # Step 6
-        if duplicate:
-            return self.duplicate(batch_id=batch_id, sources=plan.sources, started=started)
-        record = self.finish(
-            self.record(
+        if topics and not wrote:
+            return self.duplicate(
                 batch_id=batch_id,
                 sources=plan.sources,
-                outcome=CommitOutcome.COMMITTED if rows else CommitOutcome.EMPTY,
                 started=started,
-                rows=rows,
-                attempts=[a for tags in confirmed.values() for a in tags],
+                committed=lambda: (
+                    self._record_of(
+                        completed, batch_id=batch_id, sources=plan.sources, started=started
+                    )
+                    if completed
+                    else None
+                ),
             )
+        record = self.finish(
+            self._record_of(completed, batch_id=batch_id, sources=plan.sources, started=started)
         )
         log.info(
             "chkpt-kafka snapshot %d: barriers in %s, %d rows confirmed, %.0f ms",
             batch_id,
             ", ".join(topics) or "no topic",
-            rows,
+            record.rows,
             record.commit_ms,
         )
         return record
+
+    def _write_barriers(self, producer: Any, *, topic: str, barrier: Barrier) -> dict[int, int]:
+        """Step 4: barrier ``barrier`` into every partition of ``topic``, acknowledged;
+        returns each partition's barrier offset. With ``between-barriers`` armed, each
+        barrier is flushed on its own and the kill comes after the first one."""
+        split = armed(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
+        futures = {}
+        for partition in sorted(producer.partitions_for(topic)):
+            futures[partition] = producer.send(
+                topic,
+                key=BARRIER_KEY,
+                value=barrier.value(),
+                partition=partition,
+                headers=Barrier.headers(),
+            )
+            if split:
+                producer.flush()
+                maybe_kill(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
+        producer.flush()
+        return {p: int(f.get(timeout=60).offset) for p, f in futures.items()}
+
+    def _record_of(
+        self,
+        completed: Mapping[str, IndexEntry],
+        *,
+        batch_id: int,
+        sources: Sequence[Any],
+        started: float,
+    ) -> SnapshotRecord:
+        """The snapshot record the ``complete`` entries of one batch describe: the rows and
+        attempts they confirm, whichever commit call wrote them."""
+        rows = sum(n for entry in completed.values() for n in entry.counts.values())
+        return self.record(
+            batch_id=batch_id,
+            sources=sources,
+            outcome=CommitOutcome.COMMITTED if rows else CommitOutcome.EMPTY,
+            started=started,
+            rows=rows,
+            attempts=[a for entry in completed.values() for a in entry.attempts],
+        )
+
+    def _check_identity(
+        self, entry: IndexEntry, *, sources: tuple[Any, ...], control_topic: str
+    ) -> None:
+        """Step 2's guard: an entry of this (appId, batch) must come from a run that read
+        the same source offsets (entries written before they carried offsets pass)."""
+        if entry.sources is None or list(entry.sources) == list(sources):
+            return
+        raise QueryIdentityError(
+            f"chkpt-kafka: control topic {control_topic} already holds an {entry.kind!r} "
+            f"entry (offset {entry.offset}) for topic {entry.topic}, appId {entry.app_id}, "
+            f"batch {entry.snapshot_id}, written by a run that read source offsets "
+            f"{json.dumps(list(entry.sources))}; this run's plan "
+            f"({self.checkpoint.uri}/offsets/{entry.snapshot_id}) has "
+            f"{json.dumps(list(sources))}. Two different queries (or a query restarted "
+            f"from a new checkpoint) share appId {entry.app_id}: give this query its own "
+            f"txnAppId (or its own controlTopic), or restart it from its original "
+            f"checkpoint folder"
+        )
 
     def abort(self, *, messages: Sequence[ProducedOutput | None], batch_id: int) -> None:
         """Nothing to delete: no barrier will name this attempt, so aligned readers drop
@@ -231,6 +289,21 @@ class KafkaCoordinator(SnapshotCoordinator):
             batch_id,
             ", ".join(attempts) or "-",
         )
+
+
+def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:
+    """The batch's source offsets as the index entries record them: each source's
+    topic-partition offsets, without the alignment report (``__chkpt__``), which may
+    differ between two runs of the same batch; in their JSON form."""
+    return tuple(
+        json.loads(
+            json.dumps(
+                {k: v for k, v in s.items() if k != META_KEY} if isinstance(s, dict) else s,
+                sort_keys=True,
+            )
+        )
+        for s in sources
+    )
 
 
 def _counts(outputs: Sequence[ProducedOutput], topic: str) -> dict[int, int]:

@@ -13,11 +13,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.alignment.barrier import Barrier, attempt_of, control_topic_for, is_barrier
+from spark_chkpt.kafka.control_topic import ControlTopic
 from spark_chkpt.kafka.offset_reader import OffsetReader
 from spark_chkpt.kafka.source_options import SourceConfig
 from spark_chkpt.local.generator import produce_page_views
@@ -80,7 +82,7 @@ def in_flight(checkpoint: Path, *, after: int) -> int | None:
     return None
 
 
-def read_middle(servers: str, topic: str) -> list[tuple[int, object]]:
+def read_middle(servers: str, topic: str) -> list[tuple[int, Any]]:
     """Every record of the middle topic as a plain consumer sees it: (offset, record)."""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
@@ -135,25 +137,34 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
         a = stage(tmp_path, "a", bootstrap_servers, topics)
         assert a.wait(timeout=300) == 0, (tmp_path / "stage-a.log").read_text()[-3000:]
 
-        deadline = time.monotonic() + 240
-        ids: list[int] = []
-        while time.monotonic() < deadline:
-            if (tmp_path / "table" / "_delta_log").exists():
-                ids = (
-                    DeltaTable(str(tmp_path / "table"))
-                    .to_pyarrow_table(columns=["event_id"])
-                    .column("event_id")
-                    .to_pylist()
-                )
-                if len(set(ids)) == EVENTS:
-                    break
-            assert b.poll() is None, (tmp_path / "stage-b.log").read_text()[-3000:]
-            time.sleep(1)
-        time.sleep(4)  # a few more of B's triggers: nothing else may arrive
+        wait_for_every_event(tmp_path, b)
     finally:
         os.killpg(b.pid, signal.SIGKILL)
         b.wait(timeout=60)
+    assert_exactly_once(tmp_path, bootstrap_servers, middle)
 
+
+def wait_for_every_event(tmp_path: Path, b: subprocess.Popen) -> None:
+    """Until B's table holds every event (or 240 s), then a few more of B's triggers."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if (tmp_path / "table" / "_delta_log").exists():
+            ids = (
+                DeltaTable(str(tmp_path / "table"))
+                .to_pyarrow_table(columns=["event_id"])
+                .column("event_id")
+                .to_pylist()
+            )
+            if len(set(ids)) == EVENTS:
+                break
+        assert b.poll() is None, (tmp_path / "stage-b.log").read_text()[-3000:]
+        time.sleep(1)
+    time.sleep(4)  # a few more of B's triggers: nothing else may arrive
+
+
+def assert_exactly_once(tmp_path: Path, bootstrap_servers: str, middle: str) -> None:
+    """B's table holds every event once; the middle topic holds A's replays, which a
+    plain consumer can drop by the barriers' attempts; B's records name A's snapshots."""
     table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table()
     ids = table.column("event_id").to_pylist()
     counts = Counter(ids)
@@ -191,3 +202,84 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
         else []
     )
     assert covered == sorted(covered) and covered, upstream
+
+
+def test_stage_a_killed_at_each_step_of_its_commit_stage_b_exactly_once(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """One kill of stage A inside each step of the Kafka sink's commit: after the intent
+    of batch 0 (the control topic's first entry), between the barriers of batch 2 (one
+    partition has barrier 2, the others not), after the complete entry of batch 4 (the
+    snapshot store not written). Every replay must finish the snapshot its crash left,
+    B must see every event once, and A's store must record every batch with its rows."""
+    source = make_topic(partitions=3, suffix="in")
+    middle = make_topic(partitions=3, suffix="mid")
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
+    topics = (source, middle)
+    log = tmp_path / "stage-a.log"
+    b = stage(tmp_path, "b", bootstrap_servers, topics, trigger="processingTime=1 second")
+    try:
+        # Each kill came at its step: what the control topic, the middle topic and the
+        # snapshot store hold right after it.
+        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-intent@0")
+        assert a.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+        assert index_entries(bootstrap_servers, middle) == [("intent", 0)]
+        assert barriers_in(bootstrap_servers, middle) == Counter()
+        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="between-barriers@2")
+        assert a.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+        assert index_entries(bootstrap_servers, middle)[-1] == ("intent", 2)
+        assert {k: n for k, n in barriers_in(bootstrap_servers, middle).items() if k[1] == 2} == {
+            (0, 2): 1
+        }
+        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-complete@4")
+        assert a.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+        assert index_entries(bootstrap_servers, middle)[-2:] == [("intent", 4), ("complete", 4)]
+        assert not (tmp_path / "chk-a" / "chkpt" / "snapshots" / "4.json").exists()
+        a = stage(tmp_path, "a", bootstrap_servers, topics)
+        assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
+        wait_for_every_event(tmp_path, b)
+    finally:
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait(timeout=60)
+    assert_exactly_once(tmp_path, bootstrap_servers, middle)
+
+    # A's snapshot records: the replay of batch 4 found its complete entry and stored
+    # the snapshot it describes, not a 0-row duplicate.
+    stored = {
+        int(p.stem): json.loads(p.read_text())
+        for p in (tmp_path / "chk-a" / "chkpt" / "snapshots").glob("*.json")
+    }
+    assert sorted(stored) == list(range(EVENTS // PER_BATCH))
+    assert {n: (r["outcome"], r["rows"]) for n, r in stored.items()} == {
+        n: ("committed", PER_BATCH) for n in stored
+    }
+    # The middle topic: barrier 2 twice in the first partition only (the replay wrote
+    # them all again), once elsewhere; every other barrier once per partition.
+    barriers = barriers_in(bootstrap_servers, middle)
+    expected = Counter({(p, n): 1 for p in range(3) for n in range(EVENTS // PER_BATCH)})
+    expected[(0, 2)] = 2
+    assert barriers == expected
+
+
+def index_entries(servers: str, middle: str) -> list[tuple[str, int]]:
+    """(kind, snapshot) of every entry in the middle topic's control topic, in order."""
+    control = ControlTopic(
+        bootstrap_servers=servers, control_topic=control_topic_for(middle), data_topic=middle
+    )
+    try:
+        control.refresh()
+        return [(e.kind, e.snapshot_id) for e in control.entries]
+    finally:
+        control.close()
+
+
+def barriers_in(servers: str, middle: str) -> Counter[tuple[int, int]]:
+    """How many barrier records of each snapshot each partition of the middle topic has."""
+    return Counter(
+        (
+            r.partition,
+            Barrier.parse(r.value, topic=middle, partition=r.partition, offset=o).snapshot_id,
+        )
+        for o, r in read_middle(servers, middle)
+        if is_barrier(r.headers)
+    )

@@ -6,6 +6,7 @@ import pytest
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client_settings import kafka_client_settings
+from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.kafka.source_options import OffsetSpec, SourceConfig
 from spark_chkpt.options import parse_duration_ms
 
@@ -233,3 +234,64 @@ def test_every_documented_source_option_is_known(caplog: pytest.LogCaptureFixtur
     assert (cfg.alignment, cfg.alignment_timeout_ms, cfg.partitions_per_task) == ("none", 1500, 3)
     with pytest.raises(ConfigError, match="'alignment'"):
         parse(alignment="sometimes")
+
+
+# -- the chkpt-kafka sink: kafka.* settings that would weaken exactly-once ----------------
+
+SINK = {"kafka.bootstrap.servers": "127.0.0.1:9092", "checkpointLocation": "/tmp/chk"}
+
+
+def sink(**extra: str) -> KafkaSinkConfig:
+    return KafkaSinkConfig.from_options({**SINK, **extra})
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("kafka.acks", "1", "leader"),
+        ("kafka.acks", "0", "leader"),
+        ("kafka.enable.idempotence", "false", "twice"),
+        ("kafka.retries", "0", "retries"),
+        ("kafka.max.in.flight.requests.per.connection", "6", "at most 5"),
+    ],
+)
+def test_sink_rejects_kafka_settings_that_weaken_exactly_once(
+    option: str, value: str, why: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        sink(**{option: value})
+    assert info.value.option == option
+    assert info.value.value == value
+    message = str(info.value)
+    assert f"option '{option}' = '{value}'" in message
+    assert "exactly-once" in message and why in message
+
+
+@pytest.mark.parametrize(
+    ("options", "setting", "expected"),
+    [
+        ({}, "acks", "all"),
+        ({"kafka.acks": "all"}, "acks", "all"),
+        ({"kafka.ACKS": "ALL"}, "acks", "all"),
+        ({"kafka.acks": "-1"}, "acks", -1),
+        ({}, "enable_idempotence", True),
+        ({"kafka.enable.idempotence": "true"}, "enable_idempotence", True),
+        ({"kafka.retries": "3"}, "retries", 3.0),
+        (
+            {"kafka.max.in.flight.requests.per.connection": "5"},
+            "max_in_flight_requests_per_connection",
+            5,
+        ),
+        (
+            {"kafka.max.in.flight.requests.per.connection": "1"},
+            "max_in_flight_requests_per_connection",
+            1,
+        ),
+    ],
+)
+def test_sink_accepts_the_safe_delivery_settings(
+    options: dict[str, str], setting: str, expected: object
+) -> None:
+    settings = sink(**options).producer_settings
+    assert settings[setting] == expected
+    assert settings["enable_idempotence"] is True
