@@ -72,6 +72,9 @@ def stage_a(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
         .option("checkpointLocation", args.checkpoint)
         .queryName("stage_a")
     )
+    for item in args.sink_option:
+        key, _, value = item.partition("=")
+        writer = writer.option(key.strip(), value.strip())
     return _trigger(writer, args.trigger).start()
 
 
@@ -123,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--alignment", default="aligned", choices=("aligned", "unaligned", "at-least-once", "none")
     )
     parser.add_argument("--alignment-timeout", default=None)
+    parser.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="stage a: an option of its chkpt-kafka sink, e.g. kafka.delivery.timeout.ms=5000",
+    )
     parser.add_argument("--master", default=None)
     args = parser.parse_args(argv)
     if args.stage == "b" and not args.table:

@@ -16,6 +16,7 @@ from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError
+from spark_chkpt.kafka.outage import delivery_timeout_s, flush_within
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +166,15 @@ def topic_id_of(client: Any, topic: str) -> str | None:
     return str(value) if value else None
 
 
-def write_entry(producer: Any, *, control_topic: str, entry: IndexEntry) -> int:
-    """Append ``entry`` and wait for the broker's acknowledgement; returns its offset."""
+def write_entry(
+    producer: Any,
+    *,
+    control_topic: str,
+    entry: IndexEntry,
+    settings: Mapping[str, Any] | None = None,
+) -> int:
+    """Append ``entry`` and wait for the broker's acknowledgement (at most the delivery
+    timeout of the producer's ``settings``); returns its offset."""
     future = producer.send(control_topic, key=entry.key(), value=entry.value(), partition=0)
-    producer.flush()
-    return int(future.get(timeout=60).offset)
+    flush_within(producer, settings=settings or {})
+    return int(future.get(timeout=delivery_timeout_s(settings or {})).offset)

@@ -19,6 +19,7 @@ from spark_chkpt.errors import BrokerUnavailableError
 _BOOTSTRAP = ("kafka.bootstrap.timeout.ms", "bootstrap_timeout_ms", 30_000)
 _REQUEST = ("kafka.request.timeout.ms", "request_timeout_ms", 30_000)
 _BLOCK = ("kafka.max.block.ms", "max_block_ms", 60_000)
+_DELIVERY = ("kafka.delivery.timeout.ms", "delivery_timeout_ms", 120_000)
 
 
 def unavailable(
@@ -40,6 +41,8 @@ def unavailable(
         option, key, default = _BOOTSTRAP
     elif isinstance(error, waits) and "update metadata" in text:
         option, key, default = _BLOCK  # a producer waiting for the topic's metadata
+    elif isinstance(error, waits) and "expired" in text:
+        option, key, default = _DELIVERY  # records the producer could not deliver
     elif isinstance(error, waits):
         option, key, default = _REQUEST
     else:
@@ -70,3 +73,27 @@ def broker_calls(*, servers: str, settings: Mapping[str, Any], doing: str) -> It
         if error is None:
             raise
         raise error from e
+
+
+def delivery_timeout_s(settings: Mapping[str, Any]) -> float:
+    """How long records may take to be acknowledged: kafka-python's delivery timeout plus
+    one request timeout (the longest a healthy producer can need)."""
+    delivery = int(settings.get("delivery_timeout_ms", 120_000))
+    request = int(settings.get("request_timeout_ms", 30_000))
+    return (delivery + request) / 1000
+
+
+def flush_within(producer: Any, *, settings: Mapping[str, Any]) -> None:
+    """``producer.flush()`` that cannot hang. kafka-python's waits forever when a request
+    in flight to a broker that froze never completes (seen with a SIGSTOPped broker:
+    neither the request timeout nor the delivery timeout fired). Raises
+    ``KafkaTimeoutError`` saying the delivery timeout expired."""
+    from kafka.errors import KafkaTimeoutError
+
+    seconds = delivery_timeout_s(settings)
+    try:
+        producer.flush(timeout=seconds)
+    except KafkaTimeoutError as e:
+        raise KafkaTimeoutError(
+            f"records not acknowledged within {seconds:.0f} s: delivery timeout expired ({e})"
+        ) from e

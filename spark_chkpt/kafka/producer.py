@@ -22,6 +22,7 @@ from spark_chkpt.alignment.barrier import (
 )
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.kafka.control_topic import ensure_control_topic
+from spark_chkpt.kafka.outage import flush_within
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class RecordProducer:
             raise ChkptError(f"chkpt-kafka sink: producing failed: {self._error}") from self._error
 
     def finish(self) -> ProducedOutput:
-        self._producer.flush()
+        flush_within(self._producer, settings=self.config.producer_settings)
         self._producer.close()
         if self._error is not None:
             raise ChkptError(f"chkpt-kafka sink: producing failed: {self._error}") from self._error

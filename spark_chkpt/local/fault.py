@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from enum import Enum
 
 ENV = "SPARK_CHKPT_KILL_AT"
 FAIL_ENV = "SPARK_CHKPT_FAIL_AT"
+STALL_ENV = "SPARK_CHKPT_STALL_AT"  # <point>@<batchId>: pause there (see maybe_kill)
+STALL_SIGNAL_ENV = "SPARK_CHKPT_STALL_SIGNAL"  # a file created when the stall begins
+STALL_SECONDS_ENV = "SPARK_CHKPT_STALL_SECONDS"  # how long it lasts (default 10)
 
 
 class FaultPoint(str, Enum):
@@ -45,7 +49,17 @@ def armed(point: FaultPoint, batch_id: int, *, env: str = ENV) -> bool:
 
 
 def maybe_kill(point: FaultPoint, batch_id: int) -> None:
-    """SIGKILL the driver's process group and this process if ``point`` is armed."""
+    """SIGKILL the driver's process group and this process if ``point`` is armed.
+
+    ``SPARK_CHKPT_STALL_AT`` instead pauses at the point: it creates the file named by
+    ``SPARK_CHKPT_STALL_SIGNAL`` and sleeps ``SPARK_CHKPT_STALL_SECONDS``, so that a test
+    can inject a fault of its own (freeze the broker) exactly there."""
+    if armed(point, batch_id, env=STALL_ENV):
+        signal_file = os.environ.get(STALL_SIGNAL_ENV)
+        if signal_file:
+            with open(signal_file, "w") as out:
+                out.write(f"{point.value}@{batch_id}\n")
+        time.sleep(float(os.environ.get(STALL_SECONDS_ENV, "10")))
     if not armed(point, batch_id):
         return
     sys.stderr.write(f"spark-chkpt fault injection: SIGKILL at {point.value} of batch {batch_id}\n")

@@ -20,6 +20,7 @@ from typing import Any
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.control_topic import ControlTopic, ensure_control_topic, write_entry
+from spark_chkpt.kafka.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.producer import ProducedOutput
 from spark_chkpt.local.fault import FaultPoint, armed, maybe_kill
 from spark_chkpt.offsets import META_KEY
@@ -99,6 +100,20 @@ class KafkaCoordinator(SnapshotCoordinator):
         return index
 
     def commit(self, *, messages: Sequence[ProducedOutput | None], batch_id: int) -> SnapshotRecord:
+        """Complete snapshot ``batch_id`` (see :meth:`_commit`). A failed commit drops this
+        process's barrier producer: after an outage its connections cannot be trusted,
+        and Spark's retry (or the restart) starts with a new one."""
+        try:
+            return self._commit(messages=messages, batch_id=batch_id)
+        except BaseException:
+            producer = _BARRIER_PRODUCERS.pop(self.settings.bootstrap_servers, None)
+            if producer is not None:
+                producer.close(timeout=0)
+            raise
+
+    def _commit(
+        self, *, messages: Sequence[ProducedOutput | None], batch_id: int
+    ) -> SnapshotRecord:
         """Complete snapshot ``batch_id`` of the Kafka sink.
 
         Step 1: read Spark's plan for the batch (``offsets/<batch_id>``).
@@ -165,7 +180,12 @@ class KafkaCoordinator(SnapshotCoordinator):
                     sources=sources,
                     topic_id=index.topic_id,
                 )
-                write_entry(producer, control_topic=index.control_topic, entry=intent)
+                write_entry(
+                    producer,
+                    control_topic=index.control_topic,
+                    entry=intent,
+                    settings=self.settings.producer_settings,
+                )
                 maybe_kill(FaultPoint.AFTER_INTENT, batch_id)
             else:
                 log.warning(
@@ -190,7 +210,12 @@ class KafkaCoordinator(SnapshotCoordinator):
                 sources=sources,
                 topic_id=index.topic_id,
             )
-            write_entry(producer, control_topic=index.control_topic, entry=complete)
+            write_entry(
+                producer,
+                control_topic=index.control_topic,
+                entry=complete,
+                settings=self.settings.producer_settings,
+            )
             maybe_kill(FaultPoint.AFTER_COMPLETE, batch_id)
             completed[topic] = complete
 
@@ -235,10 +260,11 @@ class KafkaCoordinator(SnapshotCoordinator):
                 headers=Barrier.headers(),
             )
             if split:
-                producer.flush()
+                flush_within(producer, settings=self.settings.producer_settings)
                 maybe_kill(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
-        producer.flush()
-        return {p: int(f.get(timeout=60).offset) for p, f in futures.items()}
+        flush_within(producer, settings=self.settings.producer_settings)
+        wait = delivery_timeout_s(self.settings.producer_settings)
+        return {p: int(f.get(timeout=wait).offset) for p, f in futures.items()}
 
     def _record_of(
         self,

@@ -5,6 +5,8 @@ broker is back goes on. Every event ends in the Delta table exactly once."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -146,3 +148,74 @@ def test_an_outage_longer_than_the_timeouts_fails_clearly_and_a_restart_goes_on(
     again = job(tmp_path, broker, "views", trigger="availableNow")
     assert again.wait(timeout=300) == 0, (tmp_path / "job.log").read_text()[-4000:]
     exactly_once(tmp_path, FIRST + SECOND)
+
+
+def test_an_outage_between_the_data_and_the_barriers_confirms_each_snapshot_once(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """Kafka → A → Kafka → B → Delta. Stage A's commit of batch 2 has written its intent
+    and stalls before the barriers (SPARK_CHKPT_STALL_AT); the broker freezes there, the
+    barrier writes time out and A fails naming the broker. After SIGCONT a restart of A
+    resumes from the intent: each snapshot is completed once, B holds every event once."""
+    from tests.fault.test_two_stage import (
+        EVENTS,
+        index_entries,
+        stage,
+        wait_for_every_event,
+    )
+    from tests.fault.test_two_stage import (
+        assert_exactly_once as assert_two_stage_exactly_once,
+    )
+
+    servers = broker.bootstrap_servers
+    topics = ("views", "enriched")
+    for name in topics:
+        create_topic(bootstrap_servers=servers, name=name, partitions=3)
+    produce_page_views(bootstrap_servers=servers, topic="views", first=0, count=EVENTS)
+    stalled = tmp_path / "stalled"
+    b = stage(tmp_path, "b", servers, topics, trigger="processingTime=1 second")
+    try:
+        a = stage(
+            tmp_path,
+            "a",
+            servers,
+            topics,
+            sink_options=(
+                "kafka.delivery.timeout.ms=5000",
+                "kafka.request.timeout.ms=3000",
+                "kafka.max.block.ms=5000",
+            ),
+            env={
+                "SPARK_CHKPT_STALL_AT": "after-intent@2",
+                "SPARK_CHKPT_STALL_SIGNAL": str(stalled),
+                "SPARK_CHKPT_STALL_SECONDS": "4",
+            },
+        )
+        deadline = time.monotonic() + 240
+        while not stalled.exists():
+            assert a.poll() is None and time.monotonic() < deadline, "no stall at batch 2"
+            time.sleep(0.05)
+        # Frozen for longer than A's stall plus its delivery timeout (4 + 5 + 3 s), so the
+        # barrier writes fail; shorter than B's 30 s timeouts, which B waits out.
+        broker.pause()
+        time.sleep(14)
+        broker.resume()
+        log = tmp_path / "stage-a.log"
+        assert a.wait(timeout=180) != 0, log.read_text()[-3000:]
+        failure = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if "BrokerUnavailableError: " in line
+        ][-1]
+        assert servers in failure and "committing snapshot 2" in failure, failure
+        assert index_entries(servers, "enriched")[-1] == ("intent", 2)
+        a = stage(tmp_path, "a", servers, topics)
+        assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
+        wait_for_every_event(tmp_path, b)
+    finally:
+        broker.resume()
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait(timeout=60)
+    assert_two_stage_exactly_once(tmp_path, servers, "enriched")
+    completes = [n for kind, n in index_entries(servers, "enriched") if kind == "complete"]
+    assert sorted(completes) == list(range(len(completes))) and len(completes) >= 8

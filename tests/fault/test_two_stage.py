@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,11 @@ def stage(
     *,
     kill_at: str | None = None,
     trigger: str = "availableNow",
+    alignment: str = "aligned",
+    sink_options: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    env = user_env()
+    env = user_env(**(env or {}))
     if kill_at:
         env["SPARK_CHKPT_KILL_AT"] = kill_at
     command = [
@@ -64,8 +67,10 @@ def stage(
     ]
     if name == "a":
         command += ["--max-offsets-per-trigger", str(PER_BATCH)]
+        for option in sink_options:
+            command += ["--sink-option", option]
     else:
-        command += ["--table", str(tmp_path / "table")]
+        command += ["--table", str(tmp_path / "table"), "--alignment", alignment]
     log = open(tmp_path / f"stage-{name}.log", "ab")  # noqa: SIM115 - the child's output
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
@@ -106,14 +111,24 @@ def read_middle(servers: str, topic: str) -> list[tuple[int, Any]]:
     return records
 
 
+@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
 def test_stage_a_killed_repeatedly_stage_b_exactly_once(
-    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], alignment: str
 ) -> None:
+    """Both exactly-once modes of B: aligned (a consistent cut) and unaligned (each
+    partition up to its own newest barrier)."""
     source = make_topic(partitions=3, suffix="in")
     middle = make_topic(partitions=3, suffix="mid")
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
     topics = (source, middle)
-    b = stage(tmp_path, "b", bootstrap_servers, topics, trigger="processingTime=1 second")
+    b = stage(
+        tmp_path,
+        "b",
+        bootstrap_servers,
+        topics,
+        trigger="processingTime=1 second",
+        alignment=alignment,
+    )
     try:
         # Kill 1: data of batch 2 produced, no barrier yet (the replay writes it again).
         a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-staging@2")

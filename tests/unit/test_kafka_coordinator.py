@@ -81,7 +81,7 @@ class FakeProducer:
         records.append(Sent(topic, partition, len(records), key, value, list(headers or [])))
         return Future(len(records) - 1)
 
-    def flush(self) -> None:
+    def flush(self, timeout: float | None = None) -> None:
         self.flushes += 1
 
     def data(self, partition: int, n: int) -> None:
