@@ -108,8 +108,14 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
     if not schema:
         raise ConfigError("job.schema", None, "required: the JSON value's columns as Spark DDL")
     bad = job.get("badRecords", "fail").lower()
-    if bad not in ("fail", "keep"):
-        raise ConfigError("job.badRecords", bad, "one of 'fail', 'keep'")
+    if bad not in ("fail", "keep", "deadletter"):
+        raise ConfigError("job.badRecords", bad, "one of 'fail', 'keep', 'deadLetter'")
+    if bad == "deadletter" and not settings.get("sink.deadLetterPath"):
+        raise ConfigError(
+            "sink.deadLetterPath",
+            None,
+            "required with job.badRecords=deadLetter: the Delta table malformed records go to",
+        )
     reader = spark.readStream.format("chkpt-kafka")
     for key, value in _section(settings, "source.").items():
         reader = reader.option(key, value)
@@ -121,6 +127,7 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
         ).alias("v"),
         "value",  # cast to text only for a malformed record (its error or _malformed)
+        "key",
         "topic",
         "partition",
         "offset",
@@ -146,6 +153,7 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
         parsed = parsed.select(
             F.when(malformed, failure).otherwise(F.col("v")).alias("v"),
             "value",
+            "key",
             "topic",
             "partition",
             "offset",
@@ -154,6 +162,22 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
     columns = [F.col(f"v.{name}") for name in spark.createDataFrame([], schema).columns]
     if bad == "keep":
         columns.append(F.when(malformed, F.col("value").cast("string")).alias("_malformed"))
+    if bad == "deadletter":
+        # The sink (deadLetterPath) commits these rows to the dead-letter table, exactly
+        # once with the batch, and the table gets only the good rows.
+        error = F.when(
+            F.expr("try_parse_json(CAST(value AS STRING))").isNull(), F.lit("not valid JSON")
+        ).otherwise(F.lit(f"JSON that does not fit the schema: {schema}"))
+        letter = F.struct(
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.col("timestamp"),
+            F.col("key"),
+            F.col("value"),
+            error.alias("error"),
+        )
+        columns.append(F.when(malformed, letter).alias("_dead_letter"))
     if job.get("kafkaColumns", "true").lower() == "true":
         columns += [
             F.col("partition").alias("kafka_partition"),

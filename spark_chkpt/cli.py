@@ -75,12 +75,13 @@ def _snapshots(args: argparse.Namespace) -> int:
         print(f"no snapshot records under {args.checkpoint}/chkpt/snapshots")
         return 1
     print(
-        f"{'batch':>6} {'outcome':<10} {'rows':>10} {'files':>6} {'commit ms':>10} {'version':>8}"
+        f"{'batch':>6} {'outcome':<10} {'rows':>10} {'files':>6} {'commit ms':>10} "
+        f"{'version':>8} {'dead':>6}"
     )
     for row in as_table(records):
         print(
             f"{row['batch']:>6} {row['outcome']:<10} {row['rows']:>10} {row['files']:>6} "
-            f"{row['commit_ms']:>10.1f} {row['version']!s:>8}"
+            f"{row['commit_ms']:>10.1f} {row['version']!s:>8} {row['dead_letters']:>6}"
         )
     summary = summarize(records)
     print(

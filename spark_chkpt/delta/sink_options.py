@@ -16,6 +16,10 @@ from spark_chkpt.options import (
     warn_unknown,
 )
 
+# The query column that carries a malformed record to the dead-letter table (a struct;
+# null for good rows). See ``deadLetterPath``.
+DEAD_LETTER_COLUMN = "_dead_letter"
+
 _KNOWN_DELTA_OPTIONS = {
     k.lower()
     for k in (
@@ -30,6 +34,7 @@ _KNOWN_DELTA_OPTIONS = {
         "targetFileSize",
         "orphanRetention",
         "otherWriters",
+        "deadLetterPath",
     )
 }
 
@@ -50,6 +55,7 @@ class DeltaSinkConfig:
     orphan_retention_ms: int
     storage_options: Mapping[str, str]
     other_writers: str = "refuse"
+    dead_letter_path: str | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
@@ -106,6 +112,9 @@ class DeltaSinkConfig:
                 k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
             },
             other_writers=other_writers,
+            dead_letter_path=qualify(opts["deadletterpath"].strip())
+            if opts.get("deadletterpath", "").strip()
+            else None,
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:

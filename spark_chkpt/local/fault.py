@@ -25,6 +25,7 @@ STALL_SECONDS_ENV = "SPARK_CHKPT_STALL_SECONDS"  # how long it lasts (default 10
 
 class FaultPoint(str, Enum):
     AFTER_STAGING = "after-staging"  # coordinator entered; nothing committed yet
+    AFTER_DEAD_LETTERS = "after-dead-letters"  # dead letters committed; the table not yet
     AFTER_DELTA_COMMIT = "after-delta-commit"  # data visible; snapshot record not written
     AFTER_SNAPSHOT = "after-snapshot"  # snapshot record written; Spark's commit log not yet
     IN_ABORT = "in-abort"  # abort entered; staged files not deleted yet

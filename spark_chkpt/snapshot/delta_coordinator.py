@@ -68,6 +68,7 @@ class CommitSettings:
     orphan_retention_s: float
     storage_options: dict[str, str]
     refuse_other_writers: bool = False
+    dead_letter_uri: str | None = None
 
 
 class DeltaCoordinator(SnapshotCoordinator):
@@ -84,6 +85,11 @@ class DeltaCoordinator(SnapshotCoordinator):
         )
         self.settings = settings
         self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)
+        self.dead_target = (
+            DeltaTarget(uri=settings.dead_letter_uri, storage_options=settings.storage_options)
+            if settings.dead_letter_uri
+            else None
+        )
 
     def clean_orphans_once(self, *, in_progress: Sequence[StagedFile] = ()) -> int:
         """Remove files staged by crashed attempts, once per process and table."""
@@ -103,7 +109,12 @@ class DeltaCoordinator(SnapshotCoordinator):
         return removed
 
     def commit(
-        self, *, messages: Sequence[StagedOutput | None], batch_id: int, schema: pa.Schema
+        self,
+        *,
+        messages: Sequence[StagedOutput | None],
+        batch_id: int,
+        schema: pa.Schema,
+        dead_letter_schema: pa.Schema | None = None,
     ) -> SnapshotRecord:
         """Complete snapshot ``batch_id``.
 
@@ -131,6 +142,11 @@ class DeltaCoordinator(SnapshotCoordinator):
 
         # Step 1
         plan = self.plan(batch_id)
+        dead_letters = self._commit_dead_letters(
+            outputs, batch_id=batch_id, schema=dead_letter_schema
+        )
+        if self.dead_target is not None:
+            maybe_kill(FaultPoint.AFTER_DEAD_LETTERS, batch_id)
 
         for attempt in range(_CONFLICT_RETRIES):
             # Step 2
@@ -180,7 +196,7 @@ class DeltaCoordinator(SnapshotCoordinator):
                 size=sum(f.size for f in files),
                 attempts=attempts,
             )
-            record = replace(record, retries=attempt)
+            record = replace(record, retries=attempt, dead_letters=dead_letters)
             try:
                 self.target.commit(
                     table=table,
@@ -250,10 +266,65 @@ class DeltaCoordinator(SnapshotCoordinator):
                 "committed."
             )
 
+    def _commit_dead_letters(
+        self, outputs: Sequence[StagedOutput], *, batch_id: int, schema: pa.Schema | None
+    ) -> int:
+        """Before the table's commit: the batch's dead letters in one commit of the
+        dead-letter table with its own ``txn(appId, N)``, so a replay neither loses nor
+        repeats them (a crash between the two commits replays into a table that holds N
+        and discards this attempt's letters). Returns how many the batch has."""
+        letters = [f for m in outputs for f in getattr(m, "dead_letter_files", None) or ()]
+        target = self.dead_target
+        if target is None:
+            return 0
+        table = target.open()
+        done = table.transaction_version(self.app_id) if table is not None else None
+        if done is not None and done >= batch_id:
+            target.delete_unreferenced(letters, table)
+            found = target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
+            rows = found.info.get("chkpt.deadLetters") if found is not None else None
+            return int(rows) if rows is not None else 0
+        if (not letters and table is None) or schema is None:
+            return 0  # no dead letter yet: the table is created with the first one
+        rows = sum(f.rows for f in letters)
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                target.commit(
+                    table=table,
+                    schema=schema,
+                    partition_by=(),
+                    files=letters,
+                    app_id=self.app_id,
+                    version=batch_id,
+                    metadata={"chkpt.batchId": batch_id, "chkpt.deadLetters": rows},
+                )
+                break
+            except Exception as e:
+                if not _is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
+                    raise ChkptError(
+                        f"chkpt-delta could not commit batch {batch_id}'s dead letters to "
+                        f"{target.uri}: {e}"
+                    ) from e
+                time.sleep(min(2.0, 0.05 * 2**attempt))
+                table = target.open()
+        if rows:
+            log.warning(
+                "chkpt-delta batch %d: %d malformed record(s) committed to %s",
+                batch_id,
+                rows,
+                target.uri,
+            )
+        return rows
+
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
         """Delete the staged files of a failed attempt (never files the table references)."""
         maybe_kill(FaultPoint.IN_ABORT, batch_id)
         files = [f for m in messages if m is not None for f in m.files]
+        if self.dead_target is not None:
+            letters = [
+                f for m in messages if m is not None for f in getattr(m, "dead_letter_files", [])
+            ]
+            self.dead_target.delete_unreferenced(letters, self.dead_target.open())
         removed = self.target.delete_unreferenced(files, self.target.open())
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed

@@ -189,6 +189,7 @@ def as_table(records: Iterable[SnapshotRecord]) -> list[Mapping[str, Any]]:
             "files": r.files,
             "commit_ms": r.commit_ms,
             "version": r.table_version,
+            "dead_letters": r.dead_letters,
         }
         for r in records
     ]

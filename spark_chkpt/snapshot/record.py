@@ -42,6 +42,7 @@ class SnapshotRecord:
     attempts: list[str] = field(default_factory=list)
     upstream_snapshots: list[Any] = field(default_factory=list)
     retries: int = 0  # commit conflicts with other writers retried before this commit
+    dead_letters: int = 0  # malformed records committed to the dead-letter table
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def to_json(self) -> str:
