@@ -159,7 +159,18 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
             "offset",
             "timestamp",
         )
-    columns = [F.col(f"v.{name}") for name in spark.createDataFrame([], schema).columns]
+    names = spark.createDataFrame([], schema).columns
+    if job.get("countUnknownFields", "true").lower() == "true":
+        # Producers may add fields the declared schema lacks: they are ignored, and
+        # counted per batch in the query's progress (observedMetrics["schema_drift"]).
+        keys = F.json_object_keys(F.col("value").cast("string"))
+        unknown = F.size(F.array_except(keys, F.array(*[F.lit(n) for n in names]))) > 0
+        parsed = parsed.observe(
+            "schema_drift",
+            F.sum(F.when(unknown, 1).otherwise(0)).alias("records_with_unknown_fields"),
+            F.count(F.lit(1)).alias("records"),
+        )
+    columns = [F.col(f"v.{name}") for name in names]
     if bad == "keep":
         columns.append(F.when(malformed, F.col("value").cast("string")).alias("_malformed"))
     if bad == "deadletter":

@@ -149,6 +149,16 @@ class SnapshotReporter(StreamingQueryListener):
                 report.get("barriers"),
                 report.get("dropped", "?"),
             )
+        drift = (getattr(progress, "observedMetrics", None) or {}).get("schema_drift")
+        if drift is not None and (drift["records_with_unknown_fields"] or 0) > 0:
+            log.warning(
+                "%s batch %s: %s of %s record(s) carried fields the schema does not declare "
+                "(ignored; add them to the schema and set mergeSchema to keep them)",
+                progress.name or progress.id,
+                progress.batchId,
+                drift["records_with_unknown_fields"],
+                drift["records"],
+            )
         store = self._stores.get(str(progress.id))
         if store is None:
             return
