@@ -94,6 +94,9 @@ def stage_b(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     )
     if args.alignment_timeout:
         reader = reader.option("alignmentTimeout", args.alignment_timeout)
+    for item in args.source_option:
+        key, _, value = item.partition("=")
+        reader = reader.option(key.strip(), value.strip())
     rows = reader.load().select(
         F.from_json(F.col("value").cast("string"), schema).alias("e"),
         F.col("partition").alias("kafka_partition"),
@@ -126,6 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--alignment", default="aligned", choices=("aligned", "unaligned", "at-least-once", "none")
     )
     parser.add_argument("--alignment-timeout", default=None)
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="stage b: an option of its chkpt-kafka source, e.g. partitionsPerTask=3",
+    )
     parser.add_argument(
         "--sink-option",
         action="append",

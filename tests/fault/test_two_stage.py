@@ -41,6 +41,7 @@ def stage(
     trigger: str = "availableNow",
     alignment: str = "aligned",
     sink_options: Sequence[str] = (),
+    source_options: Sequence[str] = (),
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     env = user_env(**(env or {}))
@@ -71,6 +72,8 @@ def stage(
             command += ["--sink-option", option]
     else:
         command += ["--table", str(tmp_path / "table"), "--alignment", alignment]
+        for option in source_options:
+            command += ["--source-option", option]
     log = open(tmp_path / f"stage-{name}.log", "ab")  # noqa: SIM115 - the child's output
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
@@ -298,3 +301,66 @@ def barriers_in(servers: str, middle: str) -> Counter[tuple[int, int]]:
         for o, r in read_middle(servers, middle)
         if is_barrier(r.headers)
     )
+
+
+def test_stage_b_killed_and_restarted_reading_with_confluent_and_grouped_partitions(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """The downstream job dies: B (librdkafka client, three partitions per read task, so
+    each task aligns its partitions record by record) is SIGKILLed after its Delta commit
+    of batch 1 and again from outside while a batch is in flight, and restarted each
+    time, while A writes. B's table: every event once."""
+    source = make_topic(partitions=3, suffix="in")
+    middle = make_topic(partitions=3, suffix="mid")
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
+    topics = (source, middle)
+    b_options = ("kafka.client=confluent", "partitionsPerTask=3", "maxOffsetsPerTrigger=600")
+    a = stage(tmp_path, "a", bootstrap_servers, topics, trigger="processingTime=1 second")
+    b = stage(
+        tmp_path,
+        "b",
+        bootstrap_servers,
+        topics,
+        trigger="processingTime=1 second",
+        source_options=b_options,
+        kill_at="after-delta-commit@1",
+    )
+    try:
+        assert b.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "stage-b.log").read_text()[
+            -3000:
+        ]
+        b = stage(
+            tmp_path,
+            "b",
+            bootstrap_servers,
+            topics,
+            trigger="processingTime=1 second",
+            source_options=b_options,
+        )
+        deadline = time.monotonic() + 300
+        while (
+            b.poll() is None
+            and time.monotonic() < deadline
+            and in_flight(tmp_path / "chk-b", after=2) is None
+        ):
+            time.sleep(0.02)
+        if b.poll() is None:
+            os.killpg(b.pid, signal.SIGKILL)
+        b.wait(timeout=60)
+        b = stage(
+            tmp_path,
+            "b",
+            bootstrap_servers,
+            topics,
+            trigger="processingTime=1 second",
+            source_options=b_options,
+        )
+        wait_for_every_event(tmp_path, b)
+    finally:
+        for process in (a, b):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+    table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table(columns=["event_id"])
+    counts = Counter(table.column("event_id").to_pylist())
+    assert sorted(counts) == list(range(EVENTS)) and max(counts.values()) == 1
