@@ -43,6 +43,14 @@ class SnapshotRecord:
     upstream_snapshots: list[Any] = field(default_factory=list)
     retries: int = 0  # commit conflicts with other writers retried before this commit
     dead_letters: int = 0  # malformed records committed to the dead-letter table
+    # How the batch reached the table: "append", "complete" (the table's files replaced
+    # by the batch's) or "upsert" (one MERGE on key columns).
+    mode: str = "append"
+    # Stateful queries: per stateful operator, the state Spark wrote for this snapshot
+    # (operator id and name, state version, partitions, files, bytes; keys when known).
+    state_operators: list[dict[str, Any]] = field(default_factory=list)
+    # mode "upsert": the MERGE's figures (source rows, inserted, updated, deleted).
+    merge: dict[str, int] = field(default_factory=dict)
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def to_json(self) -> str:
