@@ -1,4 +1,5 @@
-"""The ``chkpt-delta`` sink: exactly-once appends to a Delta table through delta-rs.
+"""The ``chkpt-delta`` sink: exactly-once appends (or, in ``outputMode("complete")``,
+replacements) of a Delta table through delta-rs.
 
 Executors stage Parquet files (:class:`~spark_chkpt.delta.staging.ParquetStager`); the
 driver's ``commit`` hands them to
@@ -91,27 +92,35 @@ class DeltaDataSource(DataSource):
         return "chkpt-delta"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        if overwrite:
-            raise ConfigError(
-                "outputMode", "complete", "chkpt-delta supports outputMode('append') only for now"
-            )
+        # outputMode("complete") reaches a Python sink as overwrite=True; Spark 4.2 refuses
+        # outputMode("update") itself (use spark_chkpt.DeltaUpsert in foreachBatch).
         config = DeltaSinkConfig.from_options(self.options)
         config.check_columns(schema.fieldNames())
         check_dead_letters(schema, config)
+        if overwrite and config.dead_letter_path:
+            raise ConfigError(
+                "deadLetterPath",
+                config.dead_letter_path,
+                "outputMode('complete') rewrites the whole result each batch; dead letters "
+                "belong to the append query that parses the records",
+            )
         app_id = (
             config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id()
         )
-        return DeltaStreamWriter(config=config, schema=schema, app_id=app_id)
+        return DeltaStreamWriter(config=config, schema=schema, app_id=app_id, complete=overwrite)
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
     """Phase 1 in ``write`` (executors), phase 2 in ``commit`` / ``abort`` (driver)."""
 
-    def __init__(self, *, config: DeltaSinkConfig, schema: StructType, app_id: str) -> None:
+    def __init__(
+        self, *, config: DeltaSinkConfig, schema: StructType, app_id: str, complete: bool = False
+    ) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.config = config
         self.app_id = app_id
+        self.complete = complete  # outputMode("complete"): each batch replaces the table
         full = to_arrow_schema(schema, timezone="UTC")
         index = full.get_field_index(DEAD_LETTER_COLUMN)
         # The table's columns; dead letters (if any) go to their own table's columns.
@@ -186,6 +195,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 storage_options=dict(self.config.storage_options),
                 refuse_other_writers=self.config.other_writers == "refuse",
                 dead_letter_uri=self.config.dead_letter_path,
+                complete=self.complete,
             )
         )
 

@@ -139,9 +139,12 @@ class DeltaTarget:
         app_id: str,
         version: int,
         metadata: Mapping[str, Any],
+        overwrite: bool = False,
     ) -> None:
         """One atomic Delta commit: the add actions, ``txn(app_id, version)`` and
-        ``metadata`` in commitInfo. Creates the table when ``table`` is None."""
+        ``metadata`` in commitInfo. Creates the table when ``table`` is None. With
+        ``overwrite`` the commit also removes every file of the table's current version
+        (delta-rs writes the remove actions: the table is replaced, not appended to)."""
         from deltalake import CommitProperties, Schema, Transaction
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
@@ -175,7 +178,7 @@ class DeltaTarget:
             return
         table.create_write_transaction(
             actions,
-            "append",
+            "overwrite" if overwrite else "append",
             table.schema(),
             partition_by=list(partition_by) or None,
             commit_properties=props,

@@ -69,6 +69,9 @@ class CommitSettings:
     storage_options: dict[str, str]
     refuse_other_writers: bool = False
     dead_letter_uri: str | None = None
+    # outputMode("complete"): each snapshot's commit replaces all the table's files with
+    # the batch's (remove actions for every file, add actions for the batch's).
+    complete: bool = False
 
 
 class DeltaCoordinator(SnapshotCoordinator):
@@ -128,8 +131,9 @@ class DeltaCoordinator(SnapshotCoordinator):
         Step 3: schema. A column the table lacks fails the batch naming it, unless
                 mergeSchema adds it; a changed type always fails.
         Step 4: one Delta commit with the add actions, ``txn(appId, batch_id)`` and the
-                snapshot record in commitInfo. A conflict with another writer is retried
-                from step 2.
+                snapshot record in commitInfo; in complete mode the same commit also
+                removes every file the table had (readers see the old result or the new
+                one, never a mix). A conflict with another writer is retried from step 2.
         Step 5: write the snapshot record to the store atomically (newest N kept).
         """
         started = time.monotonic()
@@ -196,7 +200,12 @@ class DeltaCoordinator(SnapshotCoordinator):
                 size=sum(f.size for f in files),
                 attempts=attempts,
             )
-            record = replace(record, retries=attempt, dead_letters=dead_letters)
+            record = replace(
+                record,
+                retries=attempt,
+                dead_letters=dead_letters,
+                mode="complete" if self.settings.complete else "append",
+            )
             try:
                 self.target.commit(
                     table=table,
@@ -206,6 +215,7 @@ class DeltaCoordinator(SnapshotCoordinator):
                     app_id=self.app_id,
                     version=batch_id,
                     metadata={SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id},
+                    overwrite=self.settings.complete,
                 )
             except Exception as e:
                 if not _is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:

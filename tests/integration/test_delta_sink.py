@@ -127,17 +127,7 @@ def test_changed_type_fails_naming_the_column(
     assert "n: table int64, batch string" in str(failed.exception())
 
 
-def test_complete_mode_and_missing_path_are_rejected(spark: SparkSession, tmp_path: Path) -> None:
-    counts = spark.readStream.format("rate").load().groupBy().count()
-    with pytest.raises(Exception, match="append"):
-        query = (
-            counts.writeStream.format("chkpt-delta")
-            .outputMode("complete")
-            .option("path", str(tmp_path / "t"))
-            .option("checkpointLocation", str(tmp_path / "c"))
-            .start()
-        )
-        query.awaitTermination(60)
+def test_a_missing_path_is_rejected(spark: SparkSession, tmp_path: Path) -> None:
     rows = spark.readStream.format("rate").load()
     with pytest.raises(Exception, match="'path'"):
         query = (
