@@ -25,7 +25,7 @@ from spark_chkpt.delta.sink_options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import resolve
-from spark_chkpt.local.fault import FaultPoint, maybe_fail
+from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.delta_coordinator import CommitSettings, DeltaCoordinator
 
@@ -147,8 +147,12 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 if dead is not None:
                     batch = split_dead_letters(batch, dead)
                 stager.add(batch)
-                if stager.output.task == 0:  # tests: one task of the batch fails
-                    maybe_fail(FaultPoint.IN_WRITE, stager.output.batch_id)
+                if stager.output.batch_id is not None:
+                    # tests: the first task of the batch fails, or the driver dies while
+                    # a task with rows runs (a stateful stage's state stores half written)
+                    if stager.output.task == 0:
+                        maybe_fail(FaultPoint.IN_WRITE, stager.output.batch_id)
+                    maybe_kill(FaultPoint.IN_WRITE, stager.output.batch_id)
             staged = stager.finish()
             dead_staged = dead.finish() if dead is not None else None
         except BaseException:

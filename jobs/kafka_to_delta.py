@@ -20,13 +20,13 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 log = logging.getLogger("spark_chkpt.jobs.kafka_to_delta")
 
@@ -48,15 +48,29 @@ _SHORTCUTS = {
 }
 
 
-def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.Namespace]:
+def settings_from(
+    argv: Sequence[str] | None,
+    *,
+    prog: str = "kafka_to_delta",
+    description: str | None = __doc__,
+    defaults: Mapping[str, str] = DEFAULTS,
+    conf_name: str = "kafka_to_delta.properties",
+    extra: Callable[[argparse.ArgumentParser], Mapping[str, str]] | None = None,
+) -> tuple[dict[str, str], argparse.Namespace]:
+    """Settings of a Kafka → Delta job: ``defaults``, then the ``--conf-file`` (default
+    ``./conf/<conf_name>`` or the installed copy), then ``--set`` and the flags.
+    ``extra`` adds a job's own flags and returns their ``attribute -> setting key``."""
     from spark_chkpt.conf import settings_file
     from spark_chkpt.session import load_properties
 
     parser = argparse.ArgumentParser(
-        prog="kafka_to_delta",
-        description=__doc__,
+        prog=prog,
+        description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    shortcuts = dict(_SHORTCUTS)
+    if extra is not None:
+        shortcuts.update(extra(parser))
     parser.add_argument("--conf-file", type=Path, default=None)
     parser.add_argument(
         "--spark-conf",
@@ -75,8 +89,8 @@ def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.
     parser.add_argument("--max-offsets-per-trigger")
     parser.add_argument("--master", default=None, help="default: spark-submit's, else local[*]")
     args = parser.parse_args(argv)
-    settings = dict(DEFAULTS)
-    conf_file = args.conf_file or settings_file("kafka_to_delta.properties")
+    settings = dict(defaults)
+    conf_file = args.conf_file or settings_file(conf_name)
     if conf_file is not None:
         settings.update(load_properties(conf_file))
     for item in args.set:
@@ -84,7 +98,7 @@ def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.
         if not sep:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
         settings[key.strip()] = value.strip()
-    for attr, key in _SHORTCUTS.items():
+    for attr, key in shortcuts.items():
         value = getattr(args, attr)
         if value is not None:
             settings[key] = str(value)
@@ -198,32 +212,36 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
     return parsed.select(*columns)
 
 
-def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
+def with_trigger(writer: DataStreamWriter, settings: Mapping[str, str]) -> DataStreamWriter:
+    """``job.trigger``: availableNow, once, or processingTime=<interval>."""
     from spark_chkpt.errors import ConfigError
 
+    trigger = settings.get("job.trigger", "availableNow").strip()
+    if trigger == "availableNow":
+        return writer.trigger(availableNow=True)
+    if trigger == "once":
+        return writer.trigger(once=True)
+    if trigger.startswith("processingTime="):
+        return writer.trigger(processingTime=trigger.split("=", 1)[1])
+    raise ConfigError(
+        "job.trigger",
+        trigger,
+        "availableNow, once, or processingTime=<interval> such as 10 seconds",
+    )
+
+
+def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
     job = _section(settings, "job.")
     writer = build_query_input(spark, settings).writeStream.format("chkpt-delta")
     for key, value in _section(settings, "sink.").items():
         writer = writer.option(key, value)
     writer = writer.queryName(job.get("queryName", "kafka_to_delta"))
-    trigger = job.get("trigger", "availableNow").strip()
-    if trigger == "availableNow":
-        writer = writer.trigger(availableNow=True)
-    elif trigger == "once":
-        writer = writer.trigger(once=True)
-    elif trigger.startswith("processingTime="):
-        writer = writer.trigger(processingTime=trigger.split("=", 1)[1])
-    else:
-        raise ConfigError(
-            "job.trigger",
-            trigger,
-            "availableNow, once, or processingTime=<interval> such as 10 seconds",
-        )
-    return writer.start()
+    return with_trigger(writer, settings).start()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    settings, args = settings_from(argv)
+def job_session(settings: Mapping[str, str], args: argparse.Namespace) -> SparkSession:
+    """Logging, then the session: ``--spark-conf`` (default ./conf/spark-defaults.conf or
+    the installed copy) unless spark-submit already applied a properties file."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -236,11 +254,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     conf_path = args.spark_conf or settings_file("spark-defaults.conf")
     if conf_path is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         spark_conf = load_properties(conf_path)
-    spark = build_session(
+    return build_session(
         app_name=settings.get("job.queryName", "kafka_to_delta"),
         master=args.master,
         conf=spark_conf,
     )
+
+
+def run_until_done(query: StreamingQuery) -> int:
+    """Wait for the query; 0 when it ended cleanly, 1 (logged) when it failed."""
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    error = query.exception()
+    if error is not None:
+        log.error("query failed: %s", error)
+        return 1
+    for progress in query.recentProgress[-3:]:
+        log.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings, args = settings_from(argv)
+    spark = job_session(settings, args)
     from spark_chkpt.snapshot.metrics import SnapshotReporter
 
     reporter = SnapshotReporter.attach(spark)
@@ -253,17 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.get("sink.path"),
         settings.get("sink.checkpointLocation"),
     )
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    error = query.exception()
-    if error is not None:
-        log.error("query failed: %s", error)
-        return 1
-    for progress in query.recentProgress[-3:]:
-        log.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
-    return 0
+    return run_until_done(query)
 
 
 if __name__ == "__main__":

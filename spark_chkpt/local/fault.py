@@ -28,12 +28,14 @@ class FaultPoint(str, Enum):
     AFTER_DEAD_LETTERS = "after-dead-letters"  # dead letters committed; the table not yet
     AFTER_DELTA_COMMIT = "after-delta-commit"  # data visible; snapshot record not written
     AFTER_SNAPSHOT = "after-snapshot"  # snapshot record written; Spark's commit log not yet
+    AFTER_COMMIT_LOG = "after-commit-log"  # Spark's commits/N written (progress event seen)
     IN_ABORT = "in-abort"  # abort entered; staged files not deleted yet
     AFTER_INTENT = "after-intent"  # Kafka sink: intent entry written, no barrier yet
     BETWEEN_BARRIERS = "between-barriers"  # Kafka sink: barrier in the first partition only
     AFTER_BARRIERS = "after-barriers"  # Kafka sink: barrier records written, index not yet
     AFTER_COMPLETE = "after-complete"  # Kafka sink: complete entry written, store not yet
-    IN_WRITE = "in-write"  # a task fails after staging part of its output
+    IN_WRITE = "in-write"  # a task fails (or the driver is killed) after staging part of
+    # its output: in a stateful query, while the batch's state store versions are written
     IN_COMMIT = "in-commit"  # the coordinator fails before committing (Spark then aborts)
 
 
