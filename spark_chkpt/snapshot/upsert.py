@@ -48,132 +48,38 @@ never for the table. Keys must be unique within a batch (an aggregate's are).
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.merge import STAGING_DIR, KeyedMerge, MergeFigures, without_column
-from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedFile, app_tag
+from spark_chkpt.delta.merge import STAGING_DIR, KeyedMerge, MergeFigures
+from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table import DeltaTarget, is_conflict
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
-from spark_chkpt.fs import qualify, resolve
-from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
+from spark_chkpt.fs import qualify
+from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.replay import check_replay
+from spark_chkpt.snapshot.upsert_staging import StagedBatch, StagingTask, stage_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
 WRITER = "DeltaUpsert"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 _CONFLICT_RETRIES = 10
-# What each staging task returns: one row per staged file, and one "task" row with the
-# number of rows the task read.
-_STAGED_DDL = (
-    "kind string, path string, size long, rows long, partition_values string, "
-    "modification_time long, stats string"
-)
 
 
 class _Snapshots(SnapshotCoordinator):
     sink = "delta-upsert"
-
-
-@dataclass(frozen=True)
-class _Stage:
-    """The staging task ``mapInArrow`` ships to executors (phase 1)."""
-
-    table_uri: str
-    folder: str  # "" (the table's own folders, to create it) or STAGING_DIR
-    schema: pa.Schema  # the batch's Arrow schema
-    partition_by: tuple[str, ...]
-    app_id: str
-    batch_id: int
-    drop_deleted: str | None  # create: drop rows whose delete column is true, and it
-    max_records_per_file: int
-    target_file_bytes: int
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        task = context.partitionId() if context else 0
-        table = resolve(self.table_uri)
-        stager = ParquetStager(
-            table=table.child(self.folder) if self.folder else table,
-            schema=without_column(self.schema, self.drop_deleted),
-            partition_by=self.partition_by,
-            app_id=self.app_id,
-            batch_id=self.batch_id,
-            task=task,
-            max_records_per_file=self.max_records_per_file,
-            target_file_bytes=self.target_file_bytes,
-        )
-        seen = 0
-        try:
-            for batch in batches:
-                seen += batch.num_rows
-                if self.drop_deleted is not None:
-                    index = batch.schema.get_field_index(self.drop_deleted)
-                    deleted = pc.fill_null(batch.column(index), False)
-                    batch = batch.filter(pc.invert(deleted)).remove_column(index)
-                stager.add(batch)
-                if task == 0 and batch.num_rows:  # fault tests: killed while staging
-                    maybe_fail(FaultPoint.IN_WRITE, self.batch_id)
-                    maybe_kill(FaultPoint.IN_WRITE, self.batch_id)
-            staged = stager.finish()
-        except BaseException:
-            stager.discard()
-            raise
-        rows: list[dict[str, Any]] = [
-            {
-                "kind": "file",
-                "path": f"{self.folder}/{f.path}" if self.folder else f.path,
-                "size": f.size,
-                "rows": f.rows,
-                "partition_values": json.dumps(f.partition_values),
-                "modification_time": f.modification_time,
-                "stats": f.stats,
-            }
-            for f in staged.files
-        ]
-        rows.append({"kind": "task", "rows": seen})
-        yield pa.RecordBatch.from_pylist(rows, schema=_staged_schema())
-
-
-def _staged_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("kind", pa.string()),
-            ("path", pa.string()),
-            ("size", pa.int64()),
-            ("rows", pa.int64()),
-            ("partition_values", pa.string()),
-            ("modification_time", pa.int64()),
-            ("stats", pa.string()),
-        ]
-    )
-
-
-@dataclass(frozen=True)
-class _Staged:
-    """What the staging tasks of one attempt wrote."""
-
-    create: bool  # staged in the table's folders (to create it), deletes dropped
-    files: tuple[StagedFile, ...]
-    source_rows: int
-    schema: pa.Schema  # the files' schema
 
 
 class DeltaUpsert:
@@ -205,6 +111,12 @@ class DeltaUpsert:
         max_records_per_file: int = 1_000_000,
         target_file_bytes: int = 128 * 1024**2,
     ) -> None:
+        if importlib.util.find_spec("pandas") is None:
+            raise ChkptError(
+                f"{WRITER} stages each batch with DataFrame.mapInArrow, which PySpark only "
+                "runs with pandas installed (no row passes through pandas): pip install "
+                "'spark-chkpt[upsert]' (or 'pandas>=2.2,<3')"
+            )
         if isinstance(keys, str) or not keys or not all(isinstance(k, str) and k for k in keys):
             raise ConfigError("keys", keys, "name one or more key columns, e.g. keys=['app']")
         if len(set(keys)) != len(keys):
@@ -252,9 +164,9 @@ class DeltaUpsert:
         app_id = snapshots.app_id
         plan = snapshots.plan(batch_id)
         # Step 2
-        schema = self._check_columns(batch_df)
+        schema = self.check(batch_df.schema)
         self._clean_staging(app_id)
-        staged: _Staged | None = None
+        staged: StagedBatch | None = None
         committed = False
         try:
             for attempt in range(_CONFLICT_RETRIES):
@@ -358,13 +270,15 @@ class DeltaUpsert:
 
     # -- step 2 --------------------------------------------------------------------------
 
-    def _check_columns(self, batch_df: DataFrame) -> pa.Schema:
-        """The batch's Arrow schema, once the keys, the delete column and the partition
-        columns are checked against its columns."""
+    def check(self, batch_schema: StructType) -> pa.Schema:
+        """Step 2: the batch's Arrow schema, once the keys, the delete column and the
+        partition columns are found in it and its columns and types are the table's (if
+        there is one). Raises :class:`ConfigError` or
+        :class:`~spark_chkpt.delta.table.SchemaMismatch` naming the column."""
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BooleanType
 
-        columns = batch_df.columns
+        columns = batch_schema.fieldNames()
         missing = [k for k in self.keys if k not in columns]
         if missing:
             raise ConfigError(
@@ -382,7 +296,7 @@ class DeltaUpsert:
                 f"{', '.join(columns)}",
             )
         if self.delete_column in columns:
-            kind = batch_df.schema[self.delete_column].dataType
+            kind = batch_schema[self.delete_column].dataType
             if not isinstance(kind, BooleanType):
                 raise ConfigError(
                     "delete_column",
@@ -391,7 +305,11 @@ class DeltaUpsert:
                     "must be boolean (true deletes the table's row with the row's keys). "
                     "Nothing was written.",
                 )
-        return to_arrow_schema(batch_df.schema, timezone="UTC")
+        schema = to_arrow_schema(batch_schema, timezone="UTC")
+        table = self.target.open()
+        if table is not None:
+            self.merger.check_schema(table, schema)
+        return schema
 
     # -- step 3 --------------------------------------------------------------------------
 
@@ -453,43 +371,25 @@ class DeltaUpsert:
 
     def _stage(
         self, batch_df: DataFrame, schema: pa.Schema, app_id: str, batch_id: int, *, create: bool
-    ) -> _Staged:
-        """Phase 1 on the executors; only the files' metadata comes back."""
-        from spark_chkpt.delta.staging import normalize_schema
-
-        drop = self.delete_column if create and self.delete_column in schema.names else None
-        task = _Stage(
-            table_uri=self.path,
-            folder="" if create else STAGING_DIR,
-            schema=schema,
-            partition_by=self.partition_by if create else (),
-            app_id=app_id,
-            batch_id=batch_id,
-            drop_deleted=drop,
-            max_records_per_file=self.max_records_per_file,
-            target_file_bytes=self.target_file_bytes,
-        )
-        rows = batch_df.mapInArrow(task, _STAGED_DDL).collect()
-        files = tuple(
-            StagedFile(
-                path=r["path"],
-                size=r["size"],
-                partition_values=json.loads(r["partition_values"]),
-                modification_time=r["modification_time"],
-                rows=r["rows"],
-                stats=r["stats"],
-            )
-            for r in rows
-            if r["kind"] == "file"
-        )
-        return _Staged(
-            create=create,
-            files=files,
-            source_rows=sum(r["rows"] for r in rows if r["kind"] == "task"),
-            schema=normalize_schema(without_column(schema, drop)),
+    ) -> StagedBatch:
+        return stage_batch(
+            batch_df,
+            StagingTask(
+                table_uri=self.path,
+                folder="" if create else STAGING_DIR,
+                schema=schema,
+                partition_by=self.partition_by if create else (),
+                app_id=app_id,
+                batch_id=batch_id,
+                drop_deleted=self.delete_column
+                if create and self.delete_column in schema.names
+                else None,
+                max_records_per_file=self.max_records_per_file,
+                target_file_bytes=self.target_file_bytes,
+            ),
         )
 
-    def _discard(self, staged: _Staged) -> None:
+    def _discard(self, staged: StagedBatch) -> None:
         """Delete staged files no table version references."""
         if staged.create:
             self.target.delete_unreferenced(staged.files, self.target.open())
@@ -500,7 +400,7 @@ class DeltaUpsert:
     # -- step 5 --------------------------------------------------------------------------
 
     def _commit(
-        self, table: Any, staged: _Staged, record: SnapshotRecord, app_id: str, batch_id: int
+        self, table: Any, staged: StagedBatch, record: SnapshotRecord, app_id: str, batch_id: int
     ) -> MergeFigures:
         """One Delta commit with ``txn(app_id, batch_id)``: the table's creation, or the
         MERGE (an empty append when nothing was staged)."""
