@@ -227,3 +227,29 @@ def test_upsert_delete_column_must_be_boolean(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a key") as info:
         DeltaUpsert(path=str(table), keys=["app"], checkpoint_location="c", delete_column="app")
     _unchanged(table, version)
+
+
+def test_upsert_key_twice_in_a_batch_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.delta.merge import STAGING_DIR, DuplicateKeyError, KeyedMerge
+    from spark_chkpt.delta.table import DeltaTarget
+
+    table, version = _counts_table(tmp_path)
+    staged = pa.table({"app": ["app1", "app1"], "count": [5, 6]})
+    (table / STAGING_DIR).mkdir()
+    pq.write_table(staged, table / STAGING_DIR / "dup.parquet")
+    target = DeltaTarget(uri=str(table))
+    merge = KeyedMerge(target=target, keys=["app"], delete_column="_delete")
+    with pytest.raises(DuplicateKeyError, match=r"more than once.*dropDuplicates\(\['app'\]\)"):
+        merge.merge(
+            target.open(),
+            files=[f"{STAGING_DIR}/dup.parquet"],
+            schema=staged.schema,
+            app_id="q",
+            version=0,
+            metadata={},
+            batch_size=10,
+        )
+    _unchanged(table, version)
