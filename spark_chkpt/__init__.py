@@ -6,11 +6,15 @@ Python workers at an interpreter that can import this package (see
 :mod:`spark_chkpt.interpreter`). Importing the package registers an exit hook that lets
 pyarrow's thread pools finish before the interpreter finalizes (see
 :mod:`spark_chkpt.teardown`), so scripts that read tables exit 0.
+
+``spark_chkpt.DeltaUpsert`` (exactly-once upserts from ``foreachBatch``, see
+:mod:`spark_chkpt.snapshot.upsert`) is imported on first use, so importing the package
+stays light (no pyspark, pyarrow or deltalake).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt import teardown
 from spark_chkpt.errors import ChkptError, ConfigError, DataLossError, WorkerPythonError
@@ -19,16 +23,28 @@ from spark_chkpt.version import __version__
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from spark_chkpt.snapshot.upsert import DeltaUpsert
+
 __all__ = [
     "ChkptError",
     "ConfigError",
     "DataLossError",
+    "DeltaUpsert",
     "WorkerPythonError",
     "__version__",
     "register",
 ]
 
 teardown.install()
+
+
+def __getattr__(name: str) -> Any:
+    """``spark_chkpt.DeltaUpsert``, imported when first used."""
+    if name == "DeltaUpsert":
+        from spark_chkpt.snapshot.upsert import DeltaUpsert
+
+        return DeltaUpsert
+    raise AttributeError(f"module 'spark_chkpt' has no attribute {name!r}")
 
 
 def register(spark: SparkSession) -> list[str]:

@@ -280,6 +280,15 @@ class DeltaTarget:
         return removed
 
 
+def is_conflict(error: Exception) -> bool:
+    """Whether a failed delta-rs commit lost a race with another commit (worth retrying
+    on a freshly opened table)."""
+    text = str(error).lower()
+    return type(error).__name__ == "CommitFailedError" or any(
+        word in text for word in ("conflict", "concurrent", "already exists")
+    )
+
+
 def _same_type(table_type: pa.DataType, batch_type: pa.DataType) -> bool:
     import pyarrow as pa
 

@@ -6,28 +6,14 @@ carries ``txn(appId, N)`` and the snapshot record. A crash anywhere leaves eithe
 nothing visible (Spark re-runs batch N with the same offsets) or the whole batch
 visible with ``txn(appId, N)`` (the re-run finds it and discards itself).
 
-Query identity. ``txn(appId) >= N`` alone would also discard the batch of a checkpoint
-that did not write the table: a fresh checkpoint reusing the app id (option
-``txnAppId``) or a copy of a checkpoint running next to the original. So a replay is
-checked: the commit that set ``txn(appId, N)`` carries the snapshot record, and its
-source offsets (topic-partition positions; the ``__chkpt__`` alignment report aside)
-must equal ``offsets/N``. Equal: a true replay, discarded. Different:
-:class:`~spark_chkpt.errors.QueryIdentityError`, and the table is left as it is.
-When the commit cannot be checked:
-
-* it carries no snapshot record (written by a release before records, or by another
-  tool with this app id): discarded with a warning, as before;
-* the log no longer holds it (JSON commits cleaned up after a Delta checkpoint, or
-  history rewritten) and ``txn(appId) == N``: discarded with a warning. This is the
-  crash-restart case: Spark re-runs only the newest planned batch, which is the app's
-  newest commit;
-* the log no longer holds it and ``txn(appId) > N``: ``QueryIdentityError``. A
-  checkpoint behind the table is never a crash restart, and it cannot be verified.
+Query identity. A replay (``txn(appId) >= N``) is checked against the table's commit of
+batch N before it is discarded (:mod:`spark_chkpt.snapshot.replay`): the commit's
+source offsets must be ``offsets/N``, else :class:`~spark_chkpt.errors.QueryIdentityError`
+and the table is left as it is.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -35,13 +21,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table import DeltaTarget, is_conflict
 from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
-from spark_chkpt.offsets import META_KEY, from_json
+from spark_chkpt.offsets import META_KEY
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.recovery import table_snapshots
+from spark_chkpt.snapshot.replay import check_replay
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -218,7 +205,7 @@ class DeltaCoordinator(SnapshotCoordinator):
                     overwrite=self.settings.complete,
                 )
             except Exception as e:
-                if not _is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
+                if not is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
                     raise ChkptError(
                         f"chkpt-delta could not commit batch {batch_id} to "
                         f"{self.settings.table_uri}: {e}"
@@ -310,7 +297,7 @@ class DeltaCoordinator(SnapshotCoordinator):
                 )
                 break
             except Exception as e:
-                if not _is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
+                if not is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
                     raise ChkptError(
                         f"chkpt-delta could not commit batch {batch_id}'s dead letters to "
                         f"{target.uri}: {e}"
@@ -342,52 +329,17 @@ class DeltaCoordinator(SnapshotCoordinator):
     def _check_replay(
         self, table: Any, *, batch_id: int, done: int, sources: Sequence[Any]
     ) -> SnapshotRecord | None:
-        """Step 2's identity check: the record of our commit of ``batch_id`` (with its
-        Delta version) if its source offsets are ``sources``; None if the commit cannot
-        be checked but a replay is the only explanation; raises
-        :class:`QueryIdentityError` otherwise (see the module docstring)."""
-        commit = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
-        if commit is None:
-            if done > batch_id:
-                raise QueryIdentityError(
-                    f"chkpt-delta table {self.settings.table_uri} holds app id "
-                    f"'{self.app_id}' up to batch {done}, past batch {batch_id}, but its log "
-                    f"no longer holds the commit of batch {batch_id} (JSON commits cleaned "
-                    "up or history rewritten), so this checkpoint "
-                    f"({self.settings.checkpoint_location}) and its plan for batch "
-                    f"{batch_id} {describe_offsets(sources)} cannot be checked against the "
-                    f"table. {_IDENTITY_FIX}"
-                )
-            log.warning(
-                "chkpt-delta batch %d: the commit of txn %s=%d is no longer in the log of %s; "
-                "taking this attempt as a replay of it",
-                batch_id,
-                self.app_id,
-                batch_id,
-                self.settings.table_uri,
-            )
-            return None
-        snapshot = commit.info.get(SNAPSHOT_KEY)
-        if not snapshot:
-            log.warning(
-                "chkpt-delta batch %d: Delta version %d set txn %s=%d without a snapshot "
-                "record; its source offsets cannot be compared, taking this as a replay",
-                batch_id,
-                commit.version,
-                self.app_id,
-                batch_id,
-            )
-            return None
-        record = replace(SnapshotRecord.from_json(snapshot), table_version=commit.version)
-        if positions(record.source_offsets) != positions(sources):
-            raise QueryIdentityError(
-                f"chkpt-delta table {self.settings.table_uri} already holds batch {batch_id} "
-                f"of app id '{self.app_id}' (Delta version {commit.version}) from source "
-                f"offsets {describe_offsets(record.source_offsets)}, but this query's "
-                f"checkpoint ({self.settings.checkpoint_location}) planned batch {batch_id} "
-                f"with offsets {describe_offsets(sources)}: the checkpoint is not the one "
-                f"that wrote the table. {_IDENTITY_FIX}"
-            )
+        """Step 2's identity check (:func:`~spark_chkpt.snapshot.replay.check_replay`):
+        the record of our commit of ``batch_id`` if it can be checked and matches."""
+        _, record = check_replay(
+            target=self.target,
+            table=table,
+            app_id=self.app_id,
+            checkpoint_location=self.settings.checkpoint_location,
+            batch_id=batch_id,
+            done=done,
+            sources=sources,
+        )
         return record
 
     def _version_of(self, batch_id: int) -> int | None:
@@ -400,37 +352,6 @@ class DeltaCoordinator(SnapshotCoordinator):
         return commit.version if commit is not None else None
 
 
-_IDENTITY_FIX = (
-    "Nothing of this attempt was committed and the table is unchanged. A fresh checkpoint "
-    "for a table this app id already wrote needs a new txnAppId (or the checkpoint that "
-    "wrote the table); two copies of one checkpoint must not run, only one of them may "
-    "write the table."
-)
-
-
-def positions(sources: Sequence[Any]) -> list[Any]:
-    """Each source's end offsets without the alignment report (``__chkpt__``): what two
-    plans of one batch must share."""
-    return [
-        {k: v for k, v in s.items() if k != META_KEY} if isinstance(s, dict) else s for s in sources
-    ]
-
-
-def describe_offsets(sources: Sequence[Any]) -> str:
-    """``[events-0: 120, events-1: 98]`` (one ``;``-separated part per source)."""
-    parts = []
-    for source in sources:
-        try:
-            offsets = from_json(source) if isinstance(source, dict) else None
-        except ChkptError:
-            offsets = None
-        if offsets is not None:
-            parts.append(", ".join(f"{tp}: {offsets[tp]}" for tp in sorted(offsets)))
-        else:
-            parts.append(json.dumps(source, sort_keys=True))
-    return "[" + "; ".join(parts) + "]"
-
-
 def _partitions_of(sources: Sequence[Any]) -> set[str]:
     """``topic-partition`` names a batch's source offsets cover (Kafka-shaped sources)."""
     names: set[str] = set()
@@ -440,10 +361,3 @@ def _partitions_of(sources: Sequence[Any]) -> set[str]:
                 if topic != META_KEY and isinstance(parts, dict):
                     names.update(f"{topic}-{p}" for p in parts)
     return names
-
-
-def _is_conflict(error: Exception) -> bool:
-    text = str(error).lower()
-    return type(error).__name__ == "CommitFailedError" or any(
-        word in text for word in ("conflict", "concurrent", "already exists")
-    )

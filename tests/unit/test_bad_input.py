@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,3 +129,127 @@ def test_other_writers_option_names_its_values() -> None:
     assert DeltaSinkConfig.from_options({**base, "otherWriters": "ALLOW"}).other_writers == "allow"
     with pytest.raises(ConfigError, match=r"'otherWriters' = 'sometimes': 'refuse'"):
         DeltaSinkConfig.from_options({**base, "otherWriters": "sometimes"})
+
+
+# -- DeltaUpsert (foreachBatch): checked before anything is written --------------------
+
+
+def _counts_table(tmp_path: Path) -> tuple[Path, int]:
+    """A table as an upsert of page-view counts leaves it: ``app string, count long``."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    table = tmp_path / "pv_counts"
+    write_deltalake(str(table), pa.table({"app": ["app1", "app2"], "count": [3, 4]}))
+    return table, DeltaTable(str(table)).version()
+
+
+def _unchanged(table: Path, version: int) -> None:
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(str(table))
+    assert delta.version() == version
+    assert sorted(delta.to_pyarrow_table().to_pylist(), key=lambda r: r["app"]) == [
+        {"app": "app1", "count": 3},
+        {"app": "app2", "count": 4},
+    ]
+
+
+def _schema(**columns: str) -> Any:
+    from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructType
+
+    types = {"string": StringType(), "int": IntegerType(), "long": LongType()}
+    types["boolean"] = BooleanType()
+    schema = StructType()
+    for name, kind in columns.items():
+        schema = schema.add(name, types[kind])
+    return schema
+
+
+@pytest.mark.parametrize("keys", [[], (), "app", ["app", ""], ["app", "app"]])
+def test_upsert_needs_key_columns(tmp_path: Path, keys: Any) -> None:
+    from spark_chkpt import DeltaUpsert
+    from spark_chkpt.errors import ConfigError
+
+    table, version = _counts_table(tmp_path)
+    with pytest.raises(ConfigError, match=r"option 'keys' = .*(key column|each key)") as info:
+        DeltaUpsert(path=str(table), keys=keys, checkpoint_location=str(tmp_path / "chk"))
+    assert info.value.option == "keys"
+    _unchanged(table, version)
+
+
+def test_upsert_key_missing_from_the_batch_names_it_and_the_columns(tmp_path: Path) -> None:
+    from spark_chkpt import DeltaUpsert
+    from spark_chkpt.errors import ConfigError
+
+    table, version = _counts_table(tmp_path)
+    upsert = DeltaUpsert(
+        path=str(table), keys=["app", "day"], checkpoint_location=str(tmp_path / "chk")
+    )
+    with pytest.raises(ConfigError, match=r"key column\(s\) day not in the batch") as info:
+        upsert.check(_schema(app="string", count="long"))
+    assert info.value.option == "keys" and "its columns are app, count" in str(info.value)
+    _unchanged(table, version)
+
+
+def test_upsert_key_type_change_names_the_column_and_both_types(tmp_path: Path) -> None:
+    from spark_chkpt import DeltaUpsert
+    from spark_chkpt.delta.table import SchemaMismatch
+
+    table, version = _counts_table(tmp_path)
+    upsert = DeltaUpsert(path=str(table), keys=["app"], checkpoint_location=str(tmp_path / "chk"))
+    with pytest.raises(
+        SchemaMismatch, match=r"key column type changed \(app: table string, batch int32\)"
+    ):
+        upsert.check(_schema(app="int", count="long"))
+    with pytest.raises(
+        SchemaMismatch, match=r"column types differ \(count: table int64, batch int32\)"
+    ):
+        upsert.check(_schema(app="string", count="int"))
+    with pytest.raises(SchemaMismatch, match=r"batch has column\(s\) extra it lacks"):
+        upsert.check(_schema(app="string", count="long", extra="string"))
+    with pytest.raises(SchemaMismatch, match=r"it has column\(s\) count the batch lacks"):
+        upsert.check(_schema(app="string"))
+    _unchanged(table, version)
+    # The delete column is no table column, and a boolean one passes.
+    upsert.check(_schema(app="string", count="long", _delete="boolean"))
+
+
+def test_upsert_delete_column_must_be_boolean(tmp_path: Path) -> None:
+    from spark_chkpt import DeltaUpsert
+    from spark_chkpt.errors import ConfigError
+
+    table, version = _counts_table(tmp_path)
+    upsert = DeltaUpsert(path=str(table), keys=["app"], checkpoint_location=str(tmp_path / "chk"))
+    with pytest.raises(ConfigError, match=r"column _delete is string; it must be boolean") as info:
+        upsert.check(_schema(app="string", count="long", _delete="string"))
+    assert info.value.option == "delete_column"
+    with pytest.raises(ConfigError, match="not a key") as info:
+        DeltaUpsert(path=str(table), keys=["app"], checkpoint_location="c", delete_column="app")
+    _unchanged(table, version)
+
+
+def test_upsert_key_twice_in_a_batch_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.delta.merge import STAGING_DIR, DuplicateKeyError, KeyedMerge
+    from spark_chkpt.delta.table import DeltaTarget
+
+    table, version = _counts_table(tmp_path)
+    staged = pa.table({"app": ["app1", "app1"], "count": [5, 6]})
+    (table / STAGING_DIR).mkdir()
+    pq.write_table(staged, table / STAGING_DIR / "dup.parquet")
+    target = DeltaTarget(uri=str(table))
+    merge = KeyedMerge(target=target, keys=["app"], delete_column="_delete")
+    with pytest.raises(DuplicateKeyError, match=r"more than once.*dropDuplicates\(\['app'\]\)"):
+        merge.merge(
+            target.open(),
+            files=[f"{STAGING_DIR}/dup.parquet"],
+            schema=staged.schema,
+            app_id="q",
+            version=0,
+            metadata={},
+            batch_size=10,
+        )
+    _unchanged(table, version)
