@@ -127,9 +127,14 @@ def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
             checkpoint_location=sink["checkpointLocation"],
             query_name=name,
         )
+
+
+        def write(batch: DataFrame, batch_id: int) -> None:
+            upsert(batch, batch_id)
+
         writer = (
             result.writeStream.outputMode("update")
-            .foreachBatch(upsert)
+            .foreachBatch(write)
             .option("checkpointLocation", sink["checkpointLocation"])
         )
     else:

@@ -114,8 +114,8 @@ class DeltaUpsert:
         if importlib.util.find_spec("pandas") is None:
             raise ChkptError(
                 f"{WRITER} stages each batch with DataFrame.mapInArrow, which PySpark only "
-                "runs with pandas installed (no row passes through pandas): pip install "
-                "'spark-chkpt[upsert]' (or 'pandas>=2.2,<3')"
+                "runs with pandas installed (no row passes through pandas). spark-chkpt "
+                "depends on it: reinstall the package, or pip install 'pandas>=2.2,<3'"
             )
         if isinstance(keys, str) or not keys or not all(isinstance(k, str) and k for k in keys):
             raise ConfigError("keys", keys, "name one or more key columns, e.g. keys=['app']")
