@@ -128,7 +128,6 @@ def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
             query_name=name,
         )
 
-
         def write(batch: DataFrame, batch_id: int) -> None:
             upsert(batch, batch_id)
 
