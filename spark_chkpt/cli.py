@@ -2,6 +2,7 @@
 
 spark-chkpt broker [--port N] [--topic NAME[:PARTITIONS] ...]   run the embedded broker
 spark-chkpt snapshots CHECKPOINT [--json]                       list a query's snapshots
+spark-chkpt state CHECKPOINT [--batch N] [--operator K] [--json] print a snapshot's keyed state
 spark-chkpt demo [...]                                          run the demo pipeline
 spark-chkpt bench [...]                                         run the benchmark
 """
@@ -74,20 +75,100 @@ def _snapshots(args: argparse.Namespace) -> int:
     if not records:
         print(f"no snapshot records under {args.checkpoint}/chkpt/snapshots")
         return 1
+    table = as_table(records)
+    stateful = any(row["state_operators"] for row in table)
+    state_header = f" {'operators':>9} {'keys':>10} {'state bytes':>12}" if stateful else ""
     print(
         f"{'batch':>6} {'outcome':<10} {'rows':>10} {'files':>6} {'commit ms':>10} "
-        f"{'version':>8} {'dead':>6}"
+        f"{'version':>8} {'dead':>6}{state_header}"
     )
-    for row in as_table(records):
+    for row in table:
+        state = (
+            f" {row['state_operators']:>9} {_or_dash(row['keys']):>10} {row['state_bytes']:>12}"
+            if stateful
+            else ""
+        )
         print(
             f"{row['batch']:>6} {row['outcome']:<10} {row['rows']:>10} {row['files']:>6} "
-            f"{row['commit_ms']:>10.1f} {row['version']!s:>8} {row['dead_letters']:>6}"
+            f"{row['commit_ms']:>10.1f} {row['version']!s:>8} {row['dead_letters']:>6}{state}"
         )
     summary = summarize(records)
     print(
         f"commit latency p50 {summary['commit_ms_p50']:.1f} ms, p99 "
         f"{summary['commit_ms_p99']:.1f} ms; last offsets {json.dumps(summary['last_offsets'])}"
     )
+    return 0
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _state(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.fs import qualify
+    from spark_chkpt.snapshot.state import check_retained
+
+    location = qualify(args.checkpoint)
+    # The batch is checked before a JVM starts: a wrong one fails in a second.
+    batch = check_retained(checkpoint_location=location, batch_id=args.batch)
+    from spark_chkpt.session import build_session
+    from spark_chkpt.snapshot.state_reader import read_state
+
+    spark = build_session(
+        app_name="spark-chkpt-state",
+        master="local[1]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "1",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        snap = read_state(
+            spark,
+            checkpoint_location=location,
+            batch_id=batch,
+            operator_id=args.operator,
+            store_name=args.store_name,
+            limit=args.limit,
+        )
+    finally:
+        spark.stop()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "checkpoint": snap.checkpoint_location,
+                    "batch": snap.batch_id,
+                    "operator": snap.operator_id,
+                    "operator_name": snap.operator_name,
+                    "store": snap.store_name,
+                    "state_version": snap.version,
+                    "keys": snap.keys,
+                    "key_columns": snap.key_columns,
+                    "value_columns": snap.value_columns,
+                    "rows": snap.rows,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    shown = "" if len(snap.rows) == snap.keys else f", {len(snap.rows)} shown"
+    print(
+        f"# snapshot {snap.batch_id} of {snap.checkpoint_location}: operator "
+        f"{snap.operator_id} ({snap.operator_name or '?'}), store {snap.store_name}, "
+        f"state version {snap.version}, {snap.keys} keys{shown}"
+    )
+    columns = snap.key_columns + snap.value_columns
+    cells = [[_or_dash(row.get(c)) for c in columns] for row in snap.rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     return 0
 
 
@@ -138,6 +219,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     snaps.add_argument("checkpoint", help="the query's checkpointLocation")
     snaps.add_argument("--json", action="store_true", help="print JSON with a summary")
     snaps.set_defaults(run=_snapshots)
+    state = sub.add_parser(
+        "state",
+        help="print the keyed state of a snapshot (Spark's statestore reader), one line per key",
+    )
+    state.add_argument("checkpoint", help="the query's checkpointLocation")
+    state.add_argument(
+        "--batch", type=int, default=None, help="snapshot N (default: the newest committed)"
+    )
+    state.add_argument("--operator", type=int, default=0, help="stateful operator id (0)")
+    state.add_argument(
+        "--store-name", default="default", help="state store (stream-stream joins have several)"
+    )
+    state.add_argument("--limit", type=int, default=None, help="print at most L keys")
+    state.add_argument("--json", action="store_true", help="print JSON")
+    state.set_defaults(run=_state)
     recover = sub.add_parser(
         "recover",
         help="the checkpoint folder is lost: write a new one from the Delta table's last "

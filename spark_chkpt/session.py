@@ -1,7 +1,10 @@
 """SparkSessions for the project's jobs, demo and tests.
 
 ``build_session`` registers the project's formats, which also points Spark's Python
-workers at an interpreter that can import spark_chkpt (:mod:`spark_chkpt.interpreter`).
+workers at an interpreter that can import spark_chkpt (:mod:`spark_chkpt.interpreter`),
+and makes RocksDB with changelog checkpointing the state store (:data:`STATE_STORE_DEFAULTS`,
+the same two lines as ``conf/spark-defaults.conf``) unless the caller's ``conf`` or
+spark-submit's settings name another.
 """
 
 from __future__ import annotations
@@ -13,6 +16,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+# Keyed state in RocksDB with changelog checkpointing: Flink's RocksDB backend with
+# incremental checkpoints. Spark's own default is the HDFS-backed in-memory provider.
+STATE_STORE_DEFAULTS = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
 
 
 def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -34,7 +47,10 @@ def build_session(
 ) -> SparkSession:
     """``getOrCreate`` a session with the project's formats registered.
 
-    ``master`` defaults to what spark-submit set, else ``local[*]``.
+    ``master`` defaults to what spark-submit set, else ``local[*]``. The state store
+    settings of :data:`STATE_STORE_DEFAULTS` apply where neither ``conf`` nor the
+    launching spark-submit sets them. A query restarted from a checkpoint keeps the
+    provider it was started with: Spark records it in ``offsets/N``.
     """
     from pyspark.sql import SparkSession
 
@@ -45,8 +61,17 @@ def build_session(
     launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not (launched_by_submit or "spark.master" in (conf or {})):
         builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
-    for key, value in (conf or {}).items():
+    defaults = {k: v for k, v in STATE_STORE_DEFAULTS.items() if k not in (conf or {})}
+    settings = dict(conf or {})
+    if not launched_by_submit:
+        settings = {**defaults, **settings}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if launched_by_submit:  # --conf and --properties-file win over the defaults
+        launched = spark.sparkContext.getConf()
+        for key, value in defaults.items():
+            if not launched.contains(key):
+                spark.conf.set(key, value)
     spark_chkpt.register(spark)
     return spark

@@ -17,6 +17,9 @@ completes the snapshot:
    commit (:mod:`spark_chkpt.snapshot.delta_coordinator`), or barrier markers and the
    index entry naming them (:mod:`spark_chkpt.snapshot.kafka_coordinator`);
 4. **record**: write the snapshot record to the store (:meth:`SnapshotCoordinator.finish`).
+   The record lists the state each stateful operator committed for the batch (state
+   version N + 1, :mod:`spark_chkpt.snapshot.state`): the sink's commit runs after every
+   task of the batch, so the stateful stage's stores are committed by then.
 
 A crash anywhere leaves either nothing visible (Spark re-runs batch N with the same
 offsets) or the whole batch visible and findable by step 2 of the re-run.
@@ -34,6 +37,7 @@ from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.state import operator_ids, provider_of, state_operators
 from spark_chkpt.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -91,7 +95,26 @@ class SnapshotCoordinator:
             outcome=outcome.value,
             attempts=sorted(set(attempts)),
             upstream_snapshots=upstream_of(sources),
+            state_operators=self.state_of(batch_id),
         )
+
+    def state_of(self, batch_id: int) -> list[dict[str, Any]]:
+        """The state each stateful operator wrote for ``batch_id`` (empty for a stateless
+        query). A listing of ``state/``; any error is logged and records nothing: the
+        state's figures never fail a commit."""
+        try:
+            if not operator_ids(checkpoint_location=self.checkpoint.uri):
+                return []  # a stateless query: no state/ folder
+            plan = self.checkpoint.plan(batch_id)
+            operators = state_operators(
+                checkpoint_location=self.checkpoint.uri,
+                batch_id=batch_id,
+                provider=provider_of(plan.metadata.get("conf")),
+            )
+        except Exception as e:  # figures only: the commit goes on without them
+            log.warning("state of snapshot %s not recorded: %s", batch_id, e)
+            return []
+        return [op.as_dict() for op in operators]
 
     def duplicate(
         self,

@@ -11,11 +11,17 @@ the snapshot record, and this module brings them to where users look:
   snapshots covered, the wait and the records dropped as unconfirmed (the reporter logs
   it and keeps it in ``reporter.alignment``);
 * :func:`summarize`: count, rows, commit-latency p50/p99 over snapshot records, used by
-  ``spark-chkpt snapshots <checkpointLocation>``.
+  ``spark-chkpt snapshots <checkpointLocation>``;
+* :func:`merge_state_progress`: the number of keys in each stateful operator's state
+  reaches the driver only in the progress event (``stateOperators[i].numRowsTotal``),
+  after the sink's commit wrote the record; the reporter merges it into the stored
+  record's ``state_operators`` (the store's copy only: a Delta commit's copy in
+  commitInfo is immutable and keeps the file figures alone).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -88,6 +94,51 @@ def alignment_report(progress: Any) -> dict[str, dict[str, Any]]:
                 entry["dropped"] = max(0, int(report["span"]) - rows - barriers)
             result[topic] = entry
     return result
+
+
+# Spark's StateOperatorProgress fields merged into a record's state_operators entries.
+PROGRESS_FIELDS = {
+    "numRowsTotal": "keys",
+    "numRowsUpdated": "keys_updated",
+    "numRowsRemoved": "keys_removed",
+    "memoryUsedBytes": "memory_bytes",
+}
+
+
+def _field(op: Any, name: str) -> Any:
+    return op.get(name) if isinstance(op, Mapping) else getattr(op, name, None)
+
+
+def merge_state_progress(
+    state_operators: list[dict[str, Any]], progress_operators: Iterable[Any]
+) -> list[dict[str, Any]]:
+    """``state_operators`` (a record's, in operator id order) with the figures of Spark's
+    ``progress.stateOperators`` added: keys, keys updated and removed, memory.
+
+    Spark's progress lists the operators without their ids, in the order of the
+    executed plan; an entry is matched by that position when the operator there has the
+    same name, else by a name only one operator has, else left out. A progress
+    entry with no match in a record without state listing becomes an entry of its own
+    (``operator_id`` None)."""
+    merged = [dict(op) for op in state_operators]
+    for i, progress_op in enumerate(progress_operators):
+        name = _field(progress_op, "operatorName")
+        figures = {
+            key: _field(progress_op, field)
+            for field, key in PROGRESS_FIELDS.items()
+            if _field(progress_op, field) is not None
+        }
+        target = None
+        if i < len(merged) and merged[i].get("name") in (name, None):
+            target = merged[i]
+        else:
+            named = [op for op in merged if op.get("name") == name]
+            target = named[0] if len(named) == 1 else None
+        if target is not None:
+            target.update(figures)
+        elif not state_operators:
+            merged.append({"operator_id": None, "name": name, **figures})
+    return merged
 
 
 def describe(record: SnapshotRecord) -> str:
@@ -172,6 +223,7 @@ class SnapshotReporter(StreamingQueryListener):
             return
         if record is None:
             return
+        record = self._with_state_progress(store, record, progress)
         history = self.history.setdefault(str(progress.id), [])
         if history and history[-1].batch_id == record.batch_id:
             return
@@ -180,6 +232,24 @@ class SnapshotReporter(StreamingQueryListener):
         log.info("%s: %s", progress.name or progress.id, describe(record))
         if self._on_snapshot is not None:
             self._on_snapshot(record)
+
+    @staticmethod
+    def _with_state_progress(
+        store: SnapshotStore, record: SnapshotRecord, progress: Any
+    ) -> SnapshotRecord:
+        """``record`` with the progress's state figures (keys, memory), stored again."""
+        progress_operators = list(getattr(progress, "stateOperators", None) or ())
+        if not progress_operators:
+            return record
+        merged = merge_state_progress(record.state_operators, progress_operators)
+        if merged == record.state_operators:
+            return record
+        updated = dataclasses.replace(record, state_operators=merged)
+        try:
+            store.update(updated)
+        except Exception as e:  # a listener must never take the query down
+            log.warning("state figures of snapshot %s not stored: %s", record.batch_id, e)
+        return updated
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -193,6 +263,18 @@ def store_records(*, checkpoint_location: str) -> list[SnapshotRecord]:
     return [r for r in (store.get(i) for i in store.batch_ids()) if r is not None]
 
 
+def state_totals(record: SnapshotRecord) -> dict[str, Any]:
+    """A record's state in three figures: operators, keys (None until the reporter
+    merged Spark's progress) and bytes written for the snapshot."""
+    ops = record.state_operators
+    keys = [op["keys"] for op in ops if op.get("keys") is not None]
+    return {
+        "state_operators": len(ops),
+        "keys": sum(keys) if keys else None,
+        "state_bytes": sum(int(op.get("bytes") or 0) for op in ops),
+    }
+
+
 def as_table(records: Iterable[SnapshotRecord]) -> list[Mapping[str, Any]]:
     return [
         {
@@ -203,6 +285,7 @@ def as_table(records: Iterable[SnapshotRecord]) -> list[Mapping[str, Any]]:
             "commit_ms": r.commit_ms,
             "version": r.table_version,
             "dead_letters": r.dead_letters,
+            **state_totals(r),
         }
         for r in records
     ]

@@ -49,6 +49,16 @@ class SnapshotStore:
         for old in ids[: max(0, len(ids) - self.retained)]:
             self._path(old).delete()
 
+    def update(self, record: SnapshotRecord) -> bool:
+        """Rewrite a record the store holds, atomically, without dropping any (the
+        reporter adds figures that arrive after the commit; it does not know the
+        coordinator's ``retained``). False if the store no longer holds that batch."""
+        path = self._path(record.batch_id)
+        if not path.exists():
+            return False
+        path.write_atomic(record.to_json() + "\n")
+        return True
+
     def get(self, batch_id: int) -> SnapshotRecord | None:
         path = self._path(batch_id)
         try:
