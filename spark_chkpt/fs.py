@@ -41,6 +41,27 @@ class Location:
         with self.fs.open_input_stream(self.path) as stream:
             return bytes(stream.read()).decode("utf-8")
 
+    def read_bytes(self) -> bytes:
+        with self.fs.open_input_stream(self.path) as stream:
+            return bytes(stream.read())
+
+    def copy_to(self, target: Location, *, chunk: int = 8 * 1024 * 1024) -> int:
+        """Copy this file to ``target`` (any filesystem, parents created), streamed in
+        ``chunk``-byte reads; returns the bytes copied. Not atomic: callers copy into a
+        folder that nothing reads until they say it is complete."""
+        target.fs.create_dir(posixpath.dirname(target.path), recursive=True)
+        copied = 0
+        with (
+            self.fs.open_input_stream(self.path) as src,
+            target.fs.open_output_stream(target.path) as out,
+        ):
+            while True:
+                data = src.read(chunk)
+                if not data:
+                    return copied
+                out.write(data)
+                copied += len(data)
+
     def write_atomic(self, text: str) -> None:
         """Write so a reader sees the old content or the new, never a torn file.
 
@@ -73,6 +94,13 @@ class Location:
             self.fs.delete_file(self.path)
         except FileNotFoundError:
             return False
+        return True
+
+    def delete_dir(self) -> bool:
+        """Delete the folder and everything in it; False if it was already gone."""
+        if not self.exists():
+            return False
+        self.fs.delete_dir(self.path)
         return True
 
     def __str__(self) -> str:

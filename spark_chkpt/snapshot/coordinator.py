@@ -55,8 +55,10 @@ class SnapshotCoordinator:
         app_id: str,
         query_name: str | None,
         retained_snapshots: int,
+        target: str | None = None,
     ) -> None:
         self.app_id = app_id
+        self.target_name = target
         self.query_name = query_name
         self.checkpoint = SparkCheckpoint(location=checkpoint_location)
         self.store = SnapshotStore(
@@ -96,6 +98,7 @@ class SnapshotCoordinator:
             attempts=sorted(set(attempts)),
             upstream_snapshots=upstream_of(sources),
             state_operators=self.state_of(batch_id),
+            target=self.target_name,
         )
 
     def state_of(self, batch_id: int) -> list[dict[str, Any]]:

@@ -72,6 +72,7 @@ class DeltaCoordinator(SnapshotCoordinator):
             app_id=settings.app_id,
             query_name=settings.query_name,
             retained_snapshots=settings.retained_snapshots,
+            target=settings.table_uri,
         )
         self.settings = settings
         self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)

@@ -61,6 +61,7 @@ class KafkaCoordinator(SnapshotCoordinator):
             app_id=settings.app_id,
             query_name=settings.query_name,
             retained_snapshots=settings.retained_snapshots,
+            target=settings.topic,
         )
         self.settings = settings
 
@@ -277,6 +278,8 @@ class KafkaCoordinator(SnapshotCoordinator):
         """The snapshot record the ``complete`` entries of one batch describe: the rows and
         attempts they confirm, whichever commit call wrote them."""
         rows = sum(n for entry in completed.values() for n in entry.counts.values())
+        if self.target_name is None and completed:  # topics named by the rows
+            self.target_name = ",".join(sorted(completed))
         return self.record(
             batch_id=batch_id,
             sources=sources,

@@ -51,6 +51,9 @@ class SnapshotRecord:
     state_operators: list[dict[str, Any]] = field(default_factory=list)
     # mode "upsert": the MERGE's figures (source rows, inserted, updated, deleted).
     merge: dict[str, int] = field(default_factory=dict)
+    # Where the sink wrote: the Delta table's URI, or the Kafka topic(s), comma-separated
+    # (savepoints need it to rewind the table; None in records of older releases).
+    target: str | None = None
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def to_json(self) -> str:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.fs import qualify, resolve
+from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 
@@ -54,7 +54,9 @@ class TableSnapshot:
 def table_snapshots(
     *, table_uri: str, storage_options: Mapping[str, str] | None = None
 ) -> dict[str, TableSnapshot]:
-    """Per query id, the newest snapshot record the table's commits carry."""
+    """Per query id, the snapshot record of its newest commit. That is the highest
+    batch, but after a savepoint rewind: the restore commit carries the record of the
+    batch it rolled the table back to, and the later batches' commits no longer count."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -73,8 +75,7 @@ def table_snapshots(
             raise RecoveryError(
                 f"{table_uri} version {entry.get('version')}: unreadable snapshot record ({e})"
             ) from e
-        known = newest.get(record.app_id)
-        if known is None or record.batch_id > known.batch_id:
+        if record.app_id not in newest:  # history is newest first: the app's newest commit
             newest[record.app_id] = TableSnapshot(
                 record=record, table_version=int(entry["version"])
             )
@@ -121,26 +122,19 @@ def recover_checkpoint(
     the query resumes at the batch after the table's last snapshot."""
     snapshot = last_snapshot(table_uri=table_uri, app_id=app_id, storage_options=storage_options)
     record = snapshot.record
-    root = resolve(qualify(checkpoint_location))
-    for part in ("metadata", "offsets", "commits"):
-        if root.child(part).exists():
-            raise RecoveryError(
-                f"{checkpoint_location} already holds a Spark checkpoint ({part} exists); "
-                "recover into an empty folder"
-            )
     batch = record.batch_id
-    if batch > 0:
+    entry = offset_log_entry(sources=record.source_offsets)
+    write_checkpoint(
+        checkpoint_location=checkpoint_location,
+        query_id=record.app_id,
+        batch_id=batch,
         # Spark reads the entry before the last one on restart (the start of batch N);
         # the next batch starts from offsets/N whatever it holds.
-        root.child("offsets", str(batch - 1)).write_atomic(
-            offset_log_entry(sources=record.source_offsets)
-        )
-    root.child("offsets", str(batch)).write_atomic(offset_log_entry(sources=record.source_offsets))
-    root.child("commits", str(batch)).write_atomic('v1\n{"nextBatchWatermarkMs":0}')
-    # The snapshot store gets the record, so `spark-chkpt snapshots` shows where it resumed.
-    SnapshotStore(checkpoint_location=qualify(checkpoint_location)).put(record)
-    # metadata last: until it exists, Spark would not take the folder for a checkpoint.
-    root.child("metadata").write_atomic(json.dumps({"id": record.app_id}))
+        offsets=entry,
+        previous_offsets=entry if batch > 0 else None,
+        commit='v1\n{"nextBatchWatermarkMs":0}',
+        record=record,
+    )
     log.warning(
         "recovered %s from %s: query %s resumes at batch %d after Delta version %d, from %s",
         checkpoint_location,
@@ -151,6 +145,50 @@ def recover_checkpoint(
         json.dumps(record.source_offsets),
     )
     return snapshot
+
+
+def write_checkpoint(
+    *,
+    checkpoint_location: str,
+    query_id: str,
+    batch_id: int,
+    offsets: str,
+    previous_offsets: str | None,
+    commit: str,
+    record: SnapshotRecord | None,
+    before_metadata: Callable[[Location], None] | None = None,
+) -> None:
+    """Write a Spark checkpoint at ``checkpoint_location`` (which must hold none) whose
+    query ``query_id`` resumes at batch ``batch_id + 1``: ``offsets/N-1`` (Spark reads
+    it on restart; skipped when None), ``offsets/N``, ``commits/N``, the snapshot
+    ``record`` in the store, then ``before_metadata(root)`` (a savepoint copies the
+    state there), and ``metadata`` last: until it exists Spark would not take the
+    folder for a checkpoint (nor :func:`checkpoint_in_use` for a written one)."""
+    root = resolve(qualify(checkpoint_location))
+    in_use = checkpoint_in_use(root)
+    if in_use is not None:
+        raise RecoveryError(
+            f"{checkpoint_location} already holds a Spark checkpoint ({in_use} exists); "
+            "write into an empty folder"
+        )
+    if previous_offsets is not None:
+        root.child("offsets", str(batch_id - 1)).write_atomic(previous_offsets)
+    root.child("offsets", str(batch_id)).write_atomic(offsets)
+    root.child("commits", str(batch_id)).write_atomic(commit)
+    if record is not None:
+        # The snapshot store gets the record, so `spark-chkpt snapshots` shows where it resumes.
+        SnapshotStore(checkpoint_location=qualify(checkpoint_location)).put(record)
+    if before_metadata is not None:
+        before_metadata(root)
+    root.child("metadata").write_atomic(json.dumps({"id": query_id}))
+
+
+def checkpoint_in_use(root: Location) -> str | None:
+    """The first of Spark's checkpoint parts the folder holds, or None if it holds none."""
+    for part in ("metadata", "offsets", "commits", "state"):
+        if root.child(part).exists():
+            return part
+    return None
 
 
 def offset_log_entry(*, sources: list[Any], watermark_ms: int = 0) -> str:

@@ -255,6 +255,7 @@ class DeltaUpsert:
                 app_id=self.app_id_option or query_id,
                 query_name=self.query_name,
                 retained_snapshots=self.retained_snapshots,
+                target=self.path,
             )
             self._query_id = query_id
         context = batch_df.sparkSession.sparkContext
