@@ -261,8 +261,16 @@ def job_session(settings: Mapping[str, str], args: argparse.Namespace) -> SparkS
     )
 
 
-def run_until_done(query: StreamingQuery) -> int:
-    """Wait for the query; 0 when it ended cleanly, 1 (logged) when it failed."""
+def run_until_done(
+    query: StreamingQuery, *, checkpoint_location: str | None = None, table: str | None = None
+) -> int:
+    """Wait for the query; 0 when it ended cleanly, 1 (logged) when it failed. With
+    ``checkpoint_location``, ``spark-chkpt savepoint stop`` can stop it with a savepoint
+    (``table``: the sink's table, named in the savepoint's manifest)."""
+    if checkpoint_location:
+        from spark_chkpt.snapshot.savepoint_stop import StopRequests
+
+        StopRequests(query, checkpoint_location=checkpoint_location, table=table).start()
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
@@ -291,7 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.get("sink.path"),
         settings.get("sink.checkpointLocation"),
     )
-    return run_until_done(query)
+    return run_until_done(
+        query,
+        checkpoint_location=settings["sink.checkpointLocation"],
+        table=settings.get("sink.path"),
+    )
 
 
 if __name__ == "__main__":

@@ -161,7 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.get("sink.path"),
         settings.get("sink.checkpointLocation"),
     )
-    return kafka_to_delta.run_until_done(query)
+    return kafka_to_delta.run_until_done(
+        query,
+        checkpoint_location=settings["sink.checkpointLocation"],
+        table=settings.get("sink.path"),
+    )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class FaultPoint(str, Enum):
     IN_WRITE = "in-write"  # a task fails (or the driver is killed) after staging part of
     # its output: in a stateful query, while the batch's state store versions are written
     IN_COMMIT = "in-commit"  # the coordinator fails before committing (Spark then aborts)
+    IN_SAVEPOINT = "in-savepoint"  # savepoint create: half its files copied, no manifest
 
 
 class InjectedFailure(RuntimeError):

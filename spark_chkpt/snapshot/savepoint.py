@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
+from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.state import check_retained, provider_of, state_operators
@@ -211,7 +212,9 @@ def create_savepoint(
     final = root.child(name)
     work = root.child(f".{name}{IN_PROGRESS}") if final.is_local else final
     try:
-        for f in files:
+        for i, f in enumerate(files):
+            if i == len(files) // 2:
+                maybe_kill(FaultPoint.IN_SAVEPOINT, batch)
             try:
                 copied = source.child(f.path).copy_to(work.child(CHECKPOINT, f.path))
             except FileNotFoundError as e:
@@ -229,7 +232,7 @@ def create_savepoint(
             query_name=record.query_name if record is not None else None,
             checkpoint=location,
             source_offsets=list(plan.sources),
-            sink=_sink_of(record, query_id, table),
+            sink=_sink_of(record, query_id, qualify(table) if table else None),
             provider=provider or _provider_guess(state),
             state_version=batch + 1 if operators else None,
             operators=operators,

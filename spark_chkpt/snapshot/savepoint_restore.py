@@ -102,6 +102,7 @@ def restore_savepoint(
     target: DeltaTarget | None = None
     if mode == "rewind":
         target = _rewind_target(point, table, storage_options)
+        _check_table(point, target)
         query_id = manifest.query_id
     else:
         if table is not None and sink is not None and _same(table, sink.target):
@@ -214,7 +215,7 @@ def _rewind_target(
     if uri is None:
         raise SavepointError(
             f"savepoint {manifest.savepoint_id} does not name the sink's table (its snapshot "
-            "record was not kept): give --table, the chkpt-delta table to roll back"
+            "record does not name it): give --table, the chkpt-delta table to roll back"
         )
     if table is not None and sink is not None and sink.target and not _same(table, sink.target):
         raise SavepointError(
@@ -224,10 +225,22 @@ def _rewind_target(
     return DeltaTarget(uri=qualify(uri), storage_options=storage_options)
 
 
-def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) -> RestoreResult:
-    """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)``."""
-    from deltalake import CommitProperties, Transaction
+@dataclass(frozen=True)
+class _TableState:
+    """What a rewind found in the table: snapshot N's version, the newest version, the
+    app's txn, and how many commits without any txn came after N."""
 
+    table: Any
+    app_id: str
+    snapshot_version: int
+    current: int
+    done: int
+    plain: int
+
+
+def _check_table(point: Savepoint, target: DeltaTarget) -> _TableState:
+    """Step 2 of a rewind (again at step 4): the table holds snapshot N's commit and no
+    other query committed after it."""
     manifest = point.manifest
     batch = manifest.batch_id
     app_id = manifest.sink.app_id if manifest.sink is not None else manifest.query_id
@@ -243,8 +256,6 @@ def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) 
             "table this savepoint's query wrote, or its history was cleaned up"
         )
     current = int(table.version())
-    if done == batch:  # nothing of this app after N (a stop with savepoint): keep the table
-        return replace(result, rolled_back_from=current)
     others, plain = _commits_after(target, commit.version, current, app_id)
     if others:
         raise SavepointError(
@@ -253,45 +264,66 @@ def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) 
             "would lose their batches. Rewind is for a table one query writes; restore "
             "with --mode fork instead."
         )
+    return _TableState(
+        table=table,
+        app_id=app_id,
+        snapshot_version=commit.version,
+        current=current,
+        done=done,
+        plain=plain,
+    )
+
+
+def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) -> RestoreResult:
+    """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)``."""
+    from deltalake import CommitProperties, Transaction
+
+    manifest = point.manifest
+    batch = manifest.batch_id
+    state = _check_table(point, target)
+    if state.done == batch:  # nothing of this app after N (a stop with savepoint): keep it
+        return replace(result, rolled_back_from=state.current)
     record = manifest.snapshot_record()
     metadata: dict[str, Any] = {
         "chkpt.batchId": batch,
         REWIND_KEY: json.dumps(
-            {"savepoint": manifest.savepoint_id, "batch_id": batch, "from_version": current}
+            {"savepoint": manifest.savepoint_id, "batch_id": batch, "from_version": state.current}
         ),
     }
     if record is not None:
-        metadata[SNAPSHOT_KEY] = replace(record, table_version=commit.version).to_json()
+        metadata[SNAPSHOT_KEY] = replace(record, table_version=state.snapshot_version).to_json()
     try:
-        table.restore(
-            commit.version,
+        state.table.restore(
+            state.snapshot_version,
             commit_properties=CommitProperties(
                 custom_metadata=metadata,
                 app_transactions=[
-                    Transaction(app_id=app_id, version=batch, last_updated=int(time.time() * 1000))
+                    Transaction(
+                        app_id=state.app_id, version=batch, last_updated=int(time.time() * 1000)
+                    )
                 ],
             ),
         )
     except Exception as e:
         raise SavepointError(
-            f"could not restore {target.uri} to Delta version {commit.version} (snapshot "
-            f"{batch}): {e}. The new checkpoint {result.checkpoint_location} is written; run "
-            "the same restore again once the table can be restored (files removed by VACUUM "
-            "cannot come back)."
+            f"could not restore {target.uri} to Delta version {state.snapshot_version} "
+            f"(snapshot {batch}): {e}. The new checkpoint {result.checkpoint_location} is "
+            "written; run the same restore again once the table can be restored (files "
+            "removed by VACUUM cannot come back)."
         ) from e
     after = target.open()
-    if plain:
+    if state.plain:
         log.warning(
             "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id",
             target.uri,
             batch,
-            plain,
+            state.plain,
         )
     return replace(
         result,
-        rolled_back_from=current,
+        rolled_back_from=state.current,
         restore_version=int(after.version()) if after is not None else None,
-        others_rolled_back=plain,
+        others_rolled_back=state.plain,
     )
 
 
