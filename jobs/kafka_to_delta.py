@@ -267,14 +267,17 @@ def run_until_done(
     """Wait for the query; 0 when it ended cleanly, 1 (logged) when it failed. With
     ``checkpoint_location``, ``spark-chkpt savepoint stop`` can stop it with a savepoint
     (``table``: the sink's table, named in the savepoint's manifest)."""
+    watcher = None
     if checkpoint_location:
         from spark_chkpt.snapshot.savepoint_stop import StopRequests
 
-        StopRequests(query, checkpoint_location=checkpoint_location, table=table).start()
+        watcher = StopRequests(query, checkpoint_location=checkpoint_location, table=table).start()
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
+    if watcher is not None:
+        watcher.join()
     error = query.exception()
     if error is not None:
         log.error("query failed: %s", error)

@@ -11,6 +11,9 @@ spark-chkpt demo [...]                                          run the demo pip
 spark-chkpt bench [...]                                         run the benchmark
 """
 
+# Longer than 400 lines: one small function per command (parsing, then printing what a
+# library call returns); the work itself is in the modules each one imports.
+
 from __future__ import annotations
 
 import argparse

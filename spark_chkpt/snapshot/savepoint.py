@@ -32,7 +32,9 @@ reaches it. A snapshot can be savepointed after the fact while Spark still holds
 ``commits/N`` and state (about the last ``minBatchesToRetain`` batches).
 
 Restore is in :mod:`spark_chkpt.snapshot.savepoint_restore`; stop with savepoint in
-:mod:`spark_chkpt.snapshot.savepoint_stop`.
+:mod:`spark_chkpt.snapshot.savepoint_stop`; which state files load a version in
+:mod:`spark_chkpt.snapshot.state_files`. (A little over 400 lines: the manifest's
+dataclasses and the create / list / verify functions that write and read them.)
 """
 
 from __future__ import annotations

@@ -116,6 +116,11 @@ class StopRequests:
         self._thread.start()
         return self
 
+    def join(self, timeout_s: float = 900.0) -> None:
+        """Wait for the watcher once the query has ended: a savepoint it is writing
+        (after stopping the query) must be finished before the program exits."""
+        self._thread.join(timeout_s)
+
     def _run(self) -> None:
         request_path = self.root.child(*REQUEST_FILE.split("/"))
         while self.query.isActive:
