@@ -235,7 +235,7 @@ def create_savepoint(
             checkpoint=location,
             source_offsets=list(plan.sources),
             sink=_sink_of(record, query_id, qualify(table) if table else None),
-            provider=provider or _provider_guess(state),
+            provider=(provider or _provider_guess(state)) if operators else None,
             state_version=batch + 1 if operators else None,
             operators=operators,
             files=sorted(files, key=lambda f: f.path),

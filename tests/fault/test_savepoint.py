@@ -15,12 +15,13 @@ outside the repository, and the tables are read back with ``deltalake``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,18 @@ from tests.helpers import user_env
 pytestmark = pytest.mark.fault
 
 CLI = str(Path(sys.executable).with_name("spark-chkpt"))
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left_running() -> Iterator[None]:
+    """A failed test must not leave its background job (and its JVM) running."""
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def job(
@@ -76,15 +89,18 @@ def job(
 
 
 def start(command: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=user_env(**env),
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    _STARTED.append(
+        process := subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=user_env(**env),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     )
+    return process
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 420) -> None:
@@ -277,14 +293,14 @@ def test_page_view_counts_fork_and_rewind_from_a_savepoint(
 def test_stop_with_savepoint_loses_nothing(
     tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
 ) -> None:
-    events, per_batch = 3000, 500
+    events, per_batch = 3000, 300  # 10 batches, one each 3 s: the stop comes midway
     topic = make_topic(partitions=3)
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=events)
     work = tmp_path / "shell"
     work.mkdir()
     running = start(
         job("kafka_to_delta", tmp_path, bootstrap_servers, topic, per_batch=per_batch,
-            trigger="processingTime=2 seconds"),
+            trigger="processingTime=3 seconds"),
         tmp_path,
     )  # fmt: skip
     wait_for(tmp_path / "chk" / "commits" / "1", running)
