@@ -176,7 +176,15 @@ class DeltaUpsert:
                 if table is not None:
                     self.merger.check_schema(table, schema)
                 if done is not None and done >= batch_id:
-                    return self._replayed(snapshots, table, batch_id, done, plan.sources, started)
+                    record = self._replayed(snapshots, table, batch_id, done, plan.sources, started)
+                    if staged is None:
+                        # The output is discarded, but a stateful query's plan must still
+                        # run on every partition: its tasks commit the state store version
+                        # of this batch (Spark 4.2 fails the batch otherwise, with
+                        # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would
+                        # have no state to start from).
+                        batch_df.write.format("noop").mode("overwrite").save()
+                    return record
                 # Step 4
                 if staged is None or staged.create != (table is None):
                     if staged is not None:  # another writer created the table meanwhile
