@@ -218,5 +218,5 @@ def test_state_at_a_snapshot_equals_the_counts_of_its_offsets(
     )
     assert shown.returncode == 0, shown.stderr[-3000:]
     rows = json.loads(shown.stdout)["rows"]
-    state = {r["key"]["app"]: r["value"]["count"] for r in rows}
+    state = {r["app"]: r["count"] for r in rows}
     assert state == counts_below(ends) and sum(state.values()) == 3 * PER_BATCH
