@@ -19,7 +19,10 @@ The protocol of one call (``# Step N`` in the body):
    named as such).
 3. **idempotency**: ``txn(appId) >= N`` means an earlier attempt committed the batch: if
    that commit's source offsets are ``offsets/N`` (:mod:`spark_chkpt.snapshot.replay`),
-   nothing is written and the snapshot store is repaired from the commit's record.
+   nothing is written and the snapshot store is repaired from the commit's record. The
+   plan still runs (into Spark's ``noop`` sink): a stateful query's tasks must commit
+   the batch's state version, or Spark fails the batch
+   (``STATE_STORE_COMMIT_VALIDATION_FAILED``) and the next one has no state to load.
 4. **stage (executors)**: this app's staged files of earlier attempts are deleted; then
    ``batch_df.mapInArrow`` streams each task's rows into Parquet files under
    ``<table>/_chkpt_staging/`` (names tagged with the app, see
