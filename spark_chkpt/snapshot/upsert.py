@@ -47,6 +47,9 @@ ahead. delta-rs itself hashes the whole source (the batch's rows, in Arrow) as t
 build side and streams the table's files past it, rewriting those that hold matched keys,
 so the driver needs memory for one batch of the aggregate's output (the changed keys),
 never for the table. Keys must be unique within a batch (an aggregate's are).
+
+(Over 400 lines: the six steps, their retries and their error messages are one protocol
+and stay readable top to bottom; staging and the MERGE already live in their own modules.)
 """
 
 from __future__ import annotations
