@@ -19,7 +19,10 @@ The protocol of one call (``# Step N`` in the body):
    named as such).
 3. **idempotency**: ``txn(appId) >= N`` means an earlier attempt committed the batch: if
    that commit's source offsets are ``offsets/N`` (:mod:`spark_chkpt.snapshot.replay`),
-   nothing is written and the snapshot store is repaired from the commit's record.
+   nothing is written and the snapshot store is repaired from the commit's record. The
+   plan still runs (into Spark's ``noop`` sink): a stateful query's tasks must commit
+   the batch's state version, or Spark fails the batch
+   (``STATE_STORE_COMMIT_VALIDATION_FAILED``) and the next one has no state to load.
 4. **stage (executors)**: this app's staged files of earlier attempts are deleted; then
    ``batch_df.mapInArrow`` streams each task's rows into Parquet files under
    ``<table>/_chkpt_staging/`` (names tagged with the app, see
@@ -44,6 +47,9 @@ ahead. delta-rs itself hashes the whole source (the batch's rows, in Arrow) as t
 build side and streams the table's files past it, rewriting those that hold matched keys,
 so the driver needs memory for one batch of the aggregate's output (the changed keys),
 never for the table. Keys must be unique within a batch (an aggregate's are).
+
+(Over 400 lines: the six steps, their retries and their error messages are one protocol
+and stay readable top to bottom; staging and the MERGE already live in their own modules.)
 """
 
 from __future__ import annotations
@@ -176,7 +182,15 @@ class DeltaUpsert:
                 if table is not None:
                     self.merger.check_schema(table, schema)
                 if done is not None and done >= batch_id:
-                    return self._replayed(snapshots, table, batch_id, done, plan.sources, started)
+                    record = self._replayed(snapshots, table, batch_id, done, plan.sources, started)
+                    if staged is None:
+                        # The output is discarded, but a stateful query's plan must still
+                        # run on every partition: its tasks commit the state store version
+                        # of this batch (Spark 4.2 fails the batch otherwise, with
+                        # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would
+                        # have no state to start from).
+                        batch_df.write.format("noop").mode("overwrite").save()
+                    return record
                 # Step 4
                 if staged is None or staged.create != (table is None):
                     if staged is not None:  # another writer created the table meanwhile

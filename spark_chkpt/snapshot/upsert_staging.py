@@ -76,8 +76,9 @@ class StagingTask:
                     deleted = pc.fill_null(batch.column(index), False)
                     batch = batch.filter(pc.invert(deleted)).remove_column(index)
                 stager.add(batch)
-                if task == 0 and batch.num_rows:  # fault tests: killed while staging
-                    maybe_fail(FaultPoint.IN_WRITE, self.batch_id)
+                if batch.num_rows:  # fault tests: task 0 fails, or the driver is killed
+                    if task == 0:  # while a task with rows stages (state half written)
+                        maybe_fail(FaultPoint.IN_WRITE, self.batch_id)
                     maybe_kill(FaultPoint.IN_WRITE, self.batch_id)
             staged = stager.finish()
         except BaseException:
