@@ -1,4 +1,5 @@
-"""Benchmark: chkpt-kafka → chkpt-delta against the raw client, in one run on one data set.
+"""Benchmark: chkpt-kafka → chkpt-delta against the raw client and against the ceiling of
+Spark's Python DataSource path, in one run on one data set.
 
     make bench                     # or: spark-chkpt bench [--records N] [--partitions P]
 
@@ -10,13 +11,21 @@ On the embedded broker, with the same records (page-view JSON, about 200 bytes):
 (c) the same with ``alignment=none`` and the snapshot store off (``retainedSnapshots=0``):
     what the snapshot machinery costs on top;
 (e) (b) with the executor prefetch buffer off (``prefetchRecords=0``): what it saves;
-(d) ``deltalake.write_deltalake`` of (b)'s rows alone (what delta-rs costs).
+(f) the ceiling: the same job over a synthetic source of the same schema that yields the
+    same records from pre-built Arrow files (no Kafka), into ``chkpt-delta``;
+(g) (f) into ``noop``: Spark's Python path alone;
+(d) ``deltalake.write_deltalake`` of (b)'s rows alone (what delta-rs costs);
+cold: (b) and (f) as the first query of a fresh Spark session, each in a new process;
+k2k: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers, per sink client, and the aligned
+    downstream read that must count every record once;
+latency: the job with ``processingTime=0`` while records arrive at 5,000 and 20,000/s,
+    from a record's produce time to its Delta commit, p50 and p99.
 
-(b), (c) and (e) alternate ``--repeat`` times (default 3, the order rotating each round)
-after a warm-up query on the same data; the fastest run of each counts. It prints
-records/s of each, the ratios (b)/(a), (b)/(c) and (b)/(e), the driver's commit latency
-p50/p99 per batch (from the snapshot records in the Delta commits), and the peak
-resident memory of Spark's Python workers. Quote the ratios: the machine is shared.
+(b), (c), (e), (f) and (g) alternate ``--repeat`` times (default 3, the order rotating
+each round) after warm-up queries on the same data; the fastest run of each counts. It
+prints records/s of each, the ratios the targets are set on, the driver's commit latency
+p50/p99 per batch (from the snapshot records in the Delta commits), and the peak resident
+memory of Spark's Python workers. Quote the ratios: the machine is shared.
 """
 
 from __future__ import annotations
@@ -27,24 +36,13 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from spark_chkpt.bench.result import Result
 
-@dataclass
-class Result:
-    records: int
-    partitions: int
-    per_trigger: int
-    client: str = "kafka-python"
-    seconds: dict[str, float] = field(default_factory=dict)
-    rate: dict[str, float] = field(default_factory=dict)
-    ratios: dict[str, float] = field(default_factory=dict)
-    commit_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    batches: dict[str, int] = field(default_factory=dict)
-    worker_peak_rss_mb: float | None = None
-    breakdown_ms: dict[str, dict[str, int]] = field(default_factory=dict)
+TOPIC = "bench"
 
 
 def _drain_raw(servers: str, topic: str, ends: dict[Any, int], client: str) -> int:
@@ -121,43 +119,43 @@ def _commit_latencies(table: Path) -> tuple[list[float], int]:
     return latencies, len(latencies)
 
 
-def _pipeline(
-    spark: Any,
-    servers: str,
-    topic: str,
-    workdir: Path,
-    name: str,
-    per_trigger: int,
-    extra: dict[str, str],
-) -> tuple[float, dict[str, int]]:
-    """Run one availableNow query; its wall time and Spark's per-phase totals (ms)."""
-    from spark_chkpt.jobs.kafka_to_delta import start
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+def _sink_clients() -> list[str]:
+    """The sink clients this installation has: kafka-python, and confluent when installed."""
+    import importlib.util
 
-    settings = {
-        "source.kafka.bootstrap.servers": servers,
-        "source.subscribe": topic,
-        "source.startingOffsets": "earliest",
-        "source.maxOffsetsPerTrigger": str(per_trigger),
-        "sink.path": str(workdir / name),
-        "sink.checkpointLocation": str(workdir / f"chk-{name}"),
-        "job.schema": PAGE_VIEW_SCHEMA_DDL,
-        "job.trigger": "availableNow",
-        "job.queryName": f"bench_{name}",
-        **extra,
-    }
-    started = time.monotonic()
-    query = start(spark, settings)
-    query.awaitTermination()
-    elapsed = time.monotonic() - started
-    if query.exception() is not None:
-        raise RuntimeError(f"bench pipeline {name} failed: {query.exception()}")
-    totals: dict[str, int] = {}
-    for progress in query.recentProgress:
-        for phase, ms in (progress["durationMs"] or {}).items():
-            totals[phase] = totals.get(phase, 0) + int(ms)
-    totals["outside_triggers"] = round(elapsed * 1000) - totals.get("triggerExecution", 0)
-    return elapsed, totals
+    clients = ["kafka-python"]
+    if importlib.util.find_spec("confluent_kafka") is not None:
+        clients.append("confluent")
+    return clients
+
+
+def _prepare(*, servers: str, records: int, partitions: int, client: str, result: Result) -> None:
+    """Create and fill the topic, then drain it with the raw client(s): (a) and (a')."""
+    from spark_chkpt.kafka.offset_reader import OffsetReader
+    from spark_chkpt.kafka.source_options import SourceConfig
+    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.local.generator import produce_page_views
+
+    create_topic(bootstrap_servers=servers, name=TOPIC, partitions=partitions)
+    produce_page_views(
+        bootstrap_servers=servers, topic=TOPIC, first=0, count=records, spread_over=partitions
+    )
+    reader = OffsetReader(
+        config=SourceConfig.from_options({"kafka.bootstrap.servers": servers, "subscribe": TOPIC}),
+        client_id="bench",
+    )
+    ends = reader.latest(reader.partitions())
+    reader.close()
+    print(f"[bench] {records} records over {partitions} partitions on {servers}", flush=True)
+    raw = {"a_raw_consumer": client}
+    if client != "kafka-python":
+        raw["a_raw_kafka_python"] = "kafka-python"
+    for key, raw_client in raw.items():
+        started = time.monotonic()
+        drained = _drain_raw(servers, TOPIC, ends, raw_client)
+        result.seconds[key] = time.monotonic() - started
+        if drained != records:
+            raise RuntimeError(f"raw {raw_client} consumer read {drained} of {records}")
 
 
 def run(
@@ -168,83 +166,131 @@ def run(
     workdir: Path,
     repeat: int = 3,
     client: str = "kafka-python",
+    latency_rates: Sequence[int] = (5_000, 20_000),
+    latency_seconds: float = 20.0,
+    cold: bool = True,
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_chkpt.kafka.offset_reader import OffsetReader
-    from spark_chkpt.kafka.source_options import SourceConfig
-    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.bench import cold as cold_runs
+    from spark_chkpt.bench import kafka_to_kafka, latency
+    from spark_chkpt.bench.query import bench_session, run_query
+    from spark_chkpt.bench.synthetic import FORMAT, write_partitions
     from spark_chkpt.local.broker import EmbeddedBroker
-    from spark_chkpt.local.generator import produce_page_views
-    from spark_chkpt.session import build_session
-    from spark_chkpt.snapshot.metrics import percentile
 
     result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
+    synthetic = workdir / "synthetic"
     with EmbeddedBroker() as broker:
         servers = broker.bootstrap_servers
-        create_topic(bootstrap_servers=servers, name="bench", partitions=partitions)
-        produce_page_views(
-            bootstrap_servers=servers, topic="bench", first=0, count=records, spread_over=partitions
+        _prepare(
+            servers=servers, records=records, partitions=partitions, client=client, result=result
         )
-        reader = OffsetReader(
-            config=SourceConfig.from_options(
-                {"kafka.bootstrap.servers": servers, "subscribe": "bench"}
-            ),
-            client_id="bench",
-        )
-        ends = reader.latest(reader.partitions())
-        reader.close()
-        print(f"[bench] {records} records over {partitions} partitions on {servers}", flush=True)
+        write_partitions(folder=synthetic, topic=TOPIC, records=records, partitions=partitions)
+        kafka_settings = {
+            "source.kafka.bootstrap.servers": servers,
+            "source.subscribe": TOPIC,
+            "source.startingOffsets": "earliest",
+            "source.maxOffsetsPerTrigger": str(per_trigger),
+            "source.kafka.client": client,
+        }
+        ceiling_settings = {
+            "source.path": str(synthetic),
+            "source.maxOffsetsPerTrigger": str(per_trigger),
+        }
+        if cold:
+            # Each in a new process, before this one starts a JVM: nothing is warm.
+            for key, source_format, settings in (
+                ("b_exactly_once", "chkpt-kafka", kafka_settings),
+                ("f_ceiling_delta", FORMAT, ceiling_settings),
+            ):
+                print(f"[bench] cold {key}", flush=True)
+                result.cold[key] = cold_runs.measure(
+                    source_format=source_format,
+                    settings=settings,
+                    workdir=workdir,
+                    name=f"cold-{key[0]}",
+                    partitions=partitions,
+                )
 
-        raw = {"a_raw_consumer": client}
-        if client != "kafka-python":
-            raw["a_raw_kafka_python"] = "kafka-python"
-        for key, raw_client in raw.items():
-            started = time.monotonic()
-            drained = _drain_raw(servers, "bench", ends, raw_client)
-            result.seconds[key] = time.monotonic() - started
-            if drained != records:
-                raise RuntimeError(f"raw {raw_client} consumer read {drained} of {records}")
-
-        spark = build_session(
-            app_name="spark-chkpt-bench",
-            master="local[*]",
-            conf={
-                "spark.sql.shuffle.partitions": str(partitions),
-                "spark.ui.showConsoleProgress": "false",
-                "spark.python.worker.reuse": "true",
-            },
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = bench_session(partitions=partitions)
         # Warm-up on the same data: JVM start, the JIT (the C2 compiler alone took about 5
         # CPU-seconds during a cold 300k run), Python workers and imports, so that no
         # measured run pays for them and the figures are a long-running job's.
-        chosen = {"source.kafka.client": client}
-        _pipeline(spark, servers, "bench", workdir, "warmup", per_trigger, chosen)
-        # (c), (e) and (b) alternate, each `repeat` times on fresh tables; the fastest counts.
-        variants = {
+        run_query(spark=spark, settings=kafka_settings, workdir=workdir, name="warmup")
+        run_query(
+            spark=spark,
+            settings=ceiling_settings,
+            workdir=workdir,
+            name="warmup-f",
+            source_format=FORMAT,
+        )
+        variants: dict[str, tuple[str, dict[str, str], str, str]] = {
             "c_no_snapshots": (
                 "c",
-                {**chosen, "source.alignment": "none", "sink.retainedSnapshots": "0"},
+                {
+                    **kafka_settings,
+                    "source.alignment": "none",
+                    "sink.retainedSnapshots": "0",
+                },
+                "chkpt-kafka",
+                "chkpt-delta",
             ),
-            "e_no_prefetch": ("e", {**chosen, "source.prefetchRecords": "0"}),
-            "b_exactly_once": ("b", chosen),
+            "e_no_prefetch": (
+                "e",
+                {**kafka_settings, "source.prefetchRecords": "0"},
+                "chkpt-kafka",
+                "chkpt-delta",
+            ),
+            "f_ceiling_delta": ("f", ceiling_settings, FORMAT, "chkpt-delta"),
+            "g_ceiling_noop": ("g", ceiling_settings, FORMAT, "noop"),
+            "b_exactly_once": ("b", kafka_settings, "chkpt-kafka", "chkpt-delta"),
         }
         keys = list(variants)
         for round_no in range(repeat):
-            # Rotate the order each round: with --repeat 3 each variant runs once in each
-            # position, so no variant always runs first after the previous round.
+            # Rotate the order each round, so no variant always runs first.
             shift = round_no % len(keys)
             for key in keys[shift:] + keys[:shift]:
-                name, extra = variants[key]
-                table = name if round_no == 0 else f"{name}{round_no}"
-                seconds, phases = _pipeline(
-                    spark, servers, "bench", workdir, table, per_trigger, extra
+                name, settings, source_format, sink_format = variants[key]
+                print(f"[bench] round {round_no + 1}/{repeat}: {key}", flush=True)
+                seconds, phases = run_query(
+                    spark=spark,
+                    settings=settings,
+                    workdir=workdir,
+                    name=name if round_no == 0 else f"{name}{round_no}",
+                    source_format=source_format,
+                    sink_format=sink_format,
                 )
                 if key not in result.seconds or seconds < result.seconds[key]:
                     result.seconds[key] = seconds
                     result.breakdown_ms[key] = phases
         result.worker_peak_rss_mb = _worker_peak_rss_mb()
+        for sink_client in _sink_clients():
+            print(f"[bench] Kafka -> Kafka, sink client {sink_client}", flush=True)
+            k2k = kafka_to_kafka.run(
+                spark=spark,
+                servers=servers,
+                topic=TOPIC,
+                records=records,
+                partitions=partitions,
+                per_trigger=per_trigger,
+                workdir=workdir,
+                name=f"k2k-{sink_client}",
+                source_client=client,
+                sink_client=sink_client,
+            )
+            result.kafka_to_kafka.append(asdict(k2k))
+        for rate in latency_rates:
+            print(f"[bench] latency at {rate} records/s for {latency_seconds} s", flush=True)
+            measured = latency.measure(
+                spark=spark,
+                servers=servers,
+                workdir=workdir,
+                rate=rate,
+                seconds=latency_seconds,
+                partitions=partitions,
+                client=client,
+            )
+            result.latency.append(asdict(measured))
         spark.stop()
 
     rows = DeltaTable(str(workdir / "b")).to_pyarrow_table()
@@ -253,23 +299,33 @@ def run(
     started = time.monotonic()
     write_deltalake(str(workdir / "d"), rows)
     result.seconds["d_write_deltalake"] = time.monotonic() - started
+    _derive(result, workdir)
+    return result
+
+
+def _ratio(result: Result, numerator: str, denominator: str) -> float:
+    """How fast ``numerator`` ran against ``denominator`` (records/s over records/s)."""
+    return round(result.seconds[denominator] / result.seconds[numerator], 3)
+
+
+def _derive(result: Result, workdir: Path) -> None:
+    from spark_chkpt.snapshot.metrics import percentile
 
     for name, seconds in result.seconds.items():
-        result.rate[name] = round(records / seconds)
-    result.ratios["b/a"] = round(
-        result.seconds["a_raw_consumer"] / result.seconds["b_exactly_once"], 3
-    )
+        result.rate[name] = round(result.records / seconds)
+    result.ratios["b/a"] = _ratio(result, "b_exactly_once", "a_raw_consumer")
     if "a_raw_kafka_python" in result.seconds:
-        result.ratios["b/a_kafka_python"] = round(
-            result.seconds["a_raw_kafka_python"] / result.seconds["b_exactly_once"], 3
-        )
-    result.ratios["b/c"] = round(
-        result.seconds["c_no_snapshots"] / result.seconds["b_exactly_once"], 3
-    )
+        result.ratios["b/a_kafka_python"] = _ratio(result, "b_exactly_once", "a_raw_kafka_python")
+    result.ratios["b/c"] = _ratio(result, "b_exactly_once", "c_no_snapshots")
     result.ratios["snapshot_overhead"] = round(1 - result.ratios["b/c"], 3)
-    result.ratios["b/e"] = round(
-        result.seconds["e_no_prefetch"] / result.seconds["b_exactly_once"], 3
-    )
+    result.ratios["b/e"] = _ratio(result, "b_exactly_once", "e_no_prefetch")
+    result.ratios["b/f"] = _ratio(result, "b_exactly_once", "f_ceiling_delta")
+    result.ratios["f/g"] = _ratio(result, "f_ceiling_delta", "g_ceiling_noop")
+    if "b_exactly_once" in result.cold and "f_ceiling_delta" in result.cold:
+        result.ratios["cold b/f"] = round(
+            result.cold["f_ceiling_delta"]["seconds"] / result.cold["b_exactly_once"]["seconds"],
+            3,
+        )
     for name in ("b", "c"):
         latencies, batches = _commit_latencies(workdir / name)
         result.batches[name] = batches
@@ -277,50 +333,6 @@ def run(
             "p50": percentile(latencies, 50),
             "p99": percentile(latencies, 99),
         }
-    return result
-
-
-def report(result: Result) -> str:
-    names = {
-        "a_raw_consumer": f"(a) raw {result.client} consumer",
-        "b_exactly_once": "(b) chkpt-kafka -> chkpt-delta, exactly once",
-        "c_no_snapshots": "(c) same, alignment=none, no snapshot store",
-        "e_no_prefetch": "(e) (b) with prefetchRecords=0",
-        "d_write_deltalake": "(d) write_deltalake of the same rows",
-    }
-    lines = [f"{'run':<48}{'seconds':>9}{'records/s':>12}"]
-    if "a_raw_kafka_python" in result.seconds:
-        names = {"a_raw_kafka_python": "(a') raw kafka-python consumer", **names}
-    for key, label in names.items():
-        lines.append(f"{label:<48}{result.seconds[key]:>9.2f}{result.rate[key]:>12,}")
-    lines.append(
-        f"ratio (b)/(a) = {result.ratios['b/a']:.2f}   "
-        f"ratio (b)/(c) = {result.ratios['b/c']:.2f}   "
-        f"snapshot overhead 1-(b)/(c) = {result.ratios['snapshot_overhead']:.1%}   "
-        f"prefetch gain (b)/(e) = {result.ratios['b/e']:.2f}"
-    )
-    if "b/a_kafka_python" in result.ratios:
-        lines.append(f"ratio (b)/(a') = {result.ratios['b/a_kafka_python']:.2f}")
-    for name in ("b", "c"):
-        ms = result.commit_ms[name]
-        lines.append(
-            f"driver commit latency ({name}, {result.batches[name]} batches): "
-            f"p50 {ms['p50']} ms, p99 {ms['p99']} ms"
-        )
-    for key in ("b_exactly_once", "c_no_snapshots"):
-        phases = result.breakdown_ms.get(key, {})
-        shown = ", ".join(
-            f"{k} {v}"
-            for k, v in sorted(phases.items())
-            if k in ("latestOffset", "addBatch", "walCommit", "commitOffsets", "outside_triggers")
-        )
-        lines.append(f"Spark phases of ({key[0]}), ms over all batches: {shown}")
-    lines.append(
-        f"peak RSS of a Python worker: {result.worker_peak_rss_mb:.0f} MB"
-        if result.worker_peak_rss_mb
-        else "peak RSS of Python workers: not found"
-    )
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -338,7 +350,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--repeat",
         type=int,
         default=3,
-        help="runs of (b) and (c), alternating; the fastest of each counts",
+        help="runs of (b), (c), (e), (f) and (g), alternating; the fastest of each counts",
+    )
+    parser.add_argument(
+        "--latency-rates",
+        default="5000,20000",
+        help="input rates (records/s) of the latency runs, comma-separated; empty: none",
+    )
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--no-cold", action="store_true", help="skip the cold runs (two fresh processes)"
     )
     parser.add_argument(
         "--client",
@@ -357,7 +378,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir=workdir,
         repeat=args.repeat,
         client=args.client,
+        latency_rates=[int(r) for r in args.latency_rates.split(",") if r.strip()],
+        latency_seconds=args.latency_seconds,
+        cold=not args.no_cold,
     )
+    from spark_chkpt.bench.report import report
+
     print(report(result), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(result), indent=2))

@@ -109,8 +109,12 @@ def _section(settings: Mapping[str, str], prefix: str) -> dict[str, str]:
     return {k[len(prefix) :]: v for k, v in settings.items() if k.startswith(prefix)}
 
 
-def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataFrame:
-    """The chkpt-kafka stream with the JSON value parsed into the schema's columns."""
+def build_query_input(
+    spark: SparkSession, settings: Mapping[str, str], *, source_format: str = "chkpt-kafka"
+) -> DataFrame:
+    """The chkpt-kafka stream with the JSON value parsed into the schema's columns.
+
+    ``source_format``: another source of the same schema (the benchmark's ceiling)."""
     from pyspark.sql import functions as F
 
     from spark_chkpt.errors import ConfigError
@@ -130,7 +134,7 @@ def build_query_input(spark: SparkSession, settings: Mapping[str, str]) -> DataF
             None,
             "required with job.badRecords=deadLetter: the Delta table malformed records go to",
         )
-    reader = spark.readStream.format("chkpt-kafka")
+    reader = spark.readStream.format(source_format)
     for key, value in _section(settings, "source.").items():
         reader = reader.option(key, value)
     raw = reader.load()
@@ -230,9 +234,18 @@ def with_trigger(writer: DataStreamWriter, settings: Mapping[str, str]) -> DataS
     )
 
 
-def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
+def start(
+    spark: SparkSession,
+    settings: Mapping[str, str],
+    *,
+    source_format: str = "chkpt-kafka",
+    sink_format: str = "chkpt-delta",
+) -> StreamingQuery:
+    """Start the job's query. The benchmark swaps in another source of the same schema
+    (``source_format``) or sink (``sink_format``, for example ``noop``)."""
     job = _section(settings, "job.")
-    writer = build_query_input(spark, settings).writeStream.format("chkpt-delta")
+    query_input = build_query_input(spark, settings, source_format=source_format)
+    writer = query_input.writeStream.format(sink_format)
     for key, value in _section(settings, "sink.").items():
         writer = writer.option(key, value)
     writer = writer.queryName(job.get("queryName", "kafka_to_delta"))

@@ -1,0 +1,189 @@
+"""Latency at a steady input rate: from a record's produce time to its Delta commit.
+
+A producer thread sends page views at ``rate`` records/s for ``seconds`` while the Kafka →
+Delta job runs with ``processingTime=0`` (a new batch as soon as the last one is done).
+A record's latency is the time its Delta commit became visible (the modification time of
+the commit's ``_delta_log`` file) minus its Kafka timestamp (``CreateTime``, set by the
+producing client when it sends), read back from the table's ``kafka_timestamp`` column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Latency:
+    rate: int
+    seconds: float
+    records: int
+    produced_rate: float
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    batches: int
+
+
+def _paced_producer(
+    servers: str, topic: str, rate: int, seconds: float, stop: threading.Event
+) -> tuple[int, float]:
+    """Send ``rate`` records/s in 10 ms steps; the count sent and the time it took."""
+    from spark_chkpt.local.generator import PageViews
+
+    total = int(rate * seconds)
+    pairs = list(PageViews(seed=7).events(0, total))
+    try:
+        import confluent_kafka
+
+        producer: Any = confluent_kafka.Producer(
+            {"bootstrap.servers": servers, "linger.ms": 1, "acks": "all"}
+        )
+
+        def send(key: bytes, value: bytes) -> None:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key)
+                    return
+                except BufferError:
+                    producer.poll(0.01)
+
+        def flush() -> None:
+            producer.poll(0)
+
+        def close() -> None:
+            producer.flush(30)
+
+    except ImportError:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=servers.split(","), linger_ms=1, acks="all")
+
+        def send(key: bytes, value: bytes) -> None:
+            producer.send(topic, value=value, key=key)
+
+        def flush() -> None:
+            pass
+
+        def close() -> None:
+            producer.flush()
+            producer.close()
+
+    step_s = 0.01
+    started = time.monotonic()
+    sent = 0
+    while sent < total and not stop.is_set():
+        due = min(total, int((time.monotonic() - started) * rate) + 1)
+        while sent < due:
+            key, value = pairs[sent]
+            send(key, value)
+            sent += 1
+        flush()
+        time.sleep(step_s)
+    close()
+    return sent, time.monotonic() - started
+
+
+def _rows_committed(table: Path) -> int:
+    """Rows the table's commits added, from the ``numRecords`` of their add actions."""
+    rows = 0
+    for entry in (table / "_delta_log").glob("*.json"):
+        for action in _actions(entry):
+            if "add" in action:
+                rows += json.loads(action["add"]["stats"])["numRecords"]
+    return rows
+
+
+def _actions(entry: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+
+
+def commit_latencies(table: Path) -> tuple[list[float], int]:
+    """Each row's latency in ms (its commit file's mtime minus its ``kafka_timestamp``),
+    and the number of commits that added rows."""
+    import pyarrow.parquet as pq
+
+    log = table / "_delta_log"
+    latencies: list[float] = []
+    commits = 0
+    for entry in sorted(log.glob("*.json")):
+        visible_ms = os.stat(entry).st_mtime_ns / 1e6
+        added = [action["add"]["path"] for action in _actions(entry) if "add" in action]
+        if not added:
+            continue
+        commits += 1
+        for path in added:
+            column = pq.read_table(table / path, columns=["kafka_timestamp"]).column(0)
+            for micros in column.cast("int64").to_pylist():
+                latencies.append(visible_ms - micros / 1000)
+    return latencies, commits
+
+
+def _rounded(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 1)
+
+
+def measure(
+    *,
+    spark: Any,
+    servers: str,
+    workdir: Path,
+    rate: int,
+    seconds: float,
+    partitions: int,
+    client: str,
+) -> Latency:
+    """Run the job at ``rate`` records/s for ``seconds`` and measure each record's latency."""
+    from spark_chkpt.jobs.kafka_to_delta import start
+    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.snapshot.metrics import percentile
+
+    topic = f"latency-{rate}"
+    create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
+    name = f"latency{rate}"
+    settings = {
+        "source.kafka.bootstrap.servers": servers,
+        "source.subscribe": topic,
+        "source.startingOffsets": "earliest",
+        "source.kafka.client": client,
+        "sink.path": str(workdir / name),
+        "sink.checkpointLocation": str(workdir / f"chk-{name}"),
+        "job.schema": PAGE_VIEW_SCHEMA_DDL,
+        "job.trigger": "processingTime=0 seconds",
+        "job.queryName": f"bench_{name}",
+    }
+    query = start(spark, settings)
+    try:
+        deadline = time.monotonic() + 120
+        while not query.recentProgress:  # the first (empty) batch: the query is polling
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise RuntimeError(f"latency query did not start: {query.exception()}")
+            time.sleep(0.2)
+        stop = threading.Event()
+        sent, took = _paced_producer(servers, topic, rate, seconds, stop)
+        deadline = time.monotonic() + 120
+        while _rows_committed(workdir / name) < sent:
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise RuntimeError(f"latency query fell behind or failed: {query.exception()}")
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    latencies, commits = commit_latencies(workdir / name)
+    if len(latencies) != sent:
+        raise RuntimeError(f"latency run at {rate}/s: {len(latencies)} rows of {sent} sent")
+    return Latency(
+        rate=rate,
+        seconds=seconds,
+        records=sent,
+        produced_rate=round(sent / took),
+        p50_ms=_rounded(percentile(latencies, 50)),
+        p99_ms=_rounded(percentile(latencies, 99)),
+        max_ms=round(max(latencies), 1) if latencies else None,
+        batches=commits,
+    )
