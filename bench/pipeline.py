@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -158,6 +160,33 @@ def _prepare(*, servers: str, records: int, partitions: int, client: str, result
             raise RuntimeError(f"raw {raw_client} consumer read {drained} of {records}")
 
 
+def _quix_python(chosen: str | None) -> str | None:
+    """The interpreter that runs bench/quix.py: ``--quix-python``, else this one if it
+    has quixstreams, else none (the comparison is skipped)."""
+    import importlib.util
+
+    if chosen:
+        return chosen
+    return sys.executable if importlib.util.find_spec("quixstreams") is not None else None
+
+
+def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
+    script = Path(__file__).with_name("quix.py")
+    done = subprocess.run(
+        [python, str(script), "--servers", servers, "--topic", TOPIC, "--records", str(records)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"Quix Streams run failed (exit {done.returncode}): {done.stderr[-2000:]}"
+        )
+    measured: dict[str, Any] = json.loads(lines[-1])
+    return measured
+
+
 def run(
     *,
     records: int,
@@ -169,6 +198,7 @@ def run(
     latency_rates: Sequence[int] = (5_000, 20_000),
     latency_seconds: float = 20.0,
     cold: bool = True,
+    quix_python: str | None = None,
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
@@ -279,6 +309,10 @@ def run(
                 sink_client=sink_client,
             )
             result.kafka_to_kafka.append(asdict(k2k))
+        quix = _quix_python(quix_python)
+        if quix is not None:
+            print(f"[bench] Quix Streams exactly-once ({quix})", flush=True)
+            result.quix = _run_quix(quix, servers, records)
         for rate in latency_rates:
             print(f"[bench] latency at {rate} records/s for {latency_seconds} s", flush=True)
             measured = latency.measure(
@@ -326,6 +360,9 @@ def _derive(result: Result, workdir: Path) -> None:
             result.cold["f_ceiling_delta"]["seconds"] / result.cold["b_exactly_once"]["seconds"],
             3,
         )
+    if result.quix and result.kafka_to_kafka:
+        fastest = min(k2k["upstream_s"] for k2k in result.kafka_to_kafka)
+        result.ratios["k2k/quix"] = round(result.quix["seconds"] / fastest, 3)
     for name in ("b", "c"):
         latencies, batches = _commit_latencies(workdir / name)
         result.batches[name] = batches
@@ -359,6 +396,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument(
+        "--quix-python",
+        default=None,
+        help="a Python with quixstreams for the Quix Streams comparison "
+        "(default: this one, if it has quixstreams; else the comparison is skipped)",
+    )
+    parser.add_argument(
         "--no-cold", action="store_true", help="skip the cold runs (two fresh processes)"
     )
     parser.add_argument(
@@ -381,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         latency_rates=[int(r) for r in args.latency_rates.split(",") if r.strip()],
         latency_seconds=args.latency_seconds,
         cold=not args.no_cold,
+        quix_python=args.quix_python,
     )
     from spark_chkpt.bench.report import report
 

@@ -44,6 +44,10 @@ def _rates(result: Result) -> list[str]:
         label = f"    its aligned downstream read ({k2k['downstream_rows']:,} rows)"
         rate = round(result.records / k2k["downstream_s"])
         lines.append(f"{label:<50}{k2k['downstream_s']:>9.2f}{rate:>12,}")
+    if result.quix:
+        label = "Quix Streams exactly-once, json apply -> topic"
+        rate = round(result.records / result.quix["seconds"])
+        lines.append(f"{label:<50}{result.quix['seconds']:>9.2f}{rate:>12,}")
     return lines
 
 
@@ -57,6 +61,10 @@ def report(result: Result) -> str:
     lines.append(f"warm (b)/(a raw kafka-python) = {raw_python}: {_target(raw_python, 1.0)}")
     cold = r.get("cold b/f")
     lines.append(f"cold (b)/(f) = {cold}: {_target(cold, 0.8)}")
+    k2k = r.get("k2k/quix")
+    lines.append(
+        f"Kafka -> Kafka (fastest sink client) / Quix Streams = {k2k}: {_target(k2k, 3.0)}"
+    )
     lines.append(
         f"(b)/(a) = {r['b/a']:.2f}   (f)/(g), chkpt-delta against noop = {r['f/g']:.2f}   "
         f"(b)/(c) = {r['b/c']:.2f} (snapshot overhead {r['snapshot_overhead']:.1%})   "

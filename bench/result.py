@@ -22,3 +22,4 @@ class Result:
     cold: dict[str, dict[str, Any]] = field(default_factory=dict)
     kafka_to_kafka: list[dict[str, Any]] = field(default_factory=list)
     latency: list[dict[str, Any]] = field(default_factory=list)
+    quix: dict[str, Any] = field(default_factory=dict)
