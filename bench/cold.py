@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     spark = bench_session(partitions=args.partitions)
     session_s = time.monotonic() - started
-    seconds, phases = run_query(
+    seconds, phases, _ = run_query(
         spark=spark,
         settings=json.loads(args.settings),
         workdir=Path(args.workdir),

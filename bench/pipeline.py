@@ -202,8 +202,8 @@ def run(
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
+    from spark_chkpt.bench import batch_cost, kafka_to_kafka, latency
     from spark_chkpt.bench import cold as cold_runs
-    from spark_chkpt.bench import kafka_to_kafka, latency
     from spark_chkpt.bench.query import bench_session, run_query
     from spark_chkpt.bench.synthetic import FORMAT, write_partitions
     from spark_chkpt.local.broker import EmbeddedBroker
@@ -282,7 +282,7 @@ def run(
             for key in keys[shift:] + keys[:shift]:
                 name, settings, source_format, sink_format = variants[key]
                 print(f"[bench] round {round_no + 1}/{repeat}: {key}", flush=True)
-                seconds, phases = run_query(
+                seconds, phases, _ = run_query(
                     spark=spark,
                     settings=settings,
                     workdir=workdir,
@@ -309,6 +309,10 @@ def run(
                 sink_client=sink_client,
             )
             result.kafka_to_kafka.append(asdict(k2k))
+        print("[bench] per-batch fixed cost: 20 batches of 1,000 records", flush=True)
+        result.batch_cost = batch_cost.measure(
+            spark=spark, servers=servers, workdir=workdir, partitions=partitions, client=client
+        )
         quix = _quix_python(quix_python)
         if quix is not None:
             print(f"[bench] Quix Streams exactly-once ({quix})", flush=True)

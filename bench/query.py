@@ -36,9 +36,10 @@ def run_query(
     name: str,
     source_format: str = "chkpt-kafka",
     sink_format: str = "chkpt-delta",
-) -> tuple[float, dict[str, int]]:
+) -> tuple[float, dict[str, int], list[dict[str, Any]]]:
     """Run the Kafka → Delta job's query once (``Trigger.AvailableNow``) on ``settings``
-    (the ``source.*`` and ``job.*`` keys); its wall time and Spark's per-phase totals (ms).
+    (the ``source.*`` and ``job.*`` keys); its wall time, Spark's per-phase totals (ms)
+    and each batch's ``durationMs``.
 
     The sink writes ``workdir/name`` with its checkpoint at ``workdir/chk-name``."""
     from spark_chkpt.jobs.kafka_to_delta import start
@@ -58,7 +59,8 @@ def run_query(
     elapsed = time.monotonic() - started
     if query.exception() is not None:
         raise RuntimeError(f"bench query {name} failed: {query.exception()}")
-    return elapsed, phase_totals(query, elapsed)
+    per_batch = [dict(p["durationMs"] or {}) for p in query.recentProgress]
+    return elapsed, phase_totals(query, elapsed), per_batch
 
 
 def phase_totals(query: Any, elapsed: float) -> dict[str, int]:

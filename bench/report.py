@@ -100,6 +100,13 @@ def report(result: Result) -> str:
         lines.append(
             f"cold ({key[0]}): session start {cold_run['session_s']:.1f} s; phases, ms: {shown}"
         )
+    if result.batch_cost:
+        cost = result.batch_cost
+        shown = ", ".join(f"{k} {v:g}" for k, v in cost["median_ms"].items())
+        lines.append(
+            f"per-batch fixed cost ({cost['batches']} batches of {cost['per_batch']:,} "
+            f"records, median ms): {shown}"
+        )
     lines.append(
         f"peak RSS of a Python worker: {result.worker_peak_rss_mb:.0f} MB"
         if result.worker_peak_rss_mb

@@ -23,3 +23,4 @@ class Result:
     kafka_to_kafka: list[dict[str, Any]] = field(default_factory=list)
     latency: list[dict[str, Any]] = field(default_factory=list)
     quix: dict[str, Any] = field(default_factory=dict)
+    batch_cost: dict[str, Any] = field(default_factory=dict)
