@@ -17,7 +17,8 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The whole suite, then the source's Spark tests again with the confluent-kafka client.
+# The whole suite, then the source's and the sink's Spark tests again with the
+# confluent-kafka client (SPARK_CHKPT_KAFKA_CLIENT is both formats' default).
 CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py
 
 test: setup

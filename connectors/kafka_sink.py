@@ -1,6 +1,7 @@
 """The ``chkpt-kafka`` sink: Spark's Kafka sink columns, exactly once for aligned readers.
 
-Executors produce each row tagged with their attempt (:class:`RecordProducer`); the
+Executors produce each row tagged with their attempt (a
+:class:`~spark_chkpt.kafka.producer.RecordProducer` of the ``kafka.client`` option); the
 driver's ``commit`` writes barrier markers naming the attempts that belong to the batch
 (:class:`~spark_chkpt.snapshot.kafka_coordinator.KafkaCoordinator`).
 """
@@ -22,7 +23,7 @@ from pyspark.sql.types import (
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.outage import broker_calls
-from spark_chkpt.kafka.producer import ProducedOutput, RecordProducer, produce_all
+from spark_chkpt.kafka.producer import ProducedOutput, build_producer, produce_all
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.snapshot.kafka_coordinator import BarrierSettings, KafkaCoordinator
 
@@ -93,7 +94,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         batch_prop = context.getLocalProperty("streaming.sql.batchId") if context else None
         with self._broker_calls(f"producing batch {batch_prop}'s records"):
-            producer = RecordProducer(
+            producer = build_producer(
                 config=self.config,
                 batch_id=int(batch_prop) if batch_prop is not None else None,
                 task=context.partitionId() if context else 0,

@@ -3,8 +3,9 @@
 Spark's Kafka options carry the Java client's setting names (``kafka.fetch.max.bytes``).
 :func:`kafka_client_settings` maps each onto the kafka-python setting of the same meaning
 and rejects an unknown one, naming the closest known names; :func:`librdkafka_settings`
-translates the result for the confluent-kafka client. :func:`parse_client` reads the
-source's choice of client.
+(the source's read tasks) and :func:`librdkafka_producer_settings` (the sink's write
+tasks) translate the result for the confluent-kafka client. :func:`parse_client` reads
+the choice of client, the same option for the source and the sink.
 """
 
 from __future__ import annotations
@@ -133,13 +134,7 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
         if java in ("bootstrap.servers", "group.id"):
             continue
         if java == "client":
-            if role == "consumer":
-                continue  # the source's choice of client, parsed by SourceConfig
-            raise ConfigError(
-                key,
-                raw,
-                "only the chkpt-kafka source has a choice of client; sinks use kafka-python",
-            )
+            continue  # the choice of client, parsed by parse_client
         if java in rejected:
             raise ConfigError(key, raw, f"not supported: {rejected[java]}")
         if java in _JAVA_ONLY:
@@ -162,7 +157,7 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
 
 
 # kafka-python consumer settings and the librdkafka property of the same meaning.
-_LIBRDKAFKA_NAMES = {
+_LIBRDKAFKA_NAMES: dict[str, str | None] = {
     "security_protocol": "security.protocol",
     "sasl_mechanism": "sasl.mechanism",
     "sasl_plain_username": "sasl.username",
@@ -194,7 +189,8 @@ _LIBRDKAFKA_NAMES = {
 
 
 def parse_client(opts: Mapping[str, str]) -> ClientKind:
-    """``kafka.client``: which library the read tasks fetch with (default kafka-python).
+    """``kafka.client``: which library the source's read tasks fetch with, or the sink's
+    write tasks produce with (default kafka-python).
 
     ``SPARK_CHKPT_KAFKA_CLIENT`` in the environment sets the default for a deployment.
     """
@@ -211,14 +207,25 @@ def parse_client(opts: Mapping[str, str]) -> ClientKind:
     return "confluent" if client == "confluent" else "kafka-python"
 
 
-def check_librdkafka(config: Mapping[str, Any], servers: str) -> None:
-    """Let librdkafka judge the values here, on the driver, not in every read task.
+def check_librdkafka(
+    config: Mapping[str, Any], servers: str, *, role: ClientRole = "consumer"
+) -> None:
+    """Let librdkafka judge the values here, on the driver, not in every task.
 
-    Building a consumer validates its configuration without connecting (about 7 ms).
+    Building a consumer or producer validates its configuration without waiting for the
+    broker (a few ms).
     """
     import confluent_kafka
 
     try:
+        if role == "producer":
+            # log_level 0: the check's connection attempt is not worth a log line.
+            producer = confluent_kafka.Producer(
+                {**config, "bootstrap.servers": servers, "log_level": 0}
+            )
+            producer.flush(0)
+            del producer
+            return
         consumer = confluent_kafka.Consumer(
             {**config, "bootstrap.servers": servers, "group.id": "spark-chkpt-check"}
         )
@@ -235,17 +242,79 @@ def librdkafka_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     Raises :class:`ConfigError` naming the ``kafka.*`` option that has no equivalent.
     """
     config: dict[str, Any] = {"isolation.level": "read_uncommitted"}  # Spark's default
+    _translate(settings, _LIBRDKAFKA_NAMES, into=config)
+    return config
+
+
+def _translate(
+    settings: Mapping[str, Any], names: Mapping[str, str | None], *, into: dict[str, Any]
+) -> None:
     for name, value in settings.items():
         if name == "ssl_check_hostname":
-            config["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
+            into["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
             continue
-        if name not in _LIBRDKAFKA_NAMES:
+        if name not in names:
             raise ConfigError(
                 "kafka." + name.replace("_", "."),
                 str(value),
                 "has no librdkafka equivalent here; remove it or use kafka.client=kafka-python",
             )
-        target = _LIBRDKAFKA_NAMES[name]
-        if target is not None:
-            config[target] = value
+        target = names[name]
+        if target is not None and value is not None:
+            into[target] = value
+
+
+# kafka-python producer settings and the librdkafka property of the same meaning (None:
+# honoured by the sink itself). Timeouts are set in librdkafka_producer_settings.
+_CONSUMER_ONLY = {
+    "fetch_min_bytes",
+    "fetch_max_wait_ms",
+    "fetch_max_bytes",
+    "max_partition_fetch_bytes",
+    "isolation_level",
+    "check_crcs",
+    "max_poll_records",
+}
+_LIBRDKAFKA_PRODUCER_NAMES: dict[str, str | None] = {
+    **{k: v for k, v in _LIBRDKAFKA_NAMES.items() if k not in _CONSUMER_ONLY},
+    "acks": "acks",
+    "enable_idempotence": "enable.idempotence",
+    "linger_ms": "linger.ms",
+    "batch_size": "batch.size",
+    "compression_type": "compression.type",
+    "retries": "retries",
+    "max_in_flight_requests_per_connection": "max.in.flight.requests.per.connection",
+    "max_request_size": "message.max.bytes",
+    "receive_message_max_bytes": "receive.message.max.bytes",
+    "allow_auto_create_topics": "allow.auto.create.topics",
+    "request_timeout_ms": None,
+    "delivery_timeout_ms": None,
+    "max_block_ms": None,  # how long a full queue may block a write task (BufferError)
+}
+# librdkafka's upper bound for retries; kafka-python's default is float('inf').
+_MAX_RETRIES = 2_147_483_647
+
+
+def librdkafka_producer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Translate validated kafka-python producer settings into librdkafka properties.
+
+    The exactly-once ones are fixed (``enable.idempotence=true``, ``acks=all``; the sink
+    options have already refused weaker values). kafka-python's request and delivery
+    timeouts become ``socket.timeout.ms`` / ``request.timeout.ms`` and
+    ``message.timeout.ms`` with kafka-python's defaults, so a flush is bounded the same
+    way for both clients. Keys are partitioned with murmur2, as kafka-python and Java do.
+    Raises :class:`ConfigError` naming the ``kafka.*`` option that has no equivalent.
+    """
+    config: dict[str, Any] = {"partitioner": "murmur2_random"}
+    _translate(settings, _LIBRDKAFKA_PRODUCER_NAMES, into=config)
+    config["acks"] = "all"
+    config["enable.idempotence"] = True
+    if "compression.type" in config:
+        config["compression.type"] = str(config["compression.type"]).lower()
+    if "retries" in config:
+        config["retries"] = int(min(config["retries"], _MAX_RETRIES))
+    request_ms = int(settings.get("request_timeout_ms", 30_000))
+    config["socket.timeout.ms"] = request_ms
+    config["request.timeout.ms"] = request_ms
+    config["message.timeout.ms"] = int(settings.get("delivery_timeout_ms", 120_000))
     return config

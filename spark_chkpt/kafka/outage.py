@@ -3,8 +3,10 @@
 kafka-python reports an outage as one of several low-level errors (a bootstrap that timed
 out, a request that timed out, no broker available), deep inside a worker's traceback.
 :func:`broker_calls` turns each into a :class:`BrokerUnavailableError` that says which
-broker, while doing what, which timeout expired, and what to do. A pause shorter than
-the timeouts is waited out by the clients themselves; nothing here retries.
+broker, while doing what, which timeout expired, and what to do. librdkafka reports a
+timeout as a delivery error or a flush that leaves records: the sink's librdkafka
+producer raises :func:`outage_error` for those. A pause shorter than the timeouts is
+waited out by the clients themselves; nothing here retries.
 """
 
 from __future__ import annotations
@@ -47,10 +49,22 @@ def unavailable(
         option, key, default = _REQUEST
     else:
         return None
-    value = settings.get(key, default)
+    return outage_error(
+        servers=servers,
+        doing=doing,
+        option=option,
+        value=settings.get(key, default),
+        cause=f"{type(error).__name__}: {text}",
+    )
+
+
+def outage_error(
+    *, servers: str, doing: str, option: str, value: Any, cause: str
+) -> BrokerUnavailableError:
+    """The error for a broker that did not answer within ``option`` (= ``value``)."""
     return BrokerUnavailableError(
         f"Kafka broker {servers} did not answer while {doing}: {option}={value} passed "
-        f"({type(error).__name__}: {text}). The broker is down, paused or unreachable. "
+        f"({cause}). The broker is down, paused or unreachable. "
         "Nothing of the unfinished batch is committed: restart the query when the broker "
         f"is back and it goes on exactly once; raise {option} to wait out longer outages."
     )

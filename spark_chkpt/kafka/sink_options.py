@@ -2,7 +2,9 @@
 
 The sink's producers run with ``acks=all`` and the idempotent producer; a ``kafka.*``
 option that would weaken either (``kafka.acks=1``, ``kafka.enable.idempotence=false``,
-``kafka.retries=0``, more than 5 requests in flight) is rejected here, at load time.
+``kafka.retries=0``, more than 5 requests in flight) is rejected here, at load time, for
+either client (``kafka.client``: kafka-python or confluent). With confluent, the settings
+are translated into librdkafka properties and librdkafka judges them here too.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from typing import Any
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
-from spark_chkpt.kafka.client_settings import kafka_client_settings
+from spark_chkpt.kafka.client_settings import (
+    check_librdkafka,
+    kafka_client_settings,
+    librdkafka_producer_settings,
+    parse_client,
+)
+from spark_chkpt.kafka.consumer import ClientKind
 from spark_chkpt.options import lowercase, parse_positive_int, warn_unknown
 
 _KNOWN_KAFKA_SINK_OPTIONS = {
@@ -82,7 +90,9 @@ class KafkaSinkConfig:
     query_name: str | None
     txn_app_id: str | None
     retained_snapshots: int
-    producer_settings: Mapping[str, Any]
+    producer_settings: Mapping[str, Any]  # kafka-python's (also the driver's barrier writes)
+    client: ClientKind = "kafka-python"  # the write tasks' producer
+    librdkafka_settings: Mapping[str, Any] | None = None  # with client "confluent"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
@@ -111,6 +121,11 @@ class KafkaSinkConfig:
         }
         settings.update(kafka_client_settings(opts, role="producer"))
         _check_delivery(opts, settings)
+        client = parse_client(opts)
+        librdkafka: dict[str, Any] | None = None
+        if client == "confluent":
+            librdkafka = librdkafka_producer_settings(settings)
+            check_librdkafka(librdkafka, servers, role="producer")
         return cls(
             bootstrap_servers=servers,
             topic=opts.get("topic") or None,
@@ -123,11 +138,21 @@ class KafkaSinkConfig:
             )
             or 0,
             producer_settings=settings,
+            client=client,
+            librdkafka_settings=librdkafka,
         )
 
     def producer_kwargs(self, *, client_id: str) -> dict[str, Any]:
+        """kafka-python ``KafkaProducer`` keyword arguments."""
         return {
             "bootstrap_servers": self.bootstrap_servers.split(","),
             "client_id": client_id,
             **self.producer_settings,
         }
+
+    def librdkafka_config(self, *, client_id: str) -> dict[str, Any]:
+        """confluent-kafka ``Producer`` configuration (librdkafka properties)."""
+        settings = self.librdkafka_settings
+        if settings is None:
+            settings = librdkafka_producer_settings(self.producer_settings)
+        return {"bootstrap.servers": self.bootstrap_servers, "client.id": client_id, **settings}

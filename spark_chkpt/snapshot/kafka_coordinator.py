@@ -21,7 +21,7 @@ from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, cont
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.outage import delivery_timeout_s, flush_within
-from spark_chkpt.kafka.producer import ProducedOutput
+from spark_chkpt.kafka.sink_rows import ProducedOutput
 from spark_chkpt.local.fault import FaultPoint, armed, maybe_kill
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.snapshot.coordinator import SnapshotCoordinator

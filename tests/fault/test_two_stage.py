@@ -162,6 +162,40 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
     assert_exactly_once(tmp_path, bootstrap_servers, middle)
 
 
+def test_stage_a_on_librdkafka_killed_after_producing_stage_b_exactly_once(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """Stage A's sink produces with librdkafka (kafka.client=confluent). It is SIGKILLed
+    once, where the producer's part matters most: batch 2's records all produced, flushed
+    and acknowledged, no barrier written yet. Its replay writes batch 2 again under new
+    attempt tags; B must read each event once and drop the first attempt's records."""
+    source = make_topic(partitions=3, suffix="in")
+    middle = make_topic(partitions=3, suffix="mid")
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
+    topics = (source, middle)
+    confluent = ("kafka.client=confluent",)
+    log = tmp_path / "stage-a.log"
+    b = stage(tmp_path, "b", bootstrap_servers, topics, trigger="processingTime=1 second")
+    try:
+        a = stage(
+            tmp_path,
+            "a",
+            bootstrap_servers,
+            topics,
+            kill_at="after-staging@2",
+            sink_options=confluent,
+        )
+        assert a.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+        assert index_entries(bootstrap_servers, middle)[-1] == ("complete", 1)
+        a = stage(tmp_path, "a", bootstrap_servers, topics, sink_options=confluent)
+        assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
+        wait_for_every_event(tmp_path, b)
+    finally:
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait(timeout=60)
+    assert_exactly_once(tmp_path, bootstrap_servers, middle)
+
+
 def wait_for_every_event(tmp_path: Path, b: subprocess.Popen) -> None:
     """Until B's table holds every event (or 240 s), then a few more of B's triggers."""
     deadline = time.monotonic() + 240

@@ -308,7 +308,7 @@ def test_a_topic_reads_aligned_before_its_first_snapshot_completes(
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from spark_chkpt.connectors.kafka import KafkaDataSource
-    from spark_chkpt.kafka.producer import RecordProducer
+    from spark_chkpt.kafka.producer import build_producer
     from spark_chkpt.kafka.sink_options import KafkaSinkConfig
     from spark_chkpt.kafka.topics import topic_names
 
@@ -321,14 +321,14 @@ def test_a_topic_reads_aligned_before_its_first_snapshot_completes(
     }
     KafkaDataSource(options).streamWriter(StructType([StructField("value", BinaryType())]), False)
     # A write task of batch 0 produces, and its commit never comes (the attempt failed).
-    task = RecordProducer(config=KafkaSinkConfig.from_options(options), batch_id=0, task=0)
+    task = build_producer(config=KafkaSinkConfig.from_options(options), batch_id=0, task=0)
     task.send(pa.record_batch({"value": [b"u-%d" % i for i in range(6)]}))
     task.finish()
     assert drain_to_files(spark, kafka_stream(spark, bootstrap_servers, named), tmp_path) == []
 
     # Without a topic option, the task creates the control topic of each topic it writes.
     del options["topic"]
-    column_task = RecordProducer(config=KafkaSinkConfig.from_options(options), batch_id=0, task=1)
+    column_task = build_producer(config=KafkaSinkConfig.from_options(options), batch_id=0, task=1)
     column_task.send(pa.record_batch({"value": [b"c-0"], "topic": [by_column]}))
     column_task.finish()
     assert f"__chkpt.{by_column}" in topic_names(bootstrap_servers=bootstrap_servers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.kafka.client_settings import kafka_client_settings
+from spark_chkpt.kafka.client_settings import kafka_client_settings, librdkafka_producer_settings
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.kafka.source_options import OffsetSpec, SourceConfig
 from spark_chkpt.options import parse_duration_ms
@@ -201,8 +201,8 @@ def test_kafka_client_errors_name_the_option() -> None:
         parse(**{"kafka.client": "confluent", "kafka.session.timeout.ms": "100"})
     with pytest.raises(ConfigError, match=r"librdkafka rejects.*fetch\.max\.bytes"):
         parse(**{"kafka.client": "confluent", "kafka.fetch.max.bytes": "1000"})
-    with pytest.raises(ConfigError, match=r"'kafka\.client'.*sinks use kafka-python"):
-        kafka_client_settings({"kafka.client": "confluent"}, role="producer")
+    # kafka.client is the sink's choice too now, parsed by parse_client, not a setting.
+    assert kafka_client_settings({"kafka.client": "confluent"}, role="producer") == {}
 
 
 def test_prefetch_records_defaults_to_one_arrow_batch_and_zero_turns_it_off() -> None:
@@ -295,3 +295,97 @@ def test_sink_accepts_the_safe_delivery_settings(
     settings = sink(**options).producer_settings
     assert settings[setting] == expected
     assert settings["enable_idempotence"] is True
+
+
+# -- the chkpt-kafka sink's client: kafka-python or librdkafka ----------------------------
+
+
+def test_sink_kafka_client_option_and_environment_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_CHKPT_KAFKA_CLIENT", raising=False)
+    assert sink().client == "kafka-python" and sink().librdkafka_settings is None
+    assert sink(**{"kafka.client": "confluent"}).client == "confluent"
+    monkeypatch.setenv("SPARK_CHKPT_KAFKA_CLIENT", "confluent")
+    assert sink().client == "confluent"
+    assert sink(**{"kafka.client": "kafka-python"}).client == "kafka-python"  # option wins
+    with pytest.raises(ConfigError, match=r"'kafka\.client' = 'rdkafka': one of"):
+        sink(**{"kafka.client": "rdkafka"})
+
+
+def test_sink_settings_translate_to_librdkafka_with_exactly_once_fixed() -> None:
+    cfg = sink(
+        **{
+            "kafka.client": "confluent",
+            "kafka.linger.ms": "25",
+            "kafka.batch.size": "65536",
+            "kafka.compression.type": "LZ4",
+            "kafka.retries": "3",
+            "kafka.max.in.flight.requests.per.connection": "2",
+            "kafka.request.timeout.ms": "7000",
+            "kafka.delivery.timeout.ms": "20000",
+            "kafka.max.block.ms": "9000",
+            "kafka.max.request.size": "2000000",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": 'x.ScramLoginModule required username="u" password="p";',
+            "kafka.ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    config = cfg.librdkafka_config(client_id="task-1")
+    assert config == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "client.id": "task-1",
+        "partitioner": "murmur2_random",  # kafka-python's and Java's key partitioning
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 25,
+        "batch.size": 65536,
+        "compression.type": "lz4",
+        "retries": 3,
+        "max.in.flight.requests.per.connection": 2,
+        "message.max.bytes": 2_000_000,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "u",
+        "sasl.password": "p",
+        "ssl.endpoint.identification.algorithm": "none",
+        "socket.timeout.ms": 7000,
+        "request.timeout.ms": 7000,
+        "message.timeout.ms": 20000,
+    }
+    # kafka.max.block.ms bounds the wait on a full queue (the producer reads it itself).
+    assert cfg.producer_settings["max_block_ms"] == 9000
+    # The defaults: kafka-python's timeouts, so both clients' flushes are bounded alike.
+    defaults = sink(**{"kafka.client": "confluent", "kafka.acks": "-1"}).librdkafka_settings
+    assert defaults is not None and defaults["acks"] == "all"
+    assert "retries" not in defaults  # kafka-python's infinity: librdkafka's own maximum
+    assert (defaults["message.timeout.ms"], defaults["socket.timeout.ms"]) == (120_000, 30_000)
+    # librdkafka opens files at load (a missing CA file fails there): translated only here.
+    translated = librdkafka_producer_settings({"ssl_cafile": "/etc/ca.pem", "ssl_keyfile": "k"})
+    assert (translated["ssl.ca.location"], translated["ssl.key.location"]) == ("/etc/ca.pem", "k")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "fragment"),
+    [
+        ("kafka.bootstrap.timeout.ms", "5000", "no librdkafka equivalent"),
+        ("kafka.metrics.num.samples", "3", "no librdkafka equivalent"),
+        ("kafka.acks", "1", "exactly-once"),  # _check_delivery, either client
+        ("kafka.enable.idempotence", "false", "exactly-once"),
+        ("kafka.max.in.flight.requests.per.connection", "6", "at most 5"),
+    ],
+)
+def test_sink_on_librdkafka_rejects_settings_naming_the_option(
+    option: str, value: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment) as info:
+        sink(**{"kafka.client": "confluent", option: value})
+    assert info.value.option == option
+
+
+def test_sink_on_librdkafka_is_judged_by_librdkafka_at_load() -> None:
+    """Values librdkafka refuses fail on the driver (a producer built and closed), not in
+    every write task."""
+    with pytest.raises(ConfigError, match=r"librdkafka rejects.*compression"):
+        sink(**{"kafka.client": "confluent", "kafka.compression.type": "brotli"})
+    with pytest.raises(ConfigError, match=r"librdkafka rejects.*linger\.ms"):
+        sink(**{"kafka.client": "confluent", "kafka.linger.ms": "200000"})

@@ -27,7 +27,7 @@ from spark_chkpt.alignment.barrier import (
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.control_topic import write_entry
-from spark_chkpt.kafka.producer import ProducedOutput
+from spark_chkpt.kafka.sink_rows import ProducedOutput
 from spark_chkpt.local import fault
 from spark_chkpt.snapshot import kafka_coordinator
 from spark_chkpt.snapshot.kafka_coordinator import BarrierSettings, KafkaCoordinator

@@ -3,6 +3,10 @@ broker, what was being done, and the option that sets the expired timeout."""
 
 from __future__ import annotations
 
+import socket
+import time
+from pathlib import Path
+
 import pytest
 from kafka import errors as kafka_errors
 
@@ -52,3 +56,41 @@ def test_other_errors_pass_unchanged() -> None:
     ):
         raise kafka_errors.RequestTimedOutError("late")
     assert isinstance(info.value.__cause__, kafka_errors.RequestTimedOutError)
+
+
+def test_the_librdkafka_sink_fails_within_its_timeouts_when_the_broker_never_answers(
+    tmp_path: Path,
+) -> None:
+    """A frozen broker: the port accepts connections (the kernel's backlog) and never
+    answers a request. The librdkafka producer's flush must end in BrokerUnavailableError
+    naming the delivery timeout within delivery + request timeout, not hang."""
+    import pyarrow as pa
+
+    from spark_chkpt.kafka.producer import build_producer
+    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+
+    with socket.socket() as frozen:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen(16)
+        servers = f"127.0.0.1:{frozen.getsockname()[1]}"
+        config = KafkaSinkConfig.from_options(
+            {
+                "kafka.bootstrap.servers": servers,
+                "topic": "frozen",
+                "checkpointLocation": str(tmp_path / "chk"),
+                "kafka.client": "confluent",
+                "kafka.delivery.timeout.ms": "1500",
+                "kafka.request.timeout.ms": "1000",
+            }
+        )
+        producer = build_producer(config=config, batch_id=7, task=0)
+        started = time.monotonic()
+        producer.send(pa.record_batch({"value": [b"v-%d" % i for i in range(100)]}))
+        with pytest.raises(BrokerUnavailableError) as info:
+            producer.finish()
+        producer.close()
+        took = time.monotonic() - started
+    message = str(info.value)
+    assert servers in message and "producing batch 7's records" in message
+    assert "kafka.delivery.timeout.ms=1500" in message, message
+    assert took < 2.5 + 3, f"took {took:.1f} s"
