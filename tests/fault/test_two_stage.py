@@ -114,16 +114,25 @@ def read_middle(servers: str, topic: str) -> list[tuple[int, Any]]:
     return records
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize(
+    ("alignment", "sink_client"), [("aligned", "kafka-python"), ("unaligned", "confluent")]
+)
 def test_stage_a_killed_repeatedly_stage_b_exactly_once(
-    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], alignment: str
+    tmp_path: Path,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    alignment: str,
+    sink_client: str,
 ) -> None:
     """Both exactly-once modes of B: aligned (a consistent cut) and unaligned (each
-    partition up to its own newest barrier)."""
+    partition up to its own newest barrier); and both clients of A's sink (kafka-python,
+    librdkafka), each killed at the same three points. Kill 1 is the producer's window:
+    batch 2's records produced, flushed and acknowledged, no barrier yet."""
     source = make_topic(partitions=3, suffix="in")
     middle = make_topic(partitions=3, suffix="mid")
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
     topics = (source, middle)
+    client = (f"kafka.client={sink_client}",)
     b = stage(
         tmp_path,
         "b",
@@ -134,13 +143,28 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
     )
     try:
         # Kill 1: data of batch 2 produced, no barrier yet (the replay writes it again).
-        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-staging@2")
+        a = stage(
+            tmp_path,
+            "a",
+            bootstrap_servers,
+            topics,
+            kill_at="after-staging@2",
+            sink_options=client,
+        )
         assert a.wait(timeout=300) == -signal.SIGKILL
+        assert index_entries(bootstrap_servers, middle)[-1] == ("complete", 1)
         # Kill 2: barriers of batch 4 written, index entry not (the replay resumes it).
-        a = stage(tmp_path, "a", bootstrap_servers, topics, kill_at="after-barriers@4")
+        a = stage(
+            tmp_path,
+            "a",
+            bootstrap_servers,
+            topics,
+            kill_at="after-barriers@4",
+            sink_options=client,
+        )
         assert a.wait(timeout=300) == -signal.SIGKILL
         # Kill 3: an outside kill -9 while a batch is in flight.
-        a = stage(tmp_path, "a", bootstrap_servers, topics)
+        a = stage(tmp_path, "a", bootstrap_servers, topics, sink_options=client)
         deadline = time.monotonic() + 300
         while (
             a.poll() is None
@@ -152,43 +176,9 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
             os.killpg(a.pid, signal.SIGKILL)
         a.wait(timeout=60)
         # Then stage A runs to the end.
-        a = stage(tmp_path, "a", bootstrap_servers, topics)
+        a = stage(tmp_path, "a", bootstrap_servers, topics, sink_options=client)
         assert a.wait(timeout=300) == 0, (tmp_path / "stage-a.log").read_text()[-3000:]
 
-        wait_for_every_event(tmp_path, b)
-    finally:
-        os.killpg(b.pid, signal.SIGKILL)
-        b.wait(timeout=60)
-    assert_exactly_once(tmp_path, bootstrap_servers, middle)
-
-
-def test_stage_a_on_librdkafka_killed_after_producing_stage_b_exactly_once(
-    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
-) -> None:
-    """Stage A's sink produces with librdkafka (kafka.client=confluent). It is SIGKILLed
-    once, where the producer's part matters most: batch 2's records all produced, flushed
-    and acknowledged, no barrier written yet. Its replay writes batch 2 again under new
-    attempt tags; B must read each event once and drop the first attempt's records."""
-    source = make_topic(partitions=3, suffix="in")
-    middle = make_topic(partitions=3, suffix="mid")
-    produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
-    topics = (source, middle)
-    confluent = ("kafka.client=confluent",)
-    log = tmp_path / "stage-a.log"
-    b = stage(tmp_path, "b", bootstrap_servers, topics, trigger="processingTime=1 second")
-    try:
-        a = stage(
-            tmp_path,
-            "a",
-            bootstrap_servers,
-            topics,
-            kill_at="after-staging@2",
-            sink_options=confluent,
-        )
-        assert a.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
-        assert index_entries(bootstrap_servers, middle)[-1] == ("complete", 1)
-        a = stage(tmp_path, "a", bootstrap_servers, topics, sink_options=confluent)
-        assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
         wait_for_every_event(tmp_path, b)
     finally:
         os.killpg(b.pid, signal.SIGKILL)
