@@ -4,6 +4,7 @@ corrupt markers. The upstream is staged record by record with tests.helpers.Upst
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -352,6 +353,9 @@ def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
     embedded broker (Tansu) a librdkafka consumer assigned to a topic that is deleted
     segfaults (reproduced without Spark), and this test is about the index, not a client.
     """
+    from kafka.errors import TopicAlreadyExistsError
+
+    from spark_chkpt.errors import ChkptError
     from spark_chkpt.kafka.topics import create_topic, delete_topic
 
     first_in, second_in = make_topic(suffix="in1"), make_topic(suffix="in2")
@@ -380,19 +384,41 @@ def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
         assert query.exception() is None, query.exception()
 
     upstream_run(first_in, "up-1")
-    # Tansu creates a topic that a client still asks about (kafka-python's metadata
-    # refresh does, even with allow_auto_create_topics off): delete until the create
-    # under the same name is the one that makes it.
+    # Tansu creates a topic again as soon as a client still asks about it (a long-lived
+    # producer of an earlier query does, even with allow_auto_create_topics off). Either
+    # way the name then holds a new topic, with a new Kafka id, which is what this test
+    # needs: create it ourselves when we can, else take the broker's.
+    old_id = _topic_id(bootstrap_servers, data)
+    assert old_id is not None
     deadline = time.monotonic() + 60
     while True:
-        delete_topic(bootstrap_servers=bootstrap_servers, name=data)
+        with contextlib.suppress(ChkptError):  # re-created at once: the id below tells
+            delete_topic(bootstrap_servers=bootstrap_servers, name=data, timeout_s=5)
         try:
             create_topic(bootstrap_servers=bootstrap_servers, name=data, partitions=2)
             break
-        except Exception:
+        except TopicAlreadyExistsError:
+            if _topic_id(bootstrap_servers, data) not in (None, old_id):
+                break
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+    assert _topic_id(bootstrap_servers, data) not in (None, old_id)
     upstream_run(second_in, "up-2")
     df = kafka_stream(spark, bootstrap_servers, data, **KAFKA_PYTHON)
     assert drain_to_files(spark, df, tmp_path) == names(new)
+
+
+def _topic_id(servers: str, topic: str) -> str | None:
+    """The Kafka id of ``topic`` now (None when it does not exist)."""
+    from kafka import KafkaConsumer
+
+    from spark_chkpt.kafka.control_topic import topic_id_of
+
+    consumer = KafkaConsumer(bootstrap_servers=servers.split(","))
+    try:
+        if topic not in consumer.topics():
+            return None
+        return topic_id_of(consumer, topic)
+    finally:
+        consumer.close()
