@@ -37,12 +37,15 @@ def measure(
         "--settings",
         json.dumps(settings),
     ]
+    return json_result(command, what=f"cold run {name}")
+
+
+def json_result(command: list[str], *, what: str) -> dict[str, Any]:
+    """Run a measuring program in a new process; the JSON object of its last ``{`` line."""
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"cold run {name} failed (exit {done.returncode}): {done.stderr[-2000:]}"
-        )
+        raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
 

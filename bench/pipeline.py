@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -171,20 +170,13 @@ def _quix_python(chosen: str | None) -> str | None:
 
 
 def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
+    from spark_chkpt.bench.cold import json_result
+
     script = Path(__file__).with_name("quix.py")
-    done = subprocess.run(
+    return json_result(
         [python, str(script), "--servers", servers, "--topic", TOPIC, "--records", str(records)],
-        capture_output=True,
-        text=True,
-        check=False,
+        what="Quix Streams run",
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"Quix Streams run failed (exit {done.returncode}): {done.stderr[-2000:]}"
-        )
-    measured: dict[str, Any] = json.loads(lines[-1])
-    return measured
 
 
 def run(

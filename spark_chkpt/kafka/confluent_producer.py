@@ -23,7 +23,7 @@ import time
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import BrokerUnavailableError, ChkptError
 from spark_chkpt.kafka.outage import delivery_timeout_s, outage_error
 from spark_chkpt.kafka.sink_options import KafkaSinkConfig
 from spark_chkpt.kafka.sink_rows import (
@@ -187,26 +187,26 @@ class ConfluentProducer:
         error, where = self._error
         codes = self._ck.KafkaError
         if error.code() in (codes._MSG_TIMED_OUT, codes._TIMED_OUT, codes.REQUEST_TIMED_OUT):
-            raise outage_error(
-                servers=self.config.bootstrap_servers,
-                doing=self._doing,
-                option="kafka.delivery.timeout.ms",
-                value=self.config.producer_settings.get("delivery_timeout_ms", 120_000),
-                cause=f"librdkafka: {where}: {error.name()}: {error.str()}",
-            )
+            raise self._delivery_timed_out(f"librdkafka: {where}: {error.name()}: {error.str()}")
         raise producing_failed(f"{where}: {error.name()}: {error.str()}")
+
+    def _delivery_timed_out(self, cause: str) -> BrokerUnavailableError:
+        """The outage error that names ``kafka.delivery.timeout.ms``."""
+        return outage_error(
+            servers=self.config.bootstrap_servers,
+            doing=self._doing,
+            option="kafka.delivery.timeout.ms",
+            value=self.config.producer_settings.get("delivery_timeout_ms", 120_000),
+            cause=cause,
+        )
 
     def finish(self) -> ProducedOutput:
         seconds = delivery_timeout_s(self.config.producer_settings)
         left = self._producer.flush(seconds)
         self._raise_if_failed()
         if left:
-            raise outage_error(
-                servers=self.config.bootstrap_servers,
-                doing=self._doing,
-                option="kafka.delivery.timeout.ms",
-                value=self.config.producer_settings.get("delivery_timeout_ms", 120_000),
-                cause=f"{left} records not acknowledged within {seconds:.0f} s",
+            raise self._delivery_timed_out(
+                f"{left} records not acknowledged within {seconds:.0f} s"
             )
         counts: dict[str, dict[int, int]] = {}
         for (topic, partition), n in self._counts.items():
