@@ -23,14 +23,29 @@ from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 class KafkaDataSource(DataSource):
     """``format("chkpt-kafka")``: drop-in for ``format("kafka")`` as source and sink."""
 
+    # The task slots of the session this class was registered with (see for_session).
+    task_slots: int | None = None
+
     @classmethod
     def name(cls) -> str:
         return "chkpt-kafka"
 
+    @classmethod
+    def for_session(cls, *, task_slots: int | None) -> type[KafkaDataSource]:
+        """This format as registered with one session: reads size their tasks to its
+        ``task_slots``. Spark ships the registered class to its Python workers by value,
+        so the figure travels with it."""
+        return type(cls.__name__, (cls,), {"task_slots": task_slots, "__doc__": cls.__doc__})
+
+    def _config(self, *, streaming: bool | None) -> SourceConfig:
+        return SourceConfig.from_options(
+            self.options, streaming=streaming, task_slots=self.task_slots
+        )
+
     def schema(self) -> str:
         # Spark calls this at load() on the driver: validate every option here so a bad
         # one fails the user's load() call, not a task on an executor later.
-        SourceConfig.from_options(self.options, streaming=None)
+        self._config(streaming=None)
         return spark_schema_ddl(
             include_headers=parse_bool(
                 "includeHeaders", self.options.get("includeHeaders"), default=False
@@ -40,12 +55,12 @@ class KafkaDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_chkpt.connectors.kafka_source import KafkaBatchReader
 
-        return KafkaBatchReader(config=SourceConfig.from_options(self.options, streaming=False))
+        return KafkaBatchReader(config=self._config(streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 
-        return KafkaStreamReader(config=SourceConfig.from_options(self.options, streaming=True))
+        return KafkaStreamReader(config=self._config(streaming=True))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter, check_sink_schema

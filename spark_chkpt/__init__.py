@@ -56,8 +56,29 @@ def register(spark: SparkSession) -> list[str]:
     from spark_chkpt.interpreter import choose_worker_python
 
     choose_worker_python(spark)
-    from spark_chkpt.connectors import DATA_SOURCES
+    from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
 
+    slots = _task_slots(spark)
     for source in DATA_SOURCES:
+        if source is KafkaDataSource:
+            source = KafkaDataSource.for_session(task_slots=slots)
         spark.dataSource.register(source)
     return [source.name() for source in DATA_SOURCES]
+
+
+def _task_slots(spark: SparkSession) -> int | None:
+    """How many tasks ``spark`` runs at once, when that is known at registration:
+    ``spark.default.parallelism`` if set, else the cores of a ``local`` master.
+    ``chkpt-kafka`` then reads a batch in at most that many tasks (one wave per batch).
+    On a cluster, executors may not have registered yet: None, one partition per task."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect has no SparkContext
+        return None
+    configured = context.getConf().get("spark.default.parallelism")
+    if configured:
+        return int(configured)
+    master = context.master or ""
+    if master == "local" or master.startswith("local["):
+        return int(context.defaultParallelism)
+    return None

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Seconds without a record while planned records remain before a read task replaces its
+# consumer once (at most half of kafkaConsumer.pollTimeoutMs, which then fails the task).
+STALL_S = 10.0
+
 
 @dataclass(frozen=True)
 class ReadSpec:
@@ -157,6 +161,9 @@ class RangeFetcher:
         limit = self._config.max_records_per_arrow_batch
         timeout_s = self._config.poll_timeout_ms / 1000
         idle = Deadline.after(seconds=timeout_s)
+        stall_s = min(STALL_S, timeout_s / 2)
+        stalled = Deadline.after(seconds=stall_s)
+        replaced = False
         while not all(c.done for c in channels.values()):
             polled = self._poll(channels, limit)
             got_any = False
@@ -175,6 +182,14 @@ class RangeFetcher:
             yield from self._flush(channels, limit)
             if got_any:
                 idle = Deadline.after(seconds=timeout_s)
+                stalled = Deadline.after(seconds=stall_s)
+                continue
+            if not replaced and stalled.expired():
+                # Records are planned past every open position, yet none came: a client
+                # wedged (seen once in a few hundred pooled reads) gets one fresh stand-in.
+                self._replace_consumer(channels, stall_s)
+                replaced = True
+                consumer = self._consumer
                 continue
             for channel in channels.values():
                 if channel.done:
@@ -215,6 +230,24 @@ class RangeFetcher:
                 ", ".join(sorted(self.stats.dropped_attempts)),
                 ", ".join(str(c.spec.range) for c in channels.values()),
             )
+
+    def _replace_consumer(self, channels: dict[TopicPartition, _Channel], stall_s: float) -> None:
+        """Close the consumer and go on with a new one at the open channels' positions."""
+        open_channels = [c for c in channels.values() if not c.done]
+        log.warning(
+            "no records for %.1f s at %s although the planned ranges go on; replacing the consumer",
+            stall_s,
+            ", ".join(f"{c.tp} offset {c.position} of {c.spec.range}" for c in open_channels),
+        )
+        if self._pool is not None:
+            self._pool.release(self._consumer, self._settings, healthy=False)
+            self._consumer = self._pool.build(self._settings)
+        else:
+            self._consumer.close()
+            self._consumer = build_consumer(self._settings)
+        self._consumer.assign({c.tp: c.position for c in open_channels})
+        for channel in channels.values():
+            channel.assigned = not channel.done
 
     def _start(
         self,

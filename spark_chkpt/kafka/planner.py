@@ -165,7 +165,7 @@ class SourcePlanner:
         specs = self._read_specs(first, end, modes or {})
         return [
             [ReadSpec(range=r, markers=specs[r.tp][0], filter=specs[r.tp][1]) for r in group]
-            for group in _group(pieces, self.config.partitions_per_task)
+            for group in _group(pieces, self.config.per_task(len(pieces)))
         ]
 
     def _read_specs(

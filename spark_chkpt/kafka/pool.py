@@ -51,6 +51,12 @@ class ConsumerPool:
             self.created += 1
         return self._factory(settings)
 
+    def build(self, settings: ConsumerSettings) -> RangeConsumer:
+        """A new consumer, never an idle one (to stand in for one that stopped fetching)."""
+        with self._lock:
+            self.created += 1
+        return self._factory(settings)
+
     def release(
         self, consumer: RangeConsumer, settings: ConsumerSettings, *, healthy: bool
     ) -> None:

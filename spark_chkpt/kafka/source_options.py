@@ -236,17 +236,27 @@ class SourceConfig:
     alignment: AlignmentMode = "aligned"
     alignment_timeout_ms: int | None = None
     control_topic: str | None = None
-    partitions_per_task: int = 1
+    # None: as many as keep the read tasks within ``task_slots`` (one wave per batch)
+    partitions_per_task: int | None = None
+    # The session's task slots (``spark.default.parallelism`` when the formats were
+    # registered); None when not known: one partition per task.
+    task_slots: int | None = None
     client: ClientKind = "kafka-python"
     prefetch_records: int = 10_000
 
     @classmethod
     def from_options(
-        cls, options: Mapping[str, str], *, streaming: bool | None = True
+        cls,
+        options: Mapping[str, str],
+        *,
+        streaming: bool | None = True,
+        task_slots: int | None = None,
     ) -> SourceConfig:
         """Parse Spark's string options. Raises :class:`ConfigError` naming the bad option.
 
         ``streaming``: True for readStream, False for read, None when not known yet.
+        ``task_slots``: the session's task slots, which size the read tasks when neither
+        ``partitionsPerTask`` nor ``minPartitions`` is set.
         """
         opts = lowercase(options)
         servers = opts.get("kafka.bootstrap.servers", "").strip()
@@ -358,9 +368,9 @@ class SourceConfig:
             else parse_duration_ms("alignmentTimeout", timeout, default_ms=0),
             control_topic=opts.get("controltopic") or None,
             partitions_per_task=parse_positive_int(
-                "partitionsPerTask", opts.get("partitionspertask"), default=1
-            )
-            or 1,
+                "partitionsPerTask", opts.get("partitionspertask")
+            ),
+            task_slots=task_slots,
             client=client,
             prefetch_records=parse_positive_int(
                 "prefetchRecords",
@@ -370,6 +380,16 @@ class SourceConfig:
             )
             or 0,
         )
+
+    def per_task(self, pieces: int) -> int:
+        """Ranges one read task reads: ``partitionsPerTask`` if set; one each with
+        ``minPartitions`` (its pieces are tasks, as in Spark); else as many as keep the
+        tasks within the session's task slots, so a batch runs in one wave of tasks."""
+        if self.partitions_per_task is not None:
+            return self.partitions_per_task
+        if self.min_partitions is not None or not self.task_slots:
+            return 1
+        return max(1, -(-pieces // self.task_slots))
 
     def consumer_settings(self, *, client_id: str) -> dict[str, Any]:
         """kafka-python ``KafkaConsumer`` keyword arguments for a group-less, assign-only reader."""

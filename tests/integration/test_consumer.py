@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from spark_chkpt.errors import DataLossError
+from spark_chkpt.errors import DataLossError, KafkaReadError
 from spark_chkpt.kafka.consumer import CLIENTS, RangeConsumer, build_consumer
 from spark_chkpt.kafka.fetcher import RangeFetcher, ReadSpec
 from spark_chkpt.kafka.pool import ConsumerPool
@@ -105,6 +105,67 @@ def test_a_pooled_consumer_reads_a_partition_again_after_it_was_paused(
             table, _ = _read(config, OffsetRange(TopicPartition(topic, p), 0, 20), pool=pool)
             assert table.num_rows == 20
     assert pool.created == 1 and pool.reused == 5
+
+
+class _Wedged:
+    """A real consumer that stopped handing out records (what a wedged client looks like
+    to the fetcher): its polls come back empty."""
+
+    def __init__(self, inner: RangeConsumer) -> None:
+        self.inner = inner
+        self.closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        time.sleep(min(timeout_ms, 100) / 1000)
+        return {}
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+
+def test_a_consumer_that_stops_fetching_is_replaced_once_and_the_range_read_whole(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    client: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No records for half of pollTimeoutMs while the planned range goes on: the task
+    closes its consumer and reads on with a new one; a second stall fails it as before."""
+    topic = make_topic(partitions=2)
+    produce(producer, topic, [b"%d" % i for i in range(40)], partitions=2)
+    config = _config(bootstrap_servers, topic, client, **{"kafkaConsumer.pollTimeoutMs": "4000"})
+    built: list[Any] = []
+
+    def factory(settings: Any) -> RangeConsumer:
+        consumer = build_consumer(settings)
+        built.append(_Wedged(consumer) if not built else consumer)
+        return built[-1]  # type: ignore[no-any-return]
+
+    pool = ConsumerPool(factory=factory)
+    specs = [ReadSpec(range=OffsetRange(TopicPartition(topic, p), 0, 20)) for p in (0, 1)]
+    try:
+        started = time.monotonic()
+        table, _ = _read(config, specs, pool=pool)
+        took = time.monotonic() - started
+    finally:
+        pool.close_all()
+    pairs = zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True)
+    assert sorted(pairs) == [(p, o) for p in (0, 1) for o in range(20)]
+    assert len(built) == 2 and built[0].closed and pool.created == 2
+    assert 2.0 <= took < 4.0  # replaced after 2 s, long before the 4 s poll timeout
+    assert "replacing the consumer" in caplog.text and f"{topic}-0 offset 0" in caplog.text
+
+    always_wedged = ConsumerPool(factory=lambda settings: _Wedged(build_consumer(settings)))
+    try:
+        with pytest.raises(KafkaReadError, match="no records from"):
+            _read(config, specs, pool=always_wedged)
+    finally:
+        always_wedged.close_all()
 
 
 def test_a_range_ending_on_a_transaction_marker_is_read_past(

@@ -85,6 +85,21 @@ def test_batch_read_matches_what_was_produced(
     assert {r[0] for r in df.select("timestampType").distinct().collect()} == {0}
 
 
+def test_reads_take_one_wave_of_the_sessions_task_slots(
+    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
+    """local[2] has two task slots: four partitions are read by two tasks of two
+    partitions each, every record once; partitionsPerTask=1 gives Spark's one per task."""
+    topic = make_topic(partitions=4)
+    produce(producer, topic, [b"v%d" % i for i in range(40)], partitions=4)
+    grouped = batch(spark, bootstrap_servers, subscribe=topic)
+    assert grouped.rdd.getNumPartitions() == 2
+    got = sorted((r.partition, r.offset) for r in grouped.select("partition", "offset").collect())
+    assert got == sorted((i % 4, i // 4) for i in range(40))
+    one_each = batch(spark, bootstrap_servers, subscribe=topic, partitionsPerTask="1")
+    assert one_each.rdd.getNumPartitions() == 4
+
+
 def test_batch_offsets_json_with_earliest_and_latest(
     spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
 ) -> None:

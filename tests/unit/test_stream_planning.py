@@ -44,9 +44,11 @@ def _plain_topic(topic: str, *, refresh: bool = True) -> None:
     """No control topic: the topic carries no barriers."""
 
 
-def reader(offsets: ScriptedOffsets, **options: str) -> KafkaStreamReader:
+def reader(
+    offsets: ScriptedOffsets, *, task_slots: int | None = None, **options: str
+) -> KafkaStreamReader:
     config = SourceConfig.from_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}, task_slots=task_slots
     )
     r = KafkaStreamReader(config=config)
     r.planner._offsets = offsets  # type: ignore[assignment]
@@ -64,6 +66,38 @@ def test_partitions_per_task_groups_distinct_partitions() -> None:
         {"ev": {"0": 0, "1": 0, "2": 0}}, {"ev": {"0": 10, "1": 10, "2": 10}}
     )
     assert [_ranges(p) for p in parts] == [[(0, 0, 10), (1, 0, 10)], [(2, 0, 10)]]
+
+
+FOUR = {"ev": {"0": 0, "1": 0, "2": 0, "3": 0}}, {"ev": {"0": 10, "1": 10, "2": 10, "3": 10}}
+
+
+def _four() -> ScriptedOffsets:
+    tps = [TopicPartition("ev", p) for p in range(4)]
+    return ScriptedOffsets(dict.fromkeys(tps, 0), dict.fromkeys(tps, 10))
+
+
+@pytest.mark.parametrize(
+    ("slots", "tasks"),
+    [
+        (None, [[0], [1], [2], [3]]),
+        (2, [[0, 1], [2, 3]]),
+        (3, [[0, 1], [2, 3]]),
+        (8, [[0], [1], [2], [3]]),
+    ],
+)
+def test_read_tasks_fit_the_sessions_task_slots(slots: int | None, tasks: list[list[int]]) -> None:
+    """Without partitionsPerTask, a batch's read tasks are at most the session's task
+    slots (one wave of tasks per batch); an unknown slot count keeps one partition each."""
+    parts = reader(_four(), task_slots=slots).partitions(*FOUR)
+    assert [[p for p, _, _ in _ranges(part)] for part in parts] == tasks
+
+
+def test_partitions_per_task_and_min_partitions_override_the_task_slots() -> None:
+    grouped = reader(_four(), task_slots=2, partitionsPerTask="1").partitions(*FOUR)
+    assert len(grouped) == 4
+    # minPartitions asks for that many Spark partitions, as with Spark's Kafka source.
+    split = reader(_four(), task_slots=2, minPartitions="8").partitions(*FOUR)
+    assert len(split) == 8
 
 
 def test_max_offsets_per_trigger_is_the_default_read_limit() -> None:
