@@ -79,9 +79,10 @@ def test_librdkafka_writes_what_kafka_python_writes(
         assert f"__chkpt.{topic}" in topic_names(bootstrap_servers=bootstrap_servers)
         records = _read_all(bootstrap_servers, topic, 3)
         assert len(records) == n and output.rows == n and (output.batch_id, output.task) == (3, 1)
-        assert output.counts == {
-            topic: {p: sum(r.partition == p for r in records) for p in range(3)}
-        }, client
+        # A partition that got no record has no count: null keys may all land on one
+        # partition (librdkafka's sticky partitioner), so which ones are empty is random.
+        per_partition = {p: sum(r.partition == p for r in records) for p in range(3)}
+        assert output.counts == {topic: {p: c for p, c in per_partition.items() if c}}, client
         tags = [[v for k, v in r.headers if k == ATTEMPT_HEADER] for r in records]
         assert all(t == [output.attempt.encode()] for t in tags), (client, tags[:3])
         seen[client] = sorted(
