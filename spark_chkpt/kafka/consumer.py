@@ -107,10 +107,29 @@ class KafkaPythonConsumer:
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in begins.items()}
 
     def assign(self, starts: Mapping[TopicPartition, int]) -> None:
+        self._drop_parked()
         self._tps = {self._k(tp): tp for tp in starts}
         self._consumer.assign(list(self._tps))
         for tp, offset in starts.items():
             self._consumer.seek(self._k(tp), offset)
+
+    def _drop_parked(self) -> None:
+        """Forget the fetched records kafka-python parked for paused partitions.
+
+        kafka-python 3.0 parks a paused partition's fetched records, leaves the partition
+        out of every fetch while they are parked, and restores them only on a poll that
+        has no other partition's records in hand, which may never come: a pooled consumer
+        given that partition again (or a grouped task) then stalls for good. Every
+        partition is sought on assign, so what was parked is stale: drop it."""
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        for name in ("_paused_partition_records", "_paused_completed_fetches"):
+            parked = getattr(fetcher, name, None)
+            if isinstance(parked, dict):
+                for records in parked.values():
+                    drain = getattr(records, "drain", None)
+                    if drain is not None:
+                        drain()
+                parked.clear()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._consumer.seek(self._k(tp), offset)

@@ -186,7 +186,9 @@ class RangeFetcher:
                 continue
             if not replaced and stalled.expired():
                 # Records are planned past every open position, yet none came: a client
-                # wedged (seen once in a few hundred pooled reads) gets one fresh stand-in.
+                # that stopped fetching gets one fresh stand-in. The one cause seen (parked
+                # records of a paused partition in kafka-python) is cured in consumer.py;
+                # this is the safety net for a client bug not yet known.
                 self._replace_consumer(channels, stall_s)
                 replaced = True
                 consumer = self._consumer
