@@ -10,6 +10,12 @@ Two broker behaviours are handled here rather than assumed away:
   last batch of each non-empty partition and keeps the larger of the two numbers.
 * A time lookup with no match comes back as ``None`` from a Kafka broker and as
   ``timestamp == -1`` from others; both mean "no offset at or after that time".
+* Tansu also answered ListOffsets(earliest) with 2032 for a partition whose records
+  start at 0 (seen once in a few runs, right after two producers wrote to it; it did
+  not correct itself). A source starting there would skip those records, so
+  :meth:`OffsetReader.earliest` fetches from offset 0 wherever the answer is above 0
+  and keeps the lower offset a record really has. On a Kafka broker that fetch fails
+  with offset out of range (records deleted by retention) and the answer stands.
 """
 
 from __future__ import annotations
@@ -86,11 +92,75 @@ class OffsetReader:
     # -- offsets ---------------------------------------------------------------------
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """The first offset of each partition that a read can start at (see the module
+        docstring: an answer above 0 is checked by a fetch from 0)."""
+        listed = self._listed_earliest(tps)
+        above = {tp: off for tp, off in listed.items() if off > 0}
+        if above:
+            for tp, first in self._first_records(above).items():
+                if first < listed[tp]:
+                    log.warning(
+                        "%s: the broker lists the earliest offset as %d, but the records "
+                        "start at %d; reading from %d",
+                        tp,
+                        listed[tp],
+                        first,
+                        first,
+                    )
+                    listed[tp] = first
+        return listed
+
+    def _listed_earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         tps = list(tps)
         if not tps:
             return {}
         got = self.consumer.beginning_offsets([_ktp(tp) for tp in tps])
         return {tp: int(got[_ktp(tp)]) for tp in tps}
+
+    def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The offset of the first record a fetch from offset 0 returns, per partition
+        that answers before the probe's deadline (none where 0 is out of range)."""
+        from kafka.errors import OffsetOutOfRangeError
+
+        consumer = self.consumer
+        ktps = {tp: _ktp(tp) for tp in listed}
+        by_ktp = {ktp: tp for tp, ktp in ktps.items()}
+        consumer.assign(list(ktps.values()))
+        for ktp in ktps.values():
+            consumer.seek(ktp, 0)
+        first: dict[TopicPartition, int] = {}
+        pending = set(ktps)
+        deadline = Deadline.after(seconds=_PROBE_SECONDS)
+        try:
+            while pending and not deadline.expired():
+                try:
+                    polled = consumer.poll(
+                        timeout_ms=max(1, int(deadline.remaining() * 1000)), max_records=1
+                    )
+                except OffsetOutOfRangeError as error:
+                    # Offset 0 is below the log start there: the listed answer stands.
+                    # (No pause anywhere here: kafka-python keeps a paused partition's
+                    # fetched records past assign(), see consumer.py.)
+                    out = error.args[0] if error.args and isinstance(error.args[0], dict) else {}
+                    if not out:
+                        break
+                    for ktp in out:
+                        tp = by_ktp.get(ktp)
+                        if tp is not None:
+                            pending.discard(tp)
+                            consumer.seek(ktp, listed[tp])
+                    continue
+                for ktp, records in polled.items():
+                    tp = by_ktp[ktp]
+                    if records and tp in pending:
+                        first[tp] = min(int(r.offset) for r in records)
+                        pending.discard(tp)
+                for tp in list(pending):
+                    if consumer.position(ktps[tp]) >= listed[tp]:
+                        pending.discard(tp)  # read up to the listed start, nothing below
+        finally:
+            consumer.assign([])
+        return first
 
     def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         """Log end offsets, corrected by the fetch high watermark (see module docstring)."""
@@ -99,7 +169,7 @@ class OffsetReader:
             return {}
         listed = self.consumer.end_offsets([_ktp(tp) for tp in tps])
         ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
-        begins = self.earliest(tps)
+        begins = self._listed_earliest(tps)
         probe = [tp for tp in tps if ends[tp] > begins[tp]]
         if probe:
             for tp, hw in self._high_watermarks(probe, ends).items():

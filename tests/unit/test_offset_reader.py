@@ -1,0 +1,93 @@
+"""OffsetReader.earliest against a broker that lists the earliest offset too high (the
+embedded broker once answered 2032 for a partition whose records start at 0): pure unit
+tests over a stand-in for kafka-python's consumer."""
+
+from __future__ import annotations
+
+import logging
+from collections import namedtuple
+from typing import Any
+
+import pytest
+from kafka import TopicPartition as KTP
+from kafka.errors import OffsetOutOfRangeError
+
+from spark_chkpt.kafka.offset_reader import OffsetReader
+from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.offsets import TopicPartition
+
+Record = namedtuple("Record", "offset")
+
+
+class _Consumer:
+    """Lists ``listed`` as earliest; a fetch from 0 returns the first of ``present`` (or
+    fails out of range where ``present`` says None, as a Kafka broker does)."""
+
+    def __init__(self, listed: dict[int, int], present: dict[int, int | None]) -> None:
+        self.listed, self.present = listed, present
+        self.positions: dict[KTP, int] = {}
+        self.assigned: list[KTP] = []
+
+    def beginning_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+        return {k: self.listed[k.partition] for k in ktps}
+
+    def assign(self, ktps: list[KTP]) -> None:
+        self.assigned = list(ktps)
+
+    def seek(self, ktp: KTP, offset: int) -> None:
+        self.positions[ktp] = offset
+
+    def position(self, ktp: KTP) -> int:
+        return self.positions[ktp]
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[KTP, list[Record]]:
+        out = {
+            k: o
+            for k, o in self.positions.items()
+            if k in self.assigned and self.present[k.partition] is None and o == 0
+        }
+        if out:
+            raise OffsetOutOfRangeError(out)
+        got = {}
+        for k in self.assigned:
+            first = self.present[k.partition]
+            if first is not None and self.positions[k] <= first:
+                got[k] = [Record(first)]
+                self.positions[k] = first + 1
+        return got
+
+
+def _reader(consumer: _Consumer) -> OffsetReader:
+    reader = OffsetReader(
+        config=SourceConfig.from_options({"kafka.bootstrap.servers": "x:9092", "subscribe": "t"}),
+        client_id="test",
+    )
+    reader._consumer = consumer
+    return reader
+
+
+def test_a_listed_earliest_above_the_first_record_is_corrected_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = _Consumer(listed={0: 0, 1: 2032, 2: 7}, present={0: 0, 1: 0, 2: 7})
+    tps = [TopicPartition("t", p) for p in range(3)]
+    with caplog.at_level(logging.WARNING):
+        got = _reader(consumer).earliest(tps)
+    assert got == {tps[0]: 0, tps[1]: 0, tps[2]: 7}
+    assert "t-1: the broker lists the earliest offset as 2032, but the records start at 0" in (
+        caplog.text
+    )
+    assert consumer.assigned == []  # the probe leaves nothing assigned
+
+
+def test_an_earliest_above_0_on_a_kafka_broker_stands() -> None:
+    """Retention deleted the records below it: the fetch from 0 is out of range."""
+    consumer = _Consumer(listed={0: 500, 1: 0}, present={0: None, 1: 0})
+    tps = [TopicPartition("t", p) for p in range(2)]
+    assert _reader(consumer).earliest(tps) == {tps[0]: 500, tps[1]: 0}
+
+
+def test_no_probe_when_every_partition_starts_at_0() -> None:
+    consumer: Any = _Consumer(listed={0: 0}, present={0: 0})
+    consumer.poll = None  # a fetch would fail the test
+    assert _reader(consumer).earliest([TopicPartition("t", 0)]) == {TopicPartition("t", 0): 0}
