@@ -5,6 +5,14 @@ Delta job runs with ``processingTime=0`` (a new batch as soon as the last one is
 A record's latency is the time its Delta commit became visible (the modification time of
 the commit's ``_delta_log`` file) minus its Kafka timestamp (``CreateTime``, set by the
 producing client when it sends), read back from the table's ``kafka_timestamp`` column.
+
+Kafka → Kafka (:func:`measure_kafka_to_kafka`): the upstream query copies the topic with
+``chkpt-kafka`` → ``chkpt-kafka`` (barriers on), forwarding each record's partition,
+offset and Kafka timestamp in a header; the downstream query reads the output with
+``alignment=aligned`` into ``chkpt-delta``, both with ``processingTime=0`` in the same
+session. A record's latency is from its first produce to its downstream commit: it
+includes the upstream's batch and commit, the barrier, the aligned cut and the
+downstream's batch. Each source record must be in the downstream table exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 @dataclass
 class Latency:
+    path: str
     rate: int
     seconds: float
     records: int
@@ -178,6 +187,134 @@ def measure(
     if len(latencies) != sent:
         raise RuntimeError(f"latency run at {rate}/s: {len(latencies)} rows of {sent} sent")
     return Latency(
+        path="kafka->delta",
+        rate=rate,
+        seconds=seconds,
+        records=sent,
+        produced_rate=round(sent / took),
+        p50_ms=_rounded(percentile(latencies, 50)),
+        p99_ms=_rounded(percentile(latencies, 99)),
+        max_ms=round(max(latencies), 1) if latencies else None,
+        batches=commits,
+    )
+
+
+# The header the upstream query forwards each record's origin in: "partition:offset:ms".
+ORIGIN_HEADER = "bench-origin"
+
+
+def _wait_polling(queries: list[Any], seconds: float) -> None:
+    """Until each query has finished its first (empty) batch, so it is polling."""
+    deadline = time.monotonic() + seconds
+    while not all(q.recentProgress for q in queries):
+        failed = [q.exception() for q in queries if q.exception() is not None]
+        if failed or time.monotonic() > deadline:
+            raise RuntimeError(f"latency queries did not start: {failed}")
+        time.sleep(0.2)
+
+
+def measure_kafka_to_kafka(
+    *,
+    spark: Any,
+    servers: str,
+    workdir: Path,
+    rate: int,
+    seconds: float,
+    partitions: int,
+    client: str,
+) -> Latency:
+    """Run ``chkpt-kafka`` → ``chkpt-kafka`` and its aligned downstream read at ``rate``
+    records/s for ``seconds``; each record's latency to the downstream's commit."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.snapshot.metrics import percentile
+
+    name = f"k2k-latency{rate}"
+    topic, out = f"{name}-in", f"{name}-out"
+    for each in (topic, out):
+        create_topic(bootstrap_servers=servers, name=each, partitions=partitions)
+
+    def read(subscribe: str) -> Any:
+        return (
+            spark.readStream.format("chkpt-kafka")
+            .option("kafka.bootstrap.servers", servers)
+            .option("subscribe", subscribe)
+            .option("startingOffsets", "earliest")
+            .option("kafka.client", client)
+        )
+
+    origin = F.concat_ws(
+        ":", "partition", "offset", F.unix_millis("timestamp").cast("string")
+    ).cast("binary")
+    upstream = (
+        read(topic)
+        .load()
+        .select(
+            "key",
+            "value",
+            F.array(F.struct(F.lit(ORIGIN_HEADER).alias("key"), origin.alias("value"))).alias(
+                "headers"
+            ),
+        )
+        .writeStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("kafka.client", client)
+        .option("topic", out)
+        .option("checkpointLocation", str(workdir / f"chk-{name}-up"))
+        .queryName(f"bench_{name}_up".replace("-", "_"))
+        .trigger(processingTime="0 seconds")
+    )
+    fields = F.split(
+        F.expr(f"filter(headers, h -> h.key = '{ORIGIN_HEADER}')[0].value").cast("string"), ":"
+    )
+    table = workdir / name
+    downstream = (
+        read(out)
+        .option("includeHeaders", "true")
+        .load()
+        .select(
+            fields[0].cast("int").alias("origin_partition"),
+            fields[1].cast("long").alias("origin_offset"),
+            F.timestamp_millis(fields[2].cast("long")).alias("kafka_timestamp"),
+        )
+        .writeStream.format("chkpt-delta")
+        .option("path", str(table))
+        .option("checkpointLocation", str(workdir / f"chk-{name}-down"))
+        .queryName(f"bench_{name}_down".replace("-", "_"))
+        .trigger(processingTime="0 seconds")
+    )
+    queries = [upstream.start(), downstream.start()]
+    try:
+        _wait_polling(queries, 120)
+        sent, took = _paced_producer(servers, topic, rate, seconds, threading.Event())
+        deadline = time.monotonic() + 180
+        while _rows_committed(table) < sent:
+            failed = [q.exception() for q in queries if q.exception() is not None]
+            if failed or time.monotonic() > deadline:
+                raise RuntimeError(f"Kafka -> Kafka latency run fell behind or failed: {failed}")
+            time.sleep(0.2)
+    finally:
+        for query in queries:
+            query.stop()
+    rows = DeltaTable(str(table)).to_pyarrow_table(columns=["origin_partition", "origin_offset"])
+    origins = pc.count_distinct(
+        pc.binary_join_element_wise(
+            pc.cast(rows["origin_partition"], "string"),
+            pc.cast(rows["origin_offset"], "string"),
+            ":",
+        )
+    ).as_py()
+    if rows.num_rows != sent or origins != sent:
+        raise RuntimeError(
+            f"Kafka -> Kafka latency run at {rate}/s: {rows.num_rows} rows, "
+            f"{origins} distinct source records, {sent} sent"
+        )
+    latencies, commits = commit_latencies(table)
+    return Latency(
+        path="kafka->kafka",
         rate=rate,
         seconds=seconds,
         records=sent,

@@ -19,7 +19,8 @@ cold: (b) and (f) as the first query of a fresh Spark session, each in a new pro
 k2k: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers, per sink client, and the aligned
     downstream read that must count every record once;
 latency: the job with ``processingTime=0`` while records arrive at 5,000 and 20,000/s,
-    from a record's produce time to its Delta commit, p50 and p99.
+    from a record's produce time to its Delta commit, p50 and p99; and at 5,000/s
+    through ``chkpt-kafka`` → ``chkpt-kafka`` to the aligned downstream read's commit.
 
 (b), (c), (e), (f) and (g) alternate ``--repeat`` times (default 3, the order rotating
 each round) after warm-up queries on the same data; the fastest run of each counts. It
@@ -189,6 +190,7 @@ def run(
     client: str = "kafka-python",
     latency_rates: Sequence[int] = (5_000, 20_000),
     latency_seconds: float = 20.0,
+    k2k_latency_rates: Sequence[int] = (5_000,),
     cold: bool = True,
     quix_python: str | None = None,
 ) -> Result:
@@ -321,6 +323,21 @@ def run(
                 client=client,
             )
             result.latency.append(asdict(measured))
+        for rate in k2k_latency_rates:
+            print(
+                f"[bench] Kafka -> Kafka latency at {rate} records/s for {latency_seconds} s",
+                flush=True,
+            )
+            measured = latency.measure_kafka_to_kafka(
+                spark=spark,
+                servers=servers,
+                workdir=workdir,
+                rate=rate,
+                seconds=latency_seconds,
+                partitions=partitions,
+                client=client,
+            )
+            result.latency.append(asdict(measured))
         spark.stop()
 
     rows = DeltaTable(str(workdir / "b")).to_pyarrow_table()
@@ -390,6 +407,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="5000,20000",
         help="input rates (records/s) of the latency runs, comma-separated; empty: none",
     )
+    parser.add_argument(
+        "--k2k-latency-rates",
+        default="5000",
+        help="input rates of the Kafka -> Kafka latency runs (to the aligned downstream "
+        "read's commit), comma-separated; empty: none",
+    )
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument(
         "--quix-python",
@@ -419,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         client=args.client,
         latency_rates=[int(r) for r in args.latency_rates.split(",") if r.strip()],
         latency_seconds=args.latency_seconds,
+        k2k_latency_rates=[int(r) for r in args.k2k_latency_rates.split(",") if r.strip()],
         cold=not args.no_cold,
         quix_python=args.quix_python,
     )

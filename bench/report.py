@@ -72,12 +72,12 @@ def report(result: Result) -> str:
     )
     for item in result.latency:
         lines.append(
-            f"latency at {item['rate']:,} records/s ({item['records']:,} records, "
-            f"{item['batches']} commits): p50 {item['p50_ms']} ms, p99 {item['p99_ms']} ms, "
-            f"max {item['max_ms']} ms"
+            f"latency {item.get('path', 'kafka->delta')} at {item['rate']:,} records/s "
+            f"({item['records']:,} records, {item['batches']} commits): "
+            f"p50 {item['p50_ms']} ms, p99 {item['p99_ms']} ms, max {item['max_ms']} ms"
             + (
                 f": p99 {_target(item['p99_ms'], 2000, at_most=True)}"
-                if item["rate"] <= 5000
+                if item["rate"] <= 5000 and item.get("path", "kafka->delta") == "kafka->delta"
                 else ""
             )
         )
