@@ -137,6 +137,28 @@ def _rounded(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 1)
 
 
+def _summary(
+    *, path: str, rate: int, seconds: float, sent: int, took: float, table: Path
+) -> Latency:
+    """The run's figures from the table's commits; every record sent must be in it."""
+    from spark_chkpt.snapshot.metrics import percentile
+
+    latencies, commits = commit_latencies(table)
+    if len(latencies) != sent:
+        raise RuntimeError(f"{path} latency run at {rate}/s: {len(latencies)} rows of {sent} sent")
+    return Latency(
+        path=path,
+        rate=rate,
+        seconds=seconds,
+        records=sent,
+        produced_rate=round(sent / took),
+        p50_ms=_rounded(percentile(latencies, 50)),
+        p99_ms=_rounded(percentile(latencies, 99)),
+        max_ms=round(max(latencies), 1) if latencies else None,
+        batches=commits,
+    )
+
+
 def measure(
     *,
     spark: Any,
@@ -151,7 +173,6 @@ def measure(
     from spark_chkpt.jobs.kafka_to_delta import start
     from spark_chkpt.kafka.topics import create_topic
     from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
-    from spark_chkpt.snapshot.metrics import percentile
 
     topic = f"latency-{rate}"
     create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
@@ -183,19 +204,8 @@ def measure(
             time.sleep(0.2)
     finally:
         query.stop()
-    latencies, commits = commit_latencies(workdir / name)
-    if len(latencies) != sent:
-        raise RuntimeError(f"latency run at {rate}/s: {len(latencies)} rows of {sent} sent")
-    return Latency(
-        path="kafka->delta",
-        rate=rate,
-        seconds=seconds,
-        records=sent,
-        produced_rate=round(sent / took),
-        p50_ms=_rounded(percentile(latencies, 50)),
-        p99_ms=_rounded(percentile(latencies, 99)),
-        max_ms=round(max(latencies), 1) if latencies else None,
-        batches=commits,
+    return _summary(
+        path="kafka->delta", rate=rate, seconds=seconds, sent=sent, took=took, table=workdir / name
     )
 
 
@@ -230,7 +240,6 @@ def measure_kafka_to_kafka(
     from pyspark.sql import functions as F
 
     from spark_chkpt.kafka.topics import create_topic
-    from spark_chkpt.snapshot.metrics import percentile
 
     name = f"k2k-latency{rate}"
     topic, out = f"{name}-in", f"{name}-out"
@@ -312,15 +321,6 @@ def measure_kafka_to_kafka(
             f"Kafka -> Kafka latency run at {rate}/s: {rows.num_rows} rows, "
             f"{origins} distinct source records, {sent} sent"
         )
-    latencies, commits = commit_latencies(table)
-    return Latency(
-        path="kafka->kafka",
-        rate=rate,
-        seconds=seconds,
-        records=sent,
-        produced_rate=round(sent / took),
-        p50_ms=_rounded(percentile(latencies, 50)),
-        p99_ms=_rounded(percentile(latencies, 99)),
-        max_ms=round(max(latencies), 1) if latencies else None,
-        batches=commits,
+    return _summary(
+        path="kafka->kafka", rate=rate, seconds=seconds, sent=sent, took=took, table=table
     )

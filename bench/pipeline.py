@@ -311,24 +311,14 @@ def run(
         if quix is not None:
             print(f"[bench] Quix Streams exactly-once ({quix})", flush=True)
             result.quix = _run_quix(quix, servers, records)
-        for rate in latency_rates:
-            print(f"[bench] latency at {rate} records/s for {latency_seconds} s", flush=True)
-            measured = latency.measure(
-                spark=spark,
-                servers=servers,
-                workdir=workdir,
-                rate=rate,
-                seconds=latency_seconds,
-                partitions=partitions,
-                client=client,
-            )
-            result.latency.append(asdict(measured))
-        for rate in k2k_latency_rates:
+        runs = [("Kafka -> Delta", latency.measure, rate) for rate in latency_rates] + [
+            ("Kafka -> Kafka", latency.measure_kafka_to_kafka, rate) for rate in k2k_latency_rates
+        ]
+        for label, measure, rate in runs:
             print(
-                f"[bench] Kafka -> Kafka latency at {rate} records/s for {latency_seconds} s",
-                flush=True,
+                f"[bench] {label} latency at {rate} records/s for {latency_seconds} s", flush=True
             )
-            measured = latency.measure_kafka_to_kafka(
+            measured = measure(
                 spark=spark,
                 servers=servers,
                 workdir=workdir,
