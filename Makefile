@@ -37,7 +37,7 @@ demo: setup
 	$(BIN)/python -m spark_chkpt.jobs.demo
 
 bench: setup
-	$(BIN)/spark-chkpt bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -31,10 +31,10 @@ def measure(
 ) -> dict[str, Any]:
     from deltalake import DeltaTable
 
-    from spark_chkpt.bench.query import run_query
-    from spark_chkpt.kafka.topics import create_topic
-    from spark_chkpt.local.generator import produce_page_views
-    from spark_chkpt.snapshot.delta_coordinator import SNAPSHOT_KEY
+    from bench.query import run_query
+    from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.testing.generator import produce_page_views
 
     topic = "bench-small"
     create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)

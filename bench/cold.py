@@ -1,6 +1,6 @@
 """Cold figures: the first query of a fresh Spark session, each in a new process.
 
-The benchmark runs ``python -m spark_chkpt.bench.cold`` once per source (``chkpt-kafka``
+The benchmark runs ``python -m bench.cold`` once per source (``chkpt-kafka``
 and the synthetic ceiling), so neither inherits a warm JVM, JIT or Python worker from the
 other or from the warm runs. It prints one JSON line: the query's wall time (without the
 session's start, which :func:`measure` reports apart) and Spark's per-phase totals.
@@ -25,7 +25,7 @@ def measure(
     command = [
         sys.executable,
         "-m",
-        "spark_chkpt.bench.cold",
+        "bench.cold",
         "--source-format",
         source_format,
         "--workdir",
@@ -51,14 +51,14 @@ def json_result(command: list[str], *, what: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_chkpt.bench.cold")
+    parser = argparse.ArgumentParser(prog="python -m bench.cold")
     parser.add_argument("--source-format", required=True)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--settings", required=True, help="the query's settings as JSON")
     args = parser.parse_args(argv)
-    from spark_chkpt.bench.query import bench_session, run_query
+    from bench.query import bench_session, run_query
 
     started = time.monotonic()
     spark = bench_session(partitions=args.partitions)

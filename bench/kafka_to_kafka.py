@@ -43,7 +43,7 @@ def run(
     source_client: str,
     sink_client: str,
 ) -> KafkaToKafka:
-    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.kafka.client.topics import create_topic
 
     out = f"bench-{name}-out"
     create_topic(bootstrap_servers=servers, name=out, partitions=partitions)

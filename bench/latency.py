@@ -43,7 +43,7 @@ def _paced_producer(
     servers: str, topic: str, rate: int, seconds: float, stop: threading.Event
 ) -> tuple[int, float]:
     """Send ``rate`` records/s in 10 ms steps; the count sent and the time it took."""
-    from spark_chkpt.local.generator import PageViews
+    from spark_chkpt.testing.generator import PageViews
 
     total = int(rate * seconds)
     pairs = list(PageViews(seed=7).events(0, total))
@@ -141,7 +141,7 @@ def _summary(
     *, path: str, rate: int, seconds: float, sent: int, took: float, table: Path
 ) -> Latency:
     """The run's figures from the table's commits; every record sent must be in it."""
-    from spark_chkpt.snapshot.metrics import percentile
+    from spark_chkpt.metrics.reporter import percentile
 
     latencies, commits = commit_latencies(table)
     if len(latencies) != sent:
@@ -171,8 +171,8 @@ def measure(
 ) -> Latency:
     """Run the job at ``rate`` records/s for ``seconds`` and measure each record's latency."""
     from spark_chkpt.jobs.kafka_to_delta import start
-    from spark_chkpt.kafka.topics import create_topic
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
     topic = f"latency-{rate}"
     create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
@@ -239,7 +239,7 @@ def measure_kafka_to_kafka(
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.kafka.client.topics import create_topic
 
     name = f"k2k-latency{rate}"
     topic, out = f"{name}-in", f"{name}-out"

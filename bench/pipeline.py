@@ -42,7 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from spark_chkpt.bench.result import Result
+from bench.result import Result
 
 TOPIC = "bench"
 
@@ -112,7 +112,7 @@ def _worker_peak_rss_mb() -> float | None:
 def _commit_latencies(table: Path) -> tuple[list[float], int]:
     from deltalake import DeltaTable
 
-    from spark_chkpt.snapshot.delta_coordinator import SNAPSHOT_KEY
+    from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY
 
     latencies = []
     for entry in DeltaTable(str(table)).history():
@@ -133,10 +133,10 @@ def _sink_clients() -> list[str]:
 
 def _prepare(*, servers: str, records: int, partitions: int, client: str, result: Result) -> None:
     """Create and fill the topic, then drain it with the raw client(s): (a) and (a')."""
-    from spark_chkpt.kafka.offset_reader import OffsetReader
-    from spark_chkpt.kafka.source_options import SourceConfig
-    from spark_chkpt.kafka.topics import create_topic
-    from spark_chkpt.local.generator import produce_page_views
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.kafka.source.offset_reader import OffsetReader
+    from spark_chkpt.kafka.source.options import SourceConfig
+    from spark_chkpt.testing.generator import produce_page_views
 
     create_topic(bootstrap_servers=servers, name=TOPIC, partitions=partitions)
     produce_page_views(
@@ -171,7 +171,7 @@ def _quix_python(chosen: str | None) -> str | None:
 
 
 def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
-    from spark_chkpt.bench.cold import json_result
+    from bench.cold import json_result
 
     script = Path(__file__).with_name("quix.py")
     return json_result(
@@ -196,11 +196,11 @@ def run(
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_chkpt.bench import batch_cost, kafka_to_kafka, latency
-    from spark_chkpt.bench import cold as cold_runs
-    from spark_chkpt.bench.query import bench_session, run_query
-    from spark_chkpt.bench.synthetic import FORMAT, write_partitions
-    from spark_chkpt.local.broker import EmbeddedBroker
+    from bench import batch_cost, kafka_to_kafka, latency
+    from bench import cold as cold_runs
+    from bench.query import bench_session, run_query
+    from bench.synthetic import FORMAT, write_partitions
+    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 
     result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
     synthetic = workdir / "synthetic"
@@ -346,7 +346,7 @@ def _ratio(result: Result, numerator: str, denominator: str) -> float:
 
 
 def _derive(result: Result, workdir: Path) -> None:
-    from spark_chkpt.snapshot.metrics import percentile
+    from spark_chkpt.metrics.reporter import percentile
 
     for name, seconds in result.seconds.items():
         result.rate[name] = round(result.records / seconds)
@@ -377,7 +377,7 @@ def _derive(result: Result, workdir: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="spark-chkpt bench",
+        prog="python -m bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -436,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cold=not args.no_cold,
         quix_python=args.quix_python,
     )
-    from spark_chkpt.bench.report import report
+    from bench.report import report
 
     print(report(result), flush=True)
     if args.json:

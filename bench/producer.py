@@ -1,13 +1,13 @@
 """Benchmark of the chkpt-kafka sink's write path: records/s of one write task's producer.
 
-    python -m spark_chkpt.bench.producer [--records 300000] [--partitions 4]
+    python -m bench.producer [--records 300000] [--partitions 4]
 
 On the embedded broker (or ``--bootstrap-servers``), with page-view JSON values of about
 200 bytes keyed by app, in Arrow batches of 10,000 rows (Spark's default), each into a
 topic of its own:
 
 - ``kafka-python``, ``confluent``: the sink's producer of that ``kafka.client``
-  (:func:`~spark_chkpt.kafka.producer.build_producer`): ``send`` of every batch, then
+  (:func:`~spark_chkpt.kafka.sink.writer.build_producer`): ``send`` of every batch, then
   ``finish`` (flushed, every record acknowledged and counted);
 - ``raw confluent``: confluent-kafka's ``Producer`` alone with the same librdkafka
   settings, no headers, no delivery callback: the ceiling on this machine.
@@ -33,7 +33,7 @@ BATCH_ROWS = 10_000
 def _batches(records: int) -> list[pa.RecordBatch]:
     import pyarrow as pa
 
-    from spark_chkpt.local.generator import PageViews
+    from spark_chkpt.testing.generator import PageViews
 
     events = list(PageViews(seed=1).events(0, records))
     return [
@@ -48,8 +48,8 @@ def _batches(records: int) -> list[pa.RecordBatch]:
 
 
 def _sink(servers: str, topic: str, client: str, batches: list[pa.RecordBatch]) -> float:
-    from spark_chkpt.kafka.producer import build_producer
-    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.writer import build_producer
 
     with tempfile.TemporaryDirectory() as checkpoint:
         config = KafkaSinkConfig.from_options(
@@ -73,8 +73,8 @@ def _sink(servers: str, topic: str, client: str, batches: list[pa.RecordBatch]) 
 def _raw_confluent(servers: str, topic: str, batches: list[pa.RecordBatch]) -> float:
     import confluent_kafka
 
-    from spark_chkpt.kafka.client_settings import librdkafka_producer_settings
-    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+    from spark_chkpt.kafka.client.settings import librdkafka_producer_settings
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
     with tempfile.TemporaryDirectory() as checkpoint:
         settings = KafkaSinkConfig.from_options(
@@ -103,15 +103,15 @@ def _raw_confluent(servers: str, topic: str, batches: list[pa.RecordBatch]) -> f
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="spark_chkpt.bench.producer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="bench.producer", description=__doc__)
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--bootstrap-servers", help="default: start the embedded broker")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts")
     args = parser.parse_args(argv)
 
-    from spark_chkpt.kafka.topics import create_topic
-    from spark_chkpt.local.broker import EmbeddedBroker
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 
     batches = _batches(args.records)
     size = sum(len(v) for b in batches for v in b.column(1).to_pylist()) / args.records

@@ -15,7 +15,7 @@ SESSION_CONF = {
 
 def bench_session(*, partitions: int) -> Any:
     """The benchmark's SparkSession (``local[*]``), with the synthetic source registered."""
-    from spark_chkpt.bench.synthetic import SyntheticDataSource
+    from bench.synthetic import SyntheticDataSource
     from spark_chkpt.session import build_session
 
     spark = build_session(
@@ -43,7 +43,7 @@ def run_query(
 
     The sink writes ``workdir/name`` with its checkpoint at ``workdir/chk-name``."""
     from spark_chkpt.jobs.kafka_to_delta import start
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
     full = {
         "sink.path": str(workdir / name),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from spark_chkpt.bench.result import Result
+    from bench.result import Result
 
 _NAMES = {
     "a_raw_kafka_python": "(a') raw kafka-python consumer",

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.kafka.records import SPARK_SCHEMA_DDL
+from spark_chkpt.kafka.source.records import SPARK_SCHEMA_DDL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,8 +47,8 @@ def write_partitions(*, folder: Path, topic: str, records: int, partitions: int)
     """The benchmark's records as one Arrow IPC file per partition, under ``folder``."""
     import pyarrow as pa
 
-    from spark_chkpt.kafka.records import arrow_schema
-    from spark_chkpt.local.generator import PageViews
+    from spark_chkpt.kafka.source.records import arrow_schema
+    from spark_chkpt.testing.generator import PageViews
 
     folder.mkdir(parents=True, exist_ok=True)
     schema = arrow_schema(include_headers=False)

@@ -3,7 +3,7 @@ replacements) of a Delta table through delta-rs.
 
 Executors stage Parquet files (:class:`~spark_chkpt.delta.staging.ParquetStager`); the
 driver's ``commit`` hands them to
-:class:`~spark_chkpt.snapshot.delta_coordinator.DeltaCoordinator`, which makes them
+:class:`~spark_chkpt.delta.sink.committer.DeltaCoordinator`, which makes them
 visible in one Delta commit together with ``txn(appId, batchId)`` and the snapshot record.
 """
 
@@ -21,13 +21,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.delta.sink_options import DEAD_LETTER_COLUMN, DeltaSinkConfig
+from spark_chkpt.delta.sink.committer import CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import resolve
-from spark_chkpt.local.fault import FaultPoint, maybe_fail, maybe_kill
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
-from spark_chkpt.snapshot.delta_coordinator import CommitSettings, DeltaCoordinator
+from spark_chkpt.testing.failpoints import FaultPoint, maybe_fail, maybe_kill
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -12,10 +12,10 @@ from pyspark.sql.types import StructType
 
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.kafka.control_topic import ensure_control_topic
-from spark_chkpt.kafka.records import spark_schema_ddl
-from spark_chkpt.kafka.sink_options import KafkaSinkConfig
-from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.kafka.sink.control_topic import ensure_control_topic
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.source.options import SourceConfig
+from spark_chkpt.kafka.source.records import spark_schema_ddl
 from spark_chkpt.options import parse_bool
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 

@@ -1,9 +1,9 @@
 """The ``chkpt-kafka`` sink: Spark's Kafka sink columns, exactly once for aligned readers.
 
 Executors produce each row tagged with their attempt (a
-:class:`~spark_chkpt.kafka.producer.RecordProducer` of the ``kafka.client`` option); the
+:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` of the ``kafka.client`` option); the
 driver's ``commit`` writes barrier markers naming the attempts that belong to the batch
-(:class:`~spark_chkpt.snapshot.kafka_coordinator.KafkaCoordinator`).
+(:class:`~spark_chkpt.kafka.sink.committer.KafkaCoordinator`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pyspark.sql.types import (
 )
 
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.kafka.outage import broker_calls
-from spark_chkpt.kafka.producer import ProducedOutput, build_producer, produce_all
-from spark_chkpt.kafka.sink_options import KafkaSinkConfig
-from spark_chkpt.snapshot.kafka_coordinator import BarrierSettings, KafkaCoordinator
+from spark_chkpt.kafka.client.outage import broker_calls
+from spark_chkpt.kafka.sink.committer import BarrierSettings, KafkaCoordinator
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.writer import ProducedOutput, build_producer, produce_all
 
 if TYPE_CHECKING:
     import pyarrow as pa

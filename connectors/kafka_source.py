@@ -1,8 +1,8 @@
 """Readers of the ``chkpt-kafka`` source: streaming (micro-batch) and batch.
 
-Thin: Spark's calls are translated for :class:`~spark_chkpt.kafka.planner.SourcePlanner`
+Thin: Spark's calls are translated for :class:`~spark_chkpt.kafka.source.planner.SourcePlanner`
 on the driver, and each input partition is read on an executor by
-:func:`~spark_chkpt.kafka.fetcher.read_task` into Arrow record batches.
+:func:`~spark_chkpt.kafka.source.fetcher.read_task` into Arrow record batches.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_chkpt.kafka.fetcher import ReadSpec, read_task
-from spark_chkpt.kafka.planner import SourcePlanner
-from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.kafka.source.fetcher import ReadSpec, read_task
+from spark_chkpt.kafka.source.options import SourceConfig
+from spark_chkpt.kafka.source.planner import SourcePlanner
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -30,7 +30,7 @@ def _say(message: str) -> None:
 def _job(
     *, workdir: Path, servers: str, topic: str, per_batch: int, log_name: str
 ) -> subprocess.Popen[bytes]:
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
     command = [
         sys.executable,
@@ -107,13 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from deltalake import DeltaTable
 
-    from spark_chkpt.kafka.offset_reader import OffsetReader
-    from spark_chkpt.kafka.source_options import SourceConfig
-    from spark_chkpt.kafka.topics import create_topic
-    from spark_chkpt.local.broker import EmbeddedBroker
-    from spark_chkpt.local.generator import produce_page_views
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.kafka.source.offset_reader import OffsetReader
+    from spark_chkpt.kafka.source.options import SourceConfig
+    from spark_chkpt.metrics.reporter import store_records
     from spark_chkpt.offsets import to_json
-    from spark_chkpt.snapshot.metrics import store_records
+    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+    from spark_chkpt.testing.generator import produce_page_views
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-demo-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

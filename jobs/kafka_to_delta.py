@@ -282,7 +282,7 @@ def run_until_done(
     (``table``: the sink's table, named in the savepoint's manifest)."""
     watcher = None
     if checkpoint_location:
-        from spark_chkpt.snapshot.savepoint_stop import StopRequests
+        from spark_chkpt.savepoint.stop import StopRequests
 
         watcher = StopRequests(query, checkpoint_location=checkpoint_location, table=table).start()
     try:
@@ -303,7 +303,7 @@ def run_until_done(
 def main(argv: Sequence[str] | None = None) -> int:
     settings, args = settings_from(argv)
     spark = job_session(settings, args)
-    from spark_chkpt.snapshot.metrics import SnapshotReporter
+    from spark_chkpt.metrics.reporter import SnapshotReporter
 
     reporter = SnapshotReporter.attach(spark)
     query = start(spark, settings)

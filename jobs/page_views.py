@@ -148,7 +148,7 @@ def start(spark: SparkSession, settings: Mapping[str, str]) -> StreamingQuery:
 def main(argv: Sequence[str] | None = None) -> int:
     settings, args = settings_from(argv)
     spark = kafka_to_delta.job_session(settings, args)
-    from spark_chkpt.snapshot.metrics import SnapshotReporter
+    from spark_chkpt.metrics.reporter import SnapshotReporter
 
     reporter = SnapshotReporter.attach(spark)
     query = start(spark, settings)

@@ -42,7 +42,7 @@ def stage_a(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """input topic → parse, enrich (session bucket, slow-view flag) → middle topic."""
     from pyspark.sql import functions as F
 
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
     reader = (
         spark.readStream.format("chkpt-kafka")
@@ -82,7 +82,7 @@ def stage_b(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """middle topic (aligned on stage A's barriers) → Delta."""
     from pyspark.sql import functions as F
 
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
+    from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
     schema = f"{PAGE_VIEW_SCHEMA_DDL}, slow_view boolean, hour timestamp"
     reader = (
@@ -153,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
+    from spark_chkpt.metrics.reporter import SnapshotReporter
     from spark_chkpt.session import build_session
-    from spark_chkpt.snapshot.metrics import SnapshotReporter
 
     spark = build_session(
         app_name=f"two_stage_{args.stage}",

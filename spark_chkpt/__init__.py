@@ -8,7 +8,7 @@ pyarrow's thread pools finish before the interpreter finalizes (see
 :mod:`spark_chkpt.teardown`), so scripts that read tables exit 0.
 
 ``spark_chkpt.DeltaUpsert`` (exactly-once upserts from ``foreachBatch``, see
-:mod:`spark_chkpt.snapshot.upsert`) is imported on first use, so importing the package
+:mod:`spark_chkpt.delta.upsert.committer`) is imported on first use, so importing the package
 stays light (no pyspark, pyarrow or deltalake).
 """
 
@@ -23,7 +23,7 @@ from spark_chkpt.version import __version__
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_chkpt.snapshot.upsert import DeltaUpsert
+    from spark_chkpt.delta.upsert.committer import DeltaUpsert
 
 __all__ = [
     "ChkptError",
@@ -41,7 +41,7 @@ teardown.install()
 def __getattr__(name: str) -> Any:
     """``spark_chkpt.DeltaUpsert``, imported when first used."""
     if name == "DeltaUpsert":
-        from spark_chkpt.snapshot.upsert import DeltaUpsert
+        from spark_chkpt.delta.upsert.committer import DeltaUpsert
 
         return DeltaUpsert
     raise AttributeError(f"module 'spark_chkpt' has no attribute {name!r}")

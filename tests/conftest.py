@@ -17,7 +17,7 @@ def bootstrap_servers() -> Iterator[str]:
     if external:
         yield external
         return
-    from spark_chkpt.local.broker import EmbeddedBroker
+    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker.bootstrap_servers
@@ -51,7 +51,7 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def make_topic(bootstrap_servers: str, topic_name: str) -> Callable[..., str]:
     """Create a topic named after the test: ``make_topic(partitions=3)``."""
-    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.kafka.client.topics import create_topic
 
     counter = iter(range(1000))
 

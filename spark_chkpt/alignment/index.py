@@ -4,7 +4,7 @@ An upstream ``chkpt-kafka`` sink appends :class:`~spark_chkpt.alignment.barrier.
 records (``intent``, then ``complete`` with every barrier's offset) to a control topic.
 :class:`BarrierIndex` holds the entries read so far and answers the questions the cut
 planner and the sink's coordinator ask. Pure: reading the control topic is
-:class:`spark_chkpt.kafka.control_topic.ControlTopic`'s job.
+:class:`spark_chkpt.kafka.sink.control_topic.ControlTopic`'s job.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""snapshot"""
+"""The shared two-phase-commit protocol: coordinator template, record, store, checkpoint reader."""

@@ -14,11 +14,11 @@ completes the snapshot:
    (Delta first checks that the commit of batch N came from the same source offsets,
    else :class:`~spark_chkpt.errors.QueryIdentityError`);
 3. **make visible**, in one atomic step that also records the snapshot: one Delta
-   commit (:mod:`spark_chkpt.snapshot.delta_coordinator`), or barrier markers and the
-   index entry naming them (:mod:`spark_chkpt.snapshot.kafka_coordinator`);
+   commit (:mod:`spark_chkpt.delta.sink.committer`), or barrier markers and the
+   index entry naming them (:mod:`spark_chkpt.kafka.sink.committer`);
 4. **record**: write the snapshot record to the store (:meth:`SnapshotCoordinator.finish`).
    The record lists the state each stateful operator committed for the batch (state
-   version N + 1, :mod:`spark_chkpt.snapshot.state`): the sink's commit runs after every
+   version N + 1, :mod:`spark_chkpt.state.operators`): the sink's commit runs after every
    task of the batch, so the stateful stage's stores are committed by then.
 
 A crash anywhere leaves either nothing visible (Spark re-runs batch N with the same
@@ -33,12 +33,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.local.fault import FaultPoint, maybe_kill
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
-from spark_chkpt.snapshot.state import operator_ids, provider_of, state_operators
 from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
+from spark_chkpt.testing.failpoints import FaultPoint, maybe_kill
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.kafka.topics import create_topic
-from spark_chkpt.local.broker import EmbeddedBroker
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.kafka.client.topics import create_topic
+from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault

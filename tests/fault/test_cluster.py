@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.local.generator import produce_page_views
+from spark_chkpt.testing.generator import produce_page_views
 from tests.fault.test_exactly_once import (
     EVENTS,
     _killed,

@@ -22,8 +22,8 @@ from deltalake import DeltaTable
 
 from spark_chkpt.delta.staging import STAGED_NAME
 from spark_chkpt.delta.table import DeltaTarget
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
 from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault

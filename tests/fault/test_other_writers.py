@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from spark_chkpt.snapshot.recovery import table_snapshots
+from spark_chkpt.recovery.rebuild import table_snapshots
 from tests.helpers import kafka_stream, produce
 
 pytestmark = pytest.mark.fault

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-from spark_chkpt.snapshot.savepoint import list_savepoints
+from spark_chkpt.savepoint.manifest import list_savepoints
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from tests.fault.test_stateful import counts_below, table_counts
 from tests.helpers import user_env
 

@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.local.generator import PageViews, produce_page_views
 from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.testing.generator import PageViews, produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault

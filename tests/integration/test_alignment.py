@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, BARRIER_HEADER
-from spark_chkpt.snapshot.metrics import SnapshotReporter
+from spark_chkpt.metrics.reporter import SnapshotReporter
 from tests.helpers import Upstream, drain_to_files, kafka_stream, produce
 
 pytestmark = pytest.mark.integration
@@ -311,9 +311,9 @@ def test_a_topic_reads_aligned_before_its_first_snapshot_completes(
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from spark_chkpt.connectors.kafka import KafkaDataSource
-    from spark_chkpt.kafka.producer import build_producer
-    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
-    from spark_chkpt.kafka.topics import topic_names
+    from spark_chkpt.kafka.client.topics import topic_names
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.writer import build_producer
 
     named, by_column = make_topic(partitions=2, suffix="named"), make_topic(suffix="column")
     options = {
@@ -356,7 +356,7 @@ def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
     from kafka.errors import TopicAlreadyExistsError
 
     from spark_chkpt.errors import ChkptError
-    from spark_chkpt.kafka.topics import create_topic, delete_topic
+    from spark_chkpt.kafka.client.topics import create_topic, delete_topic
 
     first_in, second_in = make_topic(suffix="in1"), make_topic(suffix="in2")
     data = make_topic(partitions=2, suffix="data")
@@ -413,7 +413,7 @@ def _topic_id(servers: str, topic: str) -> str | None:
     """The Kafka id of ``topic`` now (None when it does not exist)."""
     from kafka import KafkaConsumer
 
-    from spark_chkpt.kafka.control_topic import topic_id_of
+    from spark_chkpt.kafka.sink.control_topic import topic_id_of
 
     consumer = KafkaConsumer(bootstrap_servers=servers.split(","))
     try:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spark_chkpt.bench import latency
+from bench import latency
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from spark_chkpt.kafka.topics import create_topic, partition_count
-from spark_chkpt.local.broker import EmbeddedBroker
+from spark_chkpt.kafka.client.topics import create_topic, partition_count
+from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 import pytest
 
 from spark_chkpt.errors import DataLossError, KafkaReadError
-from spark_chkpt.kafka.consumer import CLIENTS, RangeConsumer, build_consumer
-from spark_chkpt.kafka.fetcher import RangeFetcher, ReadSpec
-from spark_chkpt.kafka.pool import ConsumerPool
-from spark_chkpt.kafka.prefetch import PrefetchBuffer
-from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.kafka.client.consumer import CLIENTS, RangeConsumer, build_consumer
+from spark_chkpt.kafka.client.pool import ConsumerPool
+from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec
+from spark_chkpt.kafka.source.options import SourceConfig
+from spark_chkpt.kafka.source.prefetch import PrefetchBuffer
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 from tests.helpers import produce, produce_transactions
 

@@ -18,8 +18,8 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_chkpt.jobs import kafka_to_delta
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-from spark_chkpt.snapshot.metrics import SnapshotReporter, store_records
+from spark_chkpt.metrics.reporter import SnapshotReporter, store_records
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from tests.helpers import kafka_stream, produce
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def test_spark_submit_runs_page_views_in_upsert_mode(
     the state store on RocksDB (spark-defaults.conf)."""
     from collections import Counter
 
-    from spark_chkpt.local.generator import PageViews
+    from spark_chkpt.testing.generator import PageViews
 
     topic = make_topic(partitions=2)
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=700)

@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_chkpt.kafka.topics import create_topic, delete_topic
+from spark_chkpt.kafka.client.topics import create_topic, delete_topic
 from tests.helpers import drain_to_files, produce, produce_transactions
 
 pytestmark = pytest.mark.integration

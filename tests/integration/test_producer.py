@@ -12,10 +12,10 @@ import pytest
 
 from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.kafka.consumer import CLIENTS
-from spark_chkpt.kafka.producer import build_producer
-from spark_chkpt.kafka.sink_options import KafkaSinkConfig
-from spark_chkpt.kafka.topics import topic_names
+from spark_chkpt.kafka.client.consumer import CLIENTS
+from spark_chkpt.kafka.client.topics import topic_names
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.writer import build_producer
 
 pytestmark = pytest.mark.integration
 

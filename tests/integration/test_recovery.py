@@ -10,14 +10,14 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
-from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
-from spark_chkpt.snapshot.recovery import (
+from spark_chkpt.recovery.rebuild import (
     RecoveryError,
     last_snapshot,
     recover_checkpoint,
     table_snapshots,
 )
+from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 
 pytestmark = pytest.mark.integration
 

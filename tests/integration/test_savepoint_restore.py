@@ -18,18 +18,18 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from spark_chkpt.delta.replay import check_replay
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import QueryIdentityError
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
-from spark_chkpt.snapshot.recovery import last_snapshot, offset_log_entry
-from spark_chkpt.snapshot.replay import check_replay
-from spark_chkpt.snapshot.savepoint import (
+from spark_chkpt.recovery.rebuild import last_snapshot, offset_log_entry
+from spark_chkpt.savepoint.manifest import (
     SavepointError,
     create_savepoint,
     list_savepoints,
     load_savepoint,
 )
-from spark_chkpt.snapshot.savepoint_restore import restore_savepoint
+from spark_chkpt.savepoint.restore import restore_savepoint
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 from tests.helpers import user_env
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from spark_chkpt.snapshot.savepoint import create_savepoint
-from spark_chkpt.snapshot.savepoint_restore import restore_savepoint
-from spark_chkpt.snapshot.state_files import StateFilesError, state_files
-from spark_chkpt.snapshot.state_reader import read_state
+from spark_chkpt.savepoint.manifest import create_savepoint
+from spark_chkpt.savepoint.restore import restore_savepoint
+from spark_chkpt.state.files import StateFilesError, state_files
+from spark_chkpt.state.reader import read_state
 from tests.integration.test_state import (
     EVENTS,
     HDFS,

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, PageViews
 from spark_chkpt.offsets import from_json
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
-from spark_chkpt.snapshot.state import check_retained, committed_batches, state_operators
+from spark_chkpt.state.operators import check_retained, committed_batches, state_operators
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews
 from tests.helpers import kafka_stream, produce, user_env
 
 pytestmark = pytest.mark.integration
@@ -109,7 +109,7 @@ def drained(  # type: ignore[no-untyped-def]
     """One RocksDB query over the page views, shared by the read-back tests."""
     from kafka import KafkaProducer
 
-    from spark_chkpt.kafka.topics import create_topic
+    from spark_chkpt.kafka.client.topics import create_topic
 
     topic = f"state-counts-{time.time_ns() % 10**9}"
     create_topic(bootstrap_servers=bootstrap_servers, name=topic, partitions=2)
@@ -170,7 +170,7 @@ def test_state_operators_list_the_files_of_each_snapshot(
 def test_read_state_of_an_older_snapshot_equals_the_counts_of_its_records(
     spark: Any, bootstrap_servers: str, drained: tuple[str, Path]
 ) -> None:
-    from spark_chkpt.snapshot.state_reader import read_state
+    from spark_chkpt.state.reader import read_state
 
     topic, checkpoint = drained
     batches = committed_batches(checkpoint_location=str(checkpoint))
@@ -256,7 +256,7 @@ def test_the_delta_sink_records_the_state_and_the_reporter_adds_keys(
     number of keys from Spark's progress into the stored records."""
     from pyspark.sql import functions as F
 
-    from spark_chkpt.snapshot.metrics import SnapshotReporter, store_records
+    from spark_chkpt.metrics.reporter import SnapshotReporter, store_records
 
     topic = make_topic(partitions=2)
     page_views(producer, topic)

@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import window
 
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
-from spark_chkpt.snapshot.metrics import store_records
+from spark_chkpt.metrics.reporter import store_records
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
 from tests.helpers import kafka_stream
 
 pytestmark = pytest.mark.integration

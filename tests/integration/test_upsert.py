@@ -19,9 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_chkpt import DeltaUpsert
 from spark_chkpt.errors import QueryIdentityError
-from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
-from spark_chkpt.snapshot.metrics import store_records
+from spark_chkpt.metrics.reporter import store_records
 from spark_chkpt.snapshot.record import SnapshotRecord
+from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
 from tests.helpers import kafka_stream
 
 pytestmark = pytest.mark.integration

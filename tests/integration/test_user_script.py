@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_chkpt.local.generator import produce_page_views
+from spark_chkpt.testing.generator import produce_page_views
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.integration

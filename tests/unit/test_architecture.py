@@ -14,7 +14,7 @@ FOLDERS = {
     "spark_chkpt": "spark_chkpt",
     "connectors": "spark_chkpt.connectors",
     "jobs": "spark_chkpt.jobs",
-    "bench": "spark_chkpt.bench",
+    "bench": "bench",
     "conf": "spark_chkpt.conf",
 }
 BASE = {
@@ -24,20 +24,46 @@ BASE = {
     "spark_chkpt.options",
     "spark_chkpt.offsets",
     "spark_chkpt.version",
+    # The fail points' registry: the one module of testing/ the engine calls.
+    "spark_chkpt.testing.failpoints",
 }
-# Each engine sub-package and the project packages it may import (besides itself).
+# Each engine package and the project packages it may import (besides itself and the
+# base); a module belongs to the longest package that holds it.
 LAYERS = {
     "spark_chkpt.alignment": set(),
-    "spark_chkpt.local": set(),
-    "spark_chkpt.kafka": {"spark_chkpt.alignment"},
-    "spark_chkpt.delta": set(),
-    "spark_chkpt.snapshot": {
+    "spark_chkpt.testing": set(),
+    "spark_chkpt.state": set(),
+    "spark_chkpt.kafka.client": set(),
+    "spark_chkpt.snapshot": {"spark_chkpt.state"},
+    "spark_chkpt.recovery": {"spark_chkpt.snapshot"},
+    "spark_chkpt.kafka.sink": {
         "spark_chkpt.alignment",
-        "spark_chkpt.kafka",
-        "spark_chkpt.delta",
-        "spark_chkpt.local",
+        "spark_chkpt.kafka.client",
+        "spark_chkpt.snapshot",
     },
+    # The source cuts at the barriers the sink's control topic indexes (its reader).
+    "spark_chkpt.kafka.source": {
+        "spark_chkpt.alignment",
+        "spark_chkpt.kafka.client",
+        "spark_chkpt.kafka.sink.control_topic",
+    },
+    "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
+    "spark_chkpt.delta.sink": {
+        "spark_chkpt.delta",
+        "spark_chkpt.snapshot",
+        "spark_chkpt.recovery",
+    },
+    "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
+    "spark_chkpt.savepoint": {
+        "spark_chkpt.delta",
+        "spark_chkpt.snapshot",
+        "spark_chkpt.state",
+        "spark_chkpt.recovery",
+    },
+    "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
 }
+# Packages whose modules are shared by the sub-packages listed in LAYERS under them.
+SHARED = {"spark_chkpt.delta": {"spark_chkpt.delta.sink", "spark_chkpt.delta.upsert"}}
 
 
 def modules() -> dict[str, Path]:
@@ -92,29 +118,57 @@ def test_alignment_imports_no_spark_kafka_or_delta(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_engine_never_imports_jobs_bench_or_connectors(name: str) -> None:
     if not under(name, "spark_chkpt") or any(
-        under(name, top)
-        for top in ("spark_chkpt.jobs", "spark_chkpt.bench", "spark_chkpt.connectors")
+        under(name, top) for top in ("spark_chkpt.jobs", "bench", "spark_chkpt.connectors")
     ):
         return
-    forbidden = {"spark_chkpt.jobs", "spark_chkpt.bench"}
+    forbidden = {"spark_chkpt.jobs", "bench"}
     if name != "spark_chkpt":  # register() is where the engine hands Spark the connectors
         forbidden.add("spark_chkpt.connectors")
     bad = {m for m in project_imports(name) if any(under(m, f) for f in forbidden)}
     assert not bad, f"{name} imports {sorted(bad)}"
 
 
+def layer_of(name: str) -> str | None:
+    """The most specific package of LAYERS that holds ``name``."""
+    held = [layer for layer in LAYERS if under(name, layer)]
+    return max(held, key=len) if held else None
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_layers(name: str) -> None:
     if name in BASE:
         assert not {m for m in project_imports(name) if m not in BASE}, name
-    for layer, allowed in LAYERS.items():
-        if under(name, layer):
-            bad = {
-                m
-                for m in project_imports(name)
-                if m not in BASE and not under(m, layer) and not any(under(m, a) for a in allowed)
-            }
-            assert not bad, f"{name} ({layer}) imports {sorted(bad)}"
+        return
+    layer = layer_of(name)
+    if layer is None:
+        return
+    allowed = LAYERS[layer]
+    bad = set()
+    for m in project_imports(name):
+        if m in BASE or under(m, layer) or any(under(m, a) for a in allowed):
+            # a shared package's own modules, not the sub-packages above them
+            if layer in SHARED and any(under(m, top) for top in SHARED[layer]):
+                bad.add(m)
+            continue
+        bad.add(m)
+    assert not bad, f"{name} ({layer}) imports {sorted(bad)}"
+
+
+def test_engine_never_imports_the_embedded_brokers_or_the_generator() -> None:
+    """Only the fail points' registry of ``testing/`` is part of the engine."""
+    for name in MODULES:
+        if not under(name, "spark_chkpt") or under(name, "spark_chkpt.testing"):
+            continue
+        if name == "spark_chkpt.cli" or under(name, "spark_chkpt.cli"):
+            continue  # `spark-chkpt broker` runs the embedded broker
+        if any(under(name, top) for top in ("spark_chkpt.jobs", "spark_chkpt.connectors")):
+            continue
+        bad = {
+            m
+            for m in project_imports(name)
+            if under(m, "spark_chkpt.testing") and m != "spark_chkpt.testing.failpoints"
+        }
+        assert not bad, f"{name} imports {sorted(bad)}"
 
 
 def test_no_import_cycles() -> None:
@@ -144,5 +198,10 @@ def test_setup_cfg_lists_every_package() -> None:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     listed = set(cfg["options"]["packages"].split())
-    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    packages = {
+        name
+        for name, path in modules().items()
+        if path.name == "__init__.py" and under(name, "spark_chkpt")
+    }
     assert packages == listed
+    assert not any(under(p, "bench") for p in listed)  # run from a checkout, not shipped

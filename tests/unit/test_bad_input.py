@@ -80,7 +80,7 @@ def test_kafka_sink_schema_errors_name_the_column(ddl: str, option: str, fragmen
 
     from spark_chkpt.connectors.kafka_sink import check_sink_schema
     from spark_chkpt.errors import ConfigError
-    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
     types = {
         "string": StringType(),
@@ -121,7 +121,7 @@ def test_a_new_query_on_another_querys_partitions_is_refused(tmp_path: Path) -> 
 
 
 def test_other_writers_option_names_its_values() -> None:
-    from spark_chkpt.delta.sink_options import DeltaSinkConfig
+    from spark_chkpt.delta.sink.options import DeltaSinkConfig
     from spark_chkpt.errors import ConfigError
 
     base = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
@@ -233,8 +233,8 @@ def test_upsert_key_twice_in_a_batch_is_refused_naming_the_fix(tmp_path: Path) -
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from spark_chkpt.delta.merge import STAGING_DIR, DuplicateKeyError, KeyedMerge
     from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.upsert.merge import STAGING_DIR, DuplicateKeyError, KeyedMerge
 
     table, version = _counts_table(tmp_path)
     staged = pa.table({"app": ["app1", "app1"], "count": [5, 6]})

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from spark_chkpt.bench.latency import commit_latencies
-from spark_chkpt.bench.synthetic import SyntheticStreamReader, write_partitions
-from spark_chkpt.local.generator import PageViews
+from bench.latency import commit_latencies
+from bench.synthetic import SyntheticStreamReader, write_partitions
+from spark_chkpt.testing.generator import PageViews
 
 
 def test_the_synthetic_source_yields_the_produced_records_once_in_offset_order(

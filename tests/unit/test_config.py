@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.kafka.client_settings import kafka_client_settings, librdkafka_producer_settings
-from spark_chkpt.kafka.sink_options import KafkaSinkConfig
-from spark_chkpt.kafka.source_options import OffsetSpec, SourceConfig
+from spark_chkpt.kafka.client.settings import kafka_client_settings, librdkafka_producer_settings
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.source.options import OffsetSpec, SourceConfig
 from spark_chkpt.options import parse_duration_ms
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "events"}

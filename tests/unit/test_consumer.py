@@ -8,7 +8,7 @@ import confluent_kafka as ck
 import pytest
 
 from spark_chkpt.errors import KafkaReadError
-from spark_chkpt.kafka.consumer import ConfluentConsumer, OffsetOutOfRange
+from spark_chkpt.kafka.client.consumer import ConfluentConsumer, OffsetOutOfRange
 from spark_chkpt.offsets import TopicPartition
 
 

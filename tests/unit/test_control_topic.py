@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from spark_chkpt.kafka import control_topic, topics
+from spark_chkpt.kafka.client import topics
+from spark_chkpt.kafka.sink import control_topic
 
 
 def test_control_topic_is_created_once_with_infinite_retention(

@@ -20,11 +20,11 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
 from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, SchemaMismatch
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.fs import resolve
-from spark_chkpt.snapshot.delta_coordinator import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_chkpt.delta.sink_options import DeltaSinkConfig
+from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.fs import qualify
-from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import pytest
 from kafka import TopicPartition as KTP
 from kafka.errors import OffsetOutOfRangeError
 
-from spark_chkpt.kafka.offset_reader import OffsetReader
-from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.kafka.source.offset_reader import OffsetReader
+from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.offsets import TopicPartition
 
 Record = namedtuple("Record", "offset")

@@ -11,7 +11,7 @@ import pytest
 from kafka import errors as kafka_errors
 
 from spark_chkpt.errors import BrokerUnavailableError
-from spark_chkpt.kafka.outage import broker_calls, unavailable
+from spark_chkpt.kafka.client.outage import broker_calls, unavailable
 
 
 @pytest.mark.parametrize(
@@ -66,8 +66,8 @@ def test_the_librdkafka_sink_fails_within_its_timeouts_when_the_broker_never_ans
     naming the delivery timeout within delivery + request timeout, not hang."""
     import pyarrow as pa
 
-    from spark_chkpt.kafka.producer import build_producer
-    from spark_chkpt.kafka.sink_options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.writer import build_producer
 
     with socket.socket() as frozen:
         frozen.bind(("127.0.0.1", 0))

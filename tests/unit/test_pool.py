@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_chkpt.kafka.consumer import ConsumerSettings
-from spark_chkpt.kafka.pool import ConsumerPool
+from spark_chkpt.kafka.client.consumer import ConsumerSettings
+from spark_chkpt.kafka.client.pool import ConsumerPool
 
 
 class FakeConsumer:

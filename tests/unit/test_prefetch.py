@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spark_chkpt.kafka.consumer import Record
-from spark_chkpt.kafka.prefetch import PrefetchBuffer
+from spark_chkpt.kafka.client.consumer import Record
+from spark_chkpt.kafka.source.prefetch import PrefetchBuffer
 from spark_chkpt.offsets import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.errors import ChkptError
+from spark_chkpt.metrics.reporter import merge_state_progress
 from spark_chkpt.session import STATE_STORE_DEFAULTS, load_properties
-from spark_chkpt.snapshot.metrics import merge_state_progress
-from spark_chkpt.snapshot.state import check_retained, provider_of, state_operators
+from spark_chkpt.state.operators import check_retained, provider_of, state_operators
 
 ROOT = Path(__file__).resolve().parents[2]
 META = (

@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.kafka.source_options import SourceConfig
+from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.offsets import TopicPartition
 
 T0, T1, T2 = (TopicPartition("ev", p) for p in range(3))

@@ -1,0 +1,449 @@
+"""``DeltaUpsert``: exactly-once keyed upserts into Delta from ``foreachBatch``.
+
+Spark 4.2 refuses ``outputMode("update")`` for Python sinks, so update-mode aggregates
+reach Delta through ``foreachBatch``. There, batch N is snapshot N as for the
+``chkpt-delta`` sink, and :meth:`DeltaUpsert.__call__` completes it in one Delta MERGE
+that also carries ``txn(appId, N)`` and the snapshot record::
+
+    upsert = DeltaUpsert(path="/data/pv_counts", keys=["app"], checkpoint_location="/chk/pv")
+    (counts.writeStream.outputMode("update").foreachBatch(upsert)
+           .option("checkpointLocation", "/chk/pv").start())
+
+The protocol of one call (``# Step N`` in the body):
+
+1. **identity**: the running query (Spark's ``sql.streaming.queryId``) must be the one
+   whose ``checkpoint_location`` was given; the app id is that query id (or ``app_id``);
+   Spark's plan for the batch is read from ``offsets/N``.
+2. **validate** before anything is written: the keys and the delete column are in the
+   batch, and the batch's columns and types are the table's (a changed key type is
+   named as such).
+3. **idempotency**: ``txn(appId) >= N`` means an earlier attempt committed the batch: if
+   that commit's source offsets are ``offsets/N`` (:mod:`spark_chkpt.delta.replay`),
+   nothing is written and the snapshot store is repaired from the commit's record. The
+   plan still runs (into Spark's ``noop`` sink): a stateful query's tasks must commit
+   the batch's state version, or Spark fails the batch
+   (``STATE_STORE_COMMIT_VALIDATION_FAILED``) and the next one has no state to load.
+4. **stage (executors)**: this app's staged files of earlier attempts are deleted; then
+   ``batch_df.mapInArrow`` streams each task's rows into Parquet files under
+   ``<table>/_chkpt_staging/`` (names tagged with the app, see
+   :mod:`spark_chkpt.delta.staging`) and returns only their paths and figures.
+5. **commit (driver)**: one MERGE of the staged files on the keys
+   (:class:`~spark_chkpt.delta.upsert.merge.KeyedMerge`: a true delete column deletes, other
+   rows update or insert) with ``txn(appId, N)`` and the record in commitInfo. The first
+   batch creates the table instead: its staged files (staged in the table's own folders,
+   deletes dropped) are added in one commit, as the ``chkpt-delta`` sink does. A commit
+   conflict with another writer is retried from step 3.
+6. **record**: the snapshot record (``mode="upsert"``, the MERGE's figures) goes to the
+   store; the staged files are deleted.
+
+A crash before step 5 leaves nothing visible (Spark replays batch N, the staged files are
+cleaned at step 4); a crash after it leaves the whole batch visible with ``txn(appId, N)``
+(the replay stops at step 3).
+
+Memory. Executors hold one Arrow batch per task (``spark.sql.execution.arrow.
+maxRecordsPerBatch`` rows) plus the open Parquet writer's row group. The driver streams
+the staged files to delta-rs ``batch_size`` rows at a time, one file and one batch read
+ahead. delta-rs itself hashes the whole source (the batch's rows, in Arrow) as the join's
+build side and streams the table's files past it, rewriting those that hold matched keys,
+so the driver needs memory for one batch of the aggregate's output (the changed keys),
+never for the table. Keys must be unique within a batch (an aggregate's are).
+
+(Over 400 lines: the six steps, their retries and their error messages are one protocol
+and stay readable top to bottom; staging and the MERGE already live in their own modules.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.delta.replay import check_replay
+from spark_chkpt.delta.staging import STAGED_NAME, app_tag
+from spark_chkpt.delta.table import DeltaTarget, is_conflict
+from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
+from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
+from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
+from spark_chkpt.fs import qualify
+from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
+from spark_chkpt.testing.failpoints import FaultPoint, maybe_kill
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+WRITER = "DeltaUpsert"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_CONFLICT_RETRIES = 10
+
+
+class _Snapshots(SnapshotCoordinator):
+    sink = "delta-upsert"
+
+
+class DeltaUpsert:
+    """``foreachBatch(DeltaUpsert(...))``: each batch upserted by ``keys``, exactly once.
+
+    ``path``: the Delta table (created by the first batch). ``keys``: the key columns,
+    unique within a batch. ``checkpoint_location``: the query's checkpoint folder; the
+    app id of ``txn(appId, N)`` is its query id unless ``app_id`` is given (as the
+    ``chkpt-delta`` sink's ``txnAppId``). A batch row whose boolean ``delete_column`` is
+    true deletes the table's row with its keys; the column is never written.
+    ``partition_by`` applies when the first batch creates the table. ``batch_size``:
+    rows per Arrow batch the driver streams to delta-rs. See the module docstring for the
+    protocol and what holds memory.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        keys: Sequence[str],
+        checkpoint_location: str,
+        app_id: str | None = None,
+        delete_column: str = "_delete",
+        storage_options: Mapping[str, str] | None = None,
+        query_name: str | None = None,
+        retained_snapshots: int = 10,
+        partition_by: Sequence[str] = (),
+        batch_size: int = 65_536,
+        max_records_per_file: int = 1_000_000,
+        target_file_bytes: int = 128 * 1024**2,
+    ) -> None:
+        if importlib.util.find_spec("pandas") is None:
+            raise ChkptError(
+                f"{WRITER} stages each batch with DataFrame.mapInArrow, which PySpark only "
+                "runs with pandas installed (no row passes through pandas). spark-chkpt "
+                "depends on it: reinstall the package, or pip install 'pandas>=2.2,<3'"
+            )
+        if isinstance(keys, str) or not keys or not all(isinstance(k, str) and k for k in keys):
+            raise ConfigError("keys", keys, "name one or more key columns, e.g. keys=['app']")
+        if len(set(keys)) != len(keys):
+            raise ConfigError("keys", list(keys), "each key column once")
+        if not path:
+            raise ConfigError("path", path, "the Delta table's path or URI")
+        if not checkpoint_location:
+            raise ConfigError(
+                "checkpoint_location", checkpoint_location, "the query's checkpointLocation"
+            )
+        if delete_column in keys:
+            raise ConfigError("delete_column", delete_column, "a column that is not a key")
+        for option, value in (
+            ("retained_snapshots", retained_snapshots),
+            ("batch_size", batch_size),
+            ("max_records_per_file", max_records_per_file),
+            ("target_file_bytes", target_file_bytes),
+        ):
+            if value < (0 if option == "retained_snapshots" else 1):
+                raise ConfigError(option, value, "a positive number")
+        self.path = qualify(path)  # on the driver: executors have another working folder
+        self.keys = tuple(keys)
+        self.checkpoint_location = qualify(checkpoint_location)
+        self.app_id_option = app_id
+        self.delete_column = delete_column
+        self.storage_options = dict(storage_options or {})
+        self.query_name = query_name
+        self.retained_snapshots = retained_snapshots
+        self.partition_by = tuple(partition_by)
+        self.batch_size = batch_size
+        self.max_records_per_file = max_records_per_file
+        self.target_file_bytes = target_file_bytes
+        self.target = DeltaTarget(uri=self.path, storage_options=self.storage_options)
+        self.merger = KeyedMerge(target=self.target, keys=self.keys, delete_column=delete_column)
+        # Read at the first batch: the checkpoint's metadata exists once the query runs.
+        self._snapshots: _Snapshots | None = None
+        self._query_id: str | None = None
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> SnapshotRecord:
+        """Complete snapshot ``batch_id`` with ``batch_df``'s rows (steps 1-6 of the
+        module docstring); returns its record."""
+        started = time.monotonic()
+        # Step 1
+        snapshots = self._coordinator(batch_df)
+        app_id = snapshots.app_id
+        plan = snapshots.plan(batch_id)
+        # Step 2
+        schema = self.check(batch_df.schema)
+        self._clean_staging(app_id)
+        staged: StagedBatch | None = None
+        committed = False
+        try:
+            for attempt in range(_CONFLICT_RETRIES):
+                # Step 3
+                table = self.target.open()
+                done = table.transaction_version(app_id) if table is not None else None
+                if table is not None:
+                    self.merger.check_schema(table, schema)
+                if done is not None and done >= batch_id:
+                    record = self._replayed(snapshots, table, batch_id, done, plan.sources, started)
+                    if staged is None:
+                        # The output is discarded, but a stateful query's plan must still
+                        # run on every partition: its tasks commit the state store version
+                        # of this batch (Spark 4.2 fails the batch otherwise, with
+                        # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would
+                        # have no state to start from).
+                        batch_df.write.format("noop").mode("overwrite").save()
+                    return record
+                # Step 4
+                if staged is None or staged.create != (table is None):
+                    if staged is not None:  # another writer created the table meanwhile
+                        self._discard(staged)
+                    staged = self._stage(batch_df, schema, app_id, batch_id, create=table is None)
+                    maybe_kill(FaultPoint.AFTER_STAGING, batch_id)
+                # Step 5
+                record = replace(
+                    snapshots.record(
+                        batch_id=batch_id,
+                        sources=plan.sources,
+                        outcome=CommitOutcome.COMMITTED
+                        if staged.source_rows
+                        else CommitOutcome.EMPTY,
+                        started=started,
+                        rows=staged.source_rows,
+                        files=len(staged.files),
+                        size=sum(f.size for f in staged.files),
+                    ),
+                    mode="upsert",
+                    retries=attempt,
+                )
+                try:
+                    figures = self._commit(table, staged, record, app_id, batch_id)
+                except ChkptError:
+                    raise
+                except Exception as e:
+                    if not is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
+                        raise ChkptError(
+                            f"{WRITER} could not commit batch {batch_id} to {self.path}: {e}"
+                        ) from e
+                    log.warning("%s batch %d: commit conflict (%s); retrying", WRITER, batch_id, e)
+                    time.sleep(min(2.0, 0.05 * 2**attempt))
+                    continue
+                committed = True
+                maybe_kill(FaultPoint.AFTER_DELTA_COMMIT, batch_id)
+                # Step 6
+                found = self.target.find_txn_commit(
+                    self.target.open(), app_id=app_id, txn_version=batch_id
+                )
+                record = snapshots.finish(
+                    replace(
+                        record,
+                        merge=figures.as_dict(),
+                        table_version=found.version if found is not None else None,
+                        commit_ms=elapsed_ms(started),
+                    )
+                )
+                log.info(
+                    "%s snapshot %d committed: %s, Delta version %s, %.0f ms",
+                    WRITER,
+                    batch_id,
+                    record.merge,
+                    record.table_version,
+                    record.commit_ms,
+                )
+                return record
+            raise ChkptError(
+                f"{WRITER} batch {batch_id}: gave up after {_CONFLICT_RETRIES} commit conflicts"
+            )
+        finally:
+            if staged is not None and not (staged.create and committed):
+                self._discard(staged)
+
+    # -- step 1 --------------------------------------------------------------------------
+
+    def _coordinator(self, batch_df: DataFrame) -> _Snapshots:
+        """The snapshot coordinator of the checkpoint's query, after checking that it is
+        the query running ``foreachBatch`` (``batch_df`` outside a query: not checked)."""
+        if self._snapshots is None:
+            from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+
+            query_id = SparkCheckpoint(location=self.checkpoint_location).query_id()
+            self._snapshots = _Snapshots(
+                checkpoint_location=self.checkpoint_location,
+                app_id=self.app_id_option or query_id,
+                query_name=self.query_name,
+                retained_snapshots=self.retained_snapshots,
+                target=self.path,
+            )
+            self._query_id = query_id
+        context = batch_df.sparkSession.sparkContext
+        running = context.getLocalProperty(QUERY_ID_PROPERTY)
+        if running and running != self._query_id:
+            raise QueryIdentityError(
+                f"{WRITER}: checkpoint_location {self.checkpoint_location} belongs to query "
+                f"{self._query_id}, but foreachBatch runs in query {running}. Pass the "
+                "checkpointLocation of the query that calls this upsert (the folder given "
+                "to .option('checkpointLocation', ...)). Nothing was written."
+            )
+        return self._snapshots
+
+    # -- step 2 --------------------------------------------------------------------------
+
+    def check(self, batch_schema: StructType) -> pa.Schema:
+        """Step 2: the batch's Arrow schema, once the keys, the delete column and the
+        partition columns are found in it and its columns and types are the table's (if
+        there is one). Raises :class:`ConfigError` or
+        :class:`~spark_chkpt.delta.table.SchemaMismatch` naming the column."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import BooleanType
+
+        columns = batch_schema.fieldNames()
+        missing = [k for k in self.keys if k not in columns]
+        if missing:
+            raise ConfigError(
+                "keys",
+                list(self.keys),
+                f"key column(s) {', '.join(missing)} not in the batch; its columns are "
+                f"{', '.join(columns)}. Nothing was written.",
+            )
+        absent = [c for c in self.partition_by if c not in columns]
+        if absent:
+            raise ConfigError(
+                "partition_by",
+                list(self.partition_by),
+                f"column(s) {', '.join(absent)} not in the batch; its columns are "
+                f"{', '.join(columns)}",
+            )
+        if self.delete_column in columns:
+            kind = batch_schema[self.delete_column].dataType
+            if not isinstance(kind, BooleanType):
+                raise ConfigError(
+                    "delete_column",
+                    self.delete_column,
+                    f"the batch's column {self.delete_column} is {kind.simpleString()}; it "
+                    "must be boolean (true deletes the table's row with the row's keys). "
+                    "Nothing was written.",
+                )
+        schema = to_arrow_schema(batch_schema, timezone="UTC")
+        table = self.target.open()
+        if table is not None:
+            self.merger.check_schema(table, schema)
+        return schema
+
+    # -- step 3 --------------------------------------------------------------------------
+
+    def _replayed(
+        self,
+        snapshots: _Snapshots,
+        table: Any,
+        batch_id: int,
+        done: int,
+        sources: Sequence[Any],
+        started: float,
+    ) -> SnapshotRecord:
+        commit, record = check_replay(
+            target=self.target,
+            table=table,
+            app_id=snapshots.app_id,
+            checkpoint_location=self.checkpoint_location,
+            batch_id=batch_id,
+            done=done,
+            sources=sources,
+            writer=WRITER,
+        )
+        if record is not None and commit is not None and not record.merge:
+            figures = MergeFigures.from_commit_info(commit.info)
+            if figures is not None:  # a MERGE's figures are known after its record
+                record = replace(record, merge=figures.as_dict())
+        log.warning(
+            "%s batch %d was already committed (table txn %s=%d); nothing written",
+            WRITER,
+            batch_id,
+            snapshots.app_id,
+            done,
+        )
+        return snapshots.duplicate(
+            batch_id=batch_id, sources=sources, started=started, committed=lambda: record
+        )
+
+    # -- step 4 --------------------------------------------------------------------------
+
+    def _clean_staging(self, app_id: str) -> int:
+        """Delete this app's staged files of earlier attempts (one query runs at a time
+        per checkpoint, so none of them is in flight)."""
+        mine = app_tag(app_id)
+        removed = 0
+        for info in self.target.location.child(STAGING_DIR).list():
+            name = STAGED_NAME.match(info.base_name)
+            if name is not None and name["app"] == mine:
+                removed += bool(self.target.location.child(STAGING_DIR, info.base_name).delete())
+        if self.target.open() is None:  # files of crashed attempts to create the table
+            removed += self.target.remove_orphans(app_id=app_id, older_than_s=0)
+        if removed:
+            log.warning(
+                "%s removed %d staged file(s) of earlier attempts from %s",
+                WRITER,
+                removed,
+                self.path,
+            )
+        return removed
+
+    def _stage(
+        self, batch_df: DataFrame, schema: pa.Schema, app_id: str, batch_id: int, *, create: bool
+    ) -> StagedBatch:
+        return stage_batch(
+            batch_df,
+            StagingTask(
+                table_uri=self.path,
+                folder="" if create else STAGING_DIR,
+                schema=schema,
+                partition_by=self.partition_by if create else (),
+                app_id=app_id,
+                batch_id=batch_id,
+                drop_deleted=self.delete_column
+                if create and self.delete_column in schema.names
+                else None,
+                max_records_per_file=self.max_records_per_file,
+                target_file_bytes=self.target_file_bytes,
+            ),
+        )
+
+    def _discard(self, staged: StagedBatch) -> None:
+        """Delete staged files no table version references."""
+        if staged.create:
+            self.target.delete_unreferenced(staged.files, self.target.open())
+            return
+        for f in staged.files:
+            self.target.location.child(f.path).delete()
+
+    # -- step 5 --------------------------------------------------------------------------
+
+    def _commit(
+        self, table: Any, staged: StagedBatch, record: SnapshotRecord, app_id: str, batch_id: int
+    ) -> MergeFigures:
+        """One Delta commit with ``txn(app_id, batch_id)``: the table's creation, or the
+        MERGE (an empty append when nothing was staged)."""
+        if staged.create or not staged.files:
+            inserted = sum(f.rows for f in staged.files) if staged.create else 0
+            figures = MergeFigures(
+                source_rows=staged.source_rows, inserted=inserted, updated=0, deleted=0
+            )
+            self.target.commit(
+                table=table,
+                schema=staged.schema,
+                partition_by=self.partition_by,
+                files=staged.files if staged.create else (),
+                app_id=app_id,
+                version=batch_id,
+                metadata=self._metadata(replace(record, merge=figures.as_dict()), batch_id),
+            )
+            return figures
+        return self.merger.merge(
+            table,
+            files=[f.path for f in staged.files],
+            schema=staged.schema,
+            app_id=app_id,
+            version=batch_id,
+            metadata=self._metadata(record, batch_id),
+            batch_size=self.batch_size,
+        )
+
+    @staticmethod
+    def _metadata(record: SnapshotRecord, batch_id: int) -> dict[str, Any]:
+        return {SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id}

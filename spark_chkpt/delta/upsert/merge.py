@@ -1,0 +1,209 @@
+"""A keyed MERGE of staged Parquet files into a Delta table, through delta-rs.
+
+The upsert of a batch (:mod:`spark_chkpt.delta.upsert.committer`) stages its rows as Parquet
+files in a hidden folder of the table (``_chkpt_staging/``: Delta readers skip folders
+whose names start with ``_``) and :meth:`KeyedMerge.merge` makes them visible in one
+Delta commit that also carries ``txn(appId, N)`` and the caller's commitInfo metadata:
+
+* a staged row whose ``delete_column`` is true deletes the table's row with its keys;
+* any other staged row replaces the table's row with its keys, or is inserted;
+* the delete column itself is never written.
+
+Facts about delta-rs (``deltalake`` 1.6) this module relies on, each checked here:
+
+* ``DeltaTable.merge(source=<RecordBatchReader>, streamed_exec=True)`` reads the source
+  once, as a stream: the driver never holds the staged files, only the batches in
+  flight. delta-rs then builds the hash join's table from the source (the build side:
+  the batch's rows, in Arrow, in memory) and streams every target file past it (no file
+  pruning with ``streamed_exec``), rewriting the files that hold matched rows.
+* ``commit_properties`` with ``app_transactions`` and ``custom_metadata`` land in the
+  MERGE's commit, like an append's.
+* Two source rows matching one target row fail with "MERGE matched a target row with
+  multiple source rows"; two source rows with the same new key are both inserted
+  (no error): keys must be unique within a batch.
+* The merge's figures come back from ``execute()`` and sit in the commit's
+  ``commitInfo.operationMetrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.delta.table import DeltaTarget, SchemaMismatch
+from spark_chkpt.errors import ChkptError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = "_chkpt_staging"
+SOURCE, TARGET = "s", "t"
+
+
+class DuplicateKeyError(ChkptError):
+    """A batch holds one key more than once; the MERGE cannot tell which row wins."""
+
+
+@dataclass(frozen=True)
+class MergeFigures:
+    """What one MERGE did (delta-rs's metrics)."""
+
+    source_rows: int
+    inserted: int
+    updated: int
+    deleted: int
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any]) -> MergeFigures:
+        return cls(
+            source_rows=int(metrics.get("num_source_rows", 0)),
+            inserted=int(metrics.get("num_target_rows_inserted", 0)),
+            updated=int(metrics.get("num_target_rows_updated", 0)),
+            deleted=int(metrics.get("num_target_rows_deleted", 0)),
+        )
+
+    @classmethod
+    def from_commit_info(cls, info: Mapping[str, Any]) -> MergeFigures | None:
+        """The figures a MERGE commit's ``commitInfo`` carries; None for other commits."""
+        metrics = info.get("operationMetrics")
+        if info.get("operation") != "MERGE" or not isinstance(metrics, Mapping):
+            return None
+        return cls.from_metrics(metrics)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "source_rows": self.source_rows,
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "deleted": self.deleted,
+        }
+
+
+def quote(name: str) -> str:
+    """A column name as a delta-rs SQL identifier (case and odd characters kept)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class KeyedMerge:
+    """Upserts (and deletes) rows of one Delta table by key columns."""
+
+    def __init__(
+        self, *, target: DeltaTarget, keys: Sequence[str], delete_column: str | None
+    ) -> None:
+        self.target = target
+        self.keys = tuple(keys)
+        self.delete_column = delete_column
+
+    # -- checks before anything is written ---------------------------------------------
+
+    def check_schema(self, table: Any, batch_schema: pa.Schema) -> None:
+        """Raise :class:`SchemaMismatch` unless the batch's columns (the delete column
+        aside) are the table's, with the same types; a key column is named as such."""
+        data = without_column(batch_schema, self.delete_column)
+        plan = self.target.plan_schema(table, data)
+        current = self.target.arrow_schema(table)
+        keys = [c for c in plan.type_changes if c.split(":", 1)[0] in self.keys]
+        if keys:
+            raise SchemaMismatch(
+                f"Delta table {self.target.uri}: key column type changed ({'; '.join(keys)})."
+                " A key's type must stay the table's: cast it in the query. Nothing was "
+                "written."
+            )
+        if plan.type_changes:
+            raise SchemaMismatch(
+                f"Delta table {self.target.uri}: column types differ "
+                f"({'; '.join(plan.type_changes)}). Cast the columns in the query. Nothing "
+                "was written."
+            )
+        missing = [f.name for f in current if f.name not in data.names]
+        if plan.new_columns or missing:
+            parts = []
+            if plan.new_columns:
+                parts.append(f"the batch has column(s) {', '.join(plan.new_columns)} it lacks")
+            if missing:
+                parts.append(f"it has column(s) {', '.join(missing)} the batch lacks")
+            raise SchemaMismatch(
+                f"Delta table {self.target.uri}: {'; '.join(parts)}. An upsert writes whole "
+                "rows and never changes the table's columns: select the table's columns "
+                f"({', '.join(current.names)}). Nothing was written."
+            )
+
+    # -- the commit --------------------------------------------------------------------
+
+    def merge(
+        self,
+        table: Any,
+        *,
+        files: Sequence[str],
+        schema: pa.Schema,
+        app_id: str,
+        version: int,
+        metadata: Mapping[str, Any],
+        batch_size: int,
+    ) -> MergeFigures:
+        """One MERGE commit of the staged ``files`` (paths relative to the table root,
+        all of ``schema``) with ``txn(app_id, version)`` and ``metadata``.
+
+        The source streams in batches of ``batch_size`` rows, one file at a time.
+        ``schema`` decides whether the delete column is there (files staged without it
+        only upsert). Raises :class:`DuplicateKeyError` when a key repeats; other errors
+        (commit conflicts among them) are delta-rs's own.
+        """
+        import pyarrow.dataset as ds
+        from deltalake import CommitProperties, Transaction
+
+        delete = self.delete_column if self.delete_column in schema.names else None
+        paths = [self.target.location.child(f).path for f in files]
+        source = (
+            ds.dataset(paths, schema=schema, format="parquet", filesystem=self.target.location.fs)
+            .scanner(batch_size=batch_size, batch_readahead=1, fragment_readahead=1)
+            .to_reader()
+        )
+        on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in self.keys)
+        props = CommitProperties(
+            custom_metadata=dict(metadata),
+            app_transactions=[
+                Transaction(app_id=app_id, version=version, last_updated=int(time.time() * 1000))
+            ],
+        )
+        merger = table.merge(
+            source,
+            predicate=on,
+            source_alias=SOURCE,
+            target_alias=TARGET,
+            streamed_exec=True,
+            commit_properties=props,
+        )
+        if delete is not None:
+            flag = f"{SOURCE}.{quote(delete)}"
+            keep = f"{flag} IS NOT TRUE"
+            merger = (
+                merger.when_matched_delete(predicate=f"{flag} = true")
+                .when_matched_update_all(predicate=keep, except_cols=[delete])
+                .when_not_matched_insert_all(predicate=keep, except_cols=[delete])
+            )
+        else:
+            merger = merger.when_matched_update_all().when_not_matched_insert_all()
+        try:
+            metrics = merger.execute()
+        except Exception as e:
+            if "multiple source rows" in str(e):
+                raise DuplicateKeyError(
+                    f"Delta table {self.target.uri}: batch {version} holds a key "
+                    f"({', '.join(self.keys)}) more than once, so the MERGE cannot tell which "
+                    "row wins. Each key must appear once per batch: aggregate by the keys or "
+                    f"dropDuplicates({list(self.keys)!r}) before the upsert. Nothing was "
+                    f"written. (delta-rs: {e})"
+                ) from e
+            raise
+        return MergeFigures.from_metrics(metrics)
+
+
+def without_column(schema: pa.Schema, name: str | None) -> pa.Schema:
+    index = schema.get_field_index(name) if name else -1
+    return schema.remove(index) if index >= 0 else schema

@@ -1,0 +1,1 @@
+"""Kafka clients: settings, consumers and their pool, outages, topics."""

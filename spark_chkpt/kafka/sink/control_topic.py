@@ -1,0 +1,180 @@
+"""Reading and writing a control topic of barrier index records (driver side).
+
+One :class:`ControlTopic` follows one control topic for one data topic: each
+:meth:`~ControlTopic.refresh` reads what was appended since the last call into the
+:class:`~spark_chkpt.alignment.index.BarrierIndex` it is, so a long-running query pays
+for new index records only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from spark_chkpt.alignment.barrier import IndexEntry
+from spark_chkpt.alignment.index import BarrierIndex
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+
+log = logging.getLogger(__name__)
+
+_READ_TIMEOUT_S = 30.0
+
+# The index must outlive every reader that may still read the data it describes: a
+# reader starting from ``earliest`` needs the entries of the oldest data still in the
+# topic. Kafka's default retention (7 days) would expire them first.
+CONTROL_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+# Control topics this process has created or seen, so that write tasks ask the broker once.
+_ENSURED: set[tuple[str, str]] = set()
+
+
+def ensure_control_topic(*, bootstrap_servers: str, name: str) -> None:
+    """Create control topic ``name`` (one partition, infinite retention) unless it exists.
+
+    The sink calls this before any task produces (``streamWriter()``, and a write task for
+    each topic named by a ``topic`` column), so a reader never mistakes a topic whose first
+    snapshot is still in flight for a plain topic and reads unconfirmed records."""
+    from spark_chkpt.kafka.client.topics import create_topic
+
+    key = (bootstrap_servers, name)
+    if key in _ENSURED:
+        return
+    create_topic(
+        bootstrap_servers=bootstrap_servers,
+        name=name,
+        partitions=1,
+        exist_ok=True,
+        config=CONTROL_TOPIC_CONFIG,
+    )
+    _ENSURED.add(key)
+
+
+class ControlTopic(BarrierIndex):
+    """The index entries of one data topic, read incrementally from its control topic."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        control_topic: str,
+        data_topic: str,
+        client_settings: Mapping[str, Any] | None = None,
+        client_id: str = "spark-chkpt-index",
+        topic_id: str | None = None,
+    ) -> None:
+        super().__init__(data_topic=data_topic, topic_id=topic_id)
+        self.bootstrap_servers = bootstrap_servers
+        self.control_topic = control_topic
+        self._settings = dict(client_settings or {})
+        self._client_id = client_id
+        self._consumer: Any = None
+        self._position = 0
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            settings = {
+                **self._settings,
+                "bootstrap_servers": self.bootstrap_servers.split(","),
+                "client_id": self._client_id,
+                "group_id": None,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+                "fetch_max_wait_ms": 50,
+            }
+            self._consumer = KafkaConsumer(**settings)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def current_topic_id(self) -> str | None:
+        """The data topic's id in fresh metadata (a producer's cached metadata keeps a
+        deleted topic's id until it expires)."""
+        consumer = self._client()
+        consumer.topics()  # a metadata request for every topic, ids included
+        return topic_id_of(consumer, self.data_topic)
+
+    def exists(self) -> bool:
+        consumer = self._client()
+        return self.control_topic in consumer.topics()
+
+    def refresh(self) -> list[IndexEntry]:
+        """Read entries appended since the last call; returns the new ones."""
+        from kafka import TopicPartition
+
+        consumer = self._client()
+        if self.control_topic not in consumer.topics():
+            return []
+        tp = TopicPartition(self.control_topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, self._position)
+        read: list[IndexEntry] = []
+        deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
+        fetched = False
+        while True:
+            polled = consumer.poll(timeout_ms=60, max_records=10_000)
+            fetched = fetched or consumer.highwater(tp) is not None
+            for record in polled.get(tp, []):
+                read.append(
+                    IndexEntry.parse(
+                        record.value, topic=self.control_topic, partition=0, offset=record.offset
+                    )
+                )
+            self._position = max(self._position, int(consumer.position(tp)))
+            highwater = consumer.highwater(tp)
+            if (
+                fetched
+                and not polled
+                and highwater is not None
+                and self._position >= int(highwater)
+            ):
+                break
+            if deadline.expired():
+                raise ChkptError(
+                    f"reading control topic {self.control_topic} timed out at "
+                    f"offset {self._position} (high watermark {highwater})"
+                )
+        stale = self.stale
+        kept = self.add(read)
+        if self.stale > stale:
+            log.warning(
+                "control topic %s holds %d entries of an earlier topic named %s (deleted "
+                "and created again; its id is now %s): they are ignored",
+                self.control_topic,
+                self.stale - stale,
+                self.data_topic,
+                self.topic_id,
+            )
+        return kept
+
+
+def topic_id_of(client: Any, topic: str) -> str | None:
+    """The Kafka topic id of ``topic`` from a kafka-python client's metadata (consumer or
+    producer), or None when the broker does not report ids (before Kafka 2.8)."""
+    cluster = getattr(getattr(client, "_client", None), "cluster", None)
+    if cluster is None:
+        cluster = getattr(client, "_metadata", None)
+    lookup = getattr(cluster, "topic_id", None)
+    value = lookup(topic) if callable(lookup) else None
+    return str(value) if value else None
+
+
+def write_entry(
+    producer: Any,
+    *,
+    control_topic: str,
+    entry: IndexEntry,
+    settings: Mapping[str, Any] | None = None,
+) -> int:
+    """Append ``entry`` and wait for the broker's acknowledgement (at most the delivery
+    timeout of the producer's ``settings``); returns its offset."""
+    future = producer.send(control_topic, key=entry.key(), value=entry.value(), partition=0)
+    flush_within(producer, settings=settings or {})
+    return int(future.get(timeout=delivery_timeout_s(settings or {})).offset)

@@ -1,0 +1,158 @@
+"""Options of the ``chkpt-kafka`` sink (Spark's Kafka sink names), parsed on the driver.
+
+The sink's producers run with ``acks=all`` and the idempotent producer; a ``kafka.*``
+option that would weaken either (``kafka.acks=1``, ``kafka.enable.idempotence=false``,
+``kafka.retries=0``, more than 5 requests in flight) is rejected here, at load time, for
+either client (``kafka.client``: kafka-python or confluent). With confluent, the settings
+are translated into librdkafka properties and librdkafka judges them here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_chkpt.errors import ConfigError
+from spark_chkpt.fs import qualify
+from spark_chkpt.kafka.client.consumer import ClientKind
+from spark_chkpt.kafka.client.settings import (
+    check_librdkafka,
+    kafka_client_settings,
+    librdkafka_producer_settings,
+    parse_client,
+)
+from spark_chkpt.options import lowercase, parse_positive_int, warn_unknown
+
+_KNOWN_KAFKA_SINK_OPTIONS = {
+    k.lower()
+    for k in (
+        "topic",
+        "controlTopic",
+        "checkpointLocation",
+        "queryName",
+        "txnAppId",
+        "retainedSnapshots",
+        "path",
+    )
+}
+
+
+# Why each kafka.* producer setting the sink's exactly-once needs may not be weakened.
+_ACKS_WHY = (
+    "must be all (or -1): with fewer acknowledgements a record the leader acknowledged "
+    "can vanish in a leader failover after a barrier confirmed it, which breaks "
+    "exactly-once"
+)
+_IDEMPOTENCE_WHY = (
+    "must be true: without the idempotent producer a retried send can write a record "
+    "twice under the same attempt tag, which no barrier can tell apart; exactly-once "
+    "needs it"
+)
+_RETRIES_WHY = (
+    "must be greater than 0: the idempotent producer that exactly-once needs requires "
+    "retries (leave it unset for kafka-python's default)"
+)
+_IN_FLIGHT_WHY = (
+    "must be at most 5: the idempotent producer that exactly-once needs keeps order "
+    "only with at most 5 requests in flight per connection"
+)
+
+
+def _check_delivery(opts: Mapping[str, str], settings: Mapping[str, Any]) -> None:
+    """Reject ``kafka.*`` overrides of the producer settings exactly-once rests on
+    (``acks=all``, the idempotent producer), naming the option, its value and why."""
+    if settings["acks"] not in ("all", -1):
+        raise ConfigError("kafka.acks", opts.get("kafka.acks"), _ACKS_WHY)
+    if settings["enable_idempotence"] is not True:
+        raise ConfigError(
+            "kafka.enable.idempotence", opts.get("kafka.enable.idempotence"), _IDEMPOTENCE_WHY
+        )
+    if "retries" in settings and settings["retries"] <= 0:
+        raise ConfigError("kafka.retries", opts.get("kafka.retries"), _RETRIES_WHY)
+    in_flight = settings.get("max_in_flight_requests_per_connection")
+    if in_flight is not None and in_flight > 5:
+        raise ConfigError(
+            "kafka.max.in.flight.requests.per.connection",
+            opts.get("kafka.max.in.flight.requests.per.connection"),
+            _IN_FLIGHT_WHY,
+        )
+
+
+@dataclass(frozen=True)
+class KafkaSinkConfig:
+    """Validated options of the ``chkpt-kafka`` sink (Spark's Kafka sink names)."""
+
+    bootstrap_servers: str
+    topic: str | None
+    control_topic: str | None
+    checkpoint_location: str
+    query_name: str | None
+    txn_app_id: str | None
+    retained_snapshots: int
+    producer_settings: Mapping[str, Any]  # kafka-python's (also the driver's barrier writes)
+    client: ClientKind = "kafka-python"  # the write tasks' producer
+    librdkafka_settings: Mapping[str, Any] | None = None  # with client "confluent"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
+        opts = lowercase(options)
+        servers = opts.get("kafka.bootstrap.servers", "").strip()
+        if not servers:
+            raise ConfigError(
+                "kafka.bootstrap.servers", None, "required: a comma-separated list of host:port"
+            )
+        checkpoint = opts.get("checkpointlocation", "").strip()
+        if not checkpoint:
+            raise ConfigError(
+                "checkpointLocation", None, "required: barriers are numbered by Spark's batch ids"
+            )
+        warn_unknown(
+            opts,
+            known=_KNOWN_KAFKA_SINK_OPTIONS,
+            connector="chkpt-kafka sink",
+            prefixes=("kafka.",),
+        )
+        settings: dict[str, Any] = {
+            "acks": "all",
+            "enable_idempotence": True,
+            "linger_ms": 10,
+            "batch_size": 512 * 1024,
+        }
+        settings.update(kafka_client_settings(opts, role="producer"))
+        _check_delivery(opts, settings)
+        client = parse_client(opts)
+        librdkafka: dict[str, Any] | None = None
+        if client == "confluent":
+            librdkafka = librdkafka_producer_settings(settings)
+            check_librdkafka(librdkafka, servers, role="producer")
+        return cls(
+            bootstrap_servers=servers,
+            topic=opts.get("topic") or None,
+            control_topic=opts.get("controltopic") or None,
+            checkpoint_location=qualify(checkpoint),
+            query_name=opts.get("queryname"),
+            txn_app_id=opts.get("txnappid") or None,
+            retained_snapshots=parse_positive_int(
+                "retainedSnapshots", opts.get("retainedsnapshots"), default=10, allow_zero=True
+            )
+            or 0,
+            producer_settings=settings,
+            client=client,
+            librdkafka_settings=librdkafka,
+        )
+
+    def producer_kwargs(self, *, client_id: str) -> dict[str, Any]:
+        """kafka-python ``KafkaProducer`` keyword arguments."""
+        return {
+            "bootstrap_servers": self.bootstrap_servers.split(","),
+            "client_id": client_id,
+            **self.producer_settings,
+        }
+
+    def librdkafka_config(self, *, client_id: str) -> dict[str, Any]:
+        """confluent-kafka ``Producer`` configuration (librdkafka properties)."""
+        settings = self.librdkafka_settings
+        if settings is None:
+            settings = librdkafka_producer_settings(self.producer_settings)
+        return {"bootstrap.servers": self.bootstrap_servers, "client.id": client_id, **settings}

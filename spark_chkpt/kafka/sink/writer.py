@@ -1,0 +1,126 @@
+"""Phase 1 of the Kafka sink (executors): produce a task's rows, tagged with its attempt.
+
+Every record gets the header ``chkpt.attempt`` = this task attempt's tag; project headers
+a job forwards from its input (``includeHeaders=true``) are dropped first. The producer
+is idempotent with ``acks=all`` and is flushed before the task returns, so when the
+driver's coordinator runs, every record of the batch is durably in Kafka, ahead of the
+barrier it is about to write.
+
+Two clients implement :class:`RecordProducer`, chosen by the sink option ``kafka.client``
+(:func:`build_producer`): kafka-python (:class:`KafkaPythonProducer`, the default) and
+librdkafka (:class:`~spark_chkpt.kafka.sink.confluent_writer.ConfluentProducer`). What they
+share (columns, header rule, control topics, the output) is in :mod:`sink_rows`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Protocol
+
+from spark_chkpt.kafka.client.outage import flush_within
+from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.rows import (
+    ProducedOutput,
+    as_bytes,
+    producing_failed,
+    sink_rows,
+    tagged_headers,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["KafkaPythonProducer", "ProducedOutput", "RecordProducer", "build_producer"]
+
+
+class RecordProducer(Protocol):
+    """Writes Arrow batches of Spark's Kafka-sink shape (key, value, topic, partition,
+    headers) and counts acknowledged records per topic-partition."""
+
+    output: ProducedOutput
+
+    def send(self, batch: pa.RecordBatch) -> None: ...
+
+    def finish(self) -> ProducedOutput:
+        """Flush (bounded by the delivery timeout); the acknowledged counts."""
+
+    def close(self) -> None:
+        """Give up: drop what is not delivered (the attempt fails)."""
+
+
+def build_producer(*, config: KafkaSinkConfig, batch_id: int | None, task: int) -> RecordProducer:
+    """The producer of ``config.client`` for one task attempt."""
+    if config.client == "confluent":
+        return ConfluentProducer(config=config, batch_id=batch_id, task=task)
+    return KafkaPythonProducer(config=config, batch_id=batch_id, task=task)
+
+
+class KafkaPythonProducer:
+    """:class:`RecordProducer` on kafka-python's ``KafkaProducer``."""
+
+    def __init__(self, *, config: KafkaSinkConfig, batch_id: int | None, task: int) -> None:
+        from kafka import KafkaProducer
+
+        self.config = config
+        self.output = ProducedOutput.start(batch_id=batch_id, task=task)
+        self._tag = self.output.tag
+        self._producer = KafkaProducer(
+            **config.producer_kwargs(client_id=f"spark-chkpt-sink-{self.output.attempt}")
+        )
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._controlled: set[str] = set()
+
+    def _acked(self, metadata: Any) -> None:
+        with self._lock:
+            parts = self.output.counts.setdefault(metadata.topic, {})
+            parts[metadata.partition] = parts.get(metadata.partition, 0) + 1
+
+    def _failed(self, error: BaseException) -> None:
+        with self._lock:
+            self._error = self._error or error
+
+    def send(self, batch: pa.RecordBatch) -> None:
+        rows = sink_rows(batch, config=self.config, controlled=self._controlled)
+        for value, key, topic, partition, headers in zip(
+            rows.values,
+            rows.keys,
+            rows.topics,
+            repeat(None) if rows.partitions is None else rows.partitions,
+            repeat(None) if rows.headers is None else rows.headers,
+            strict=False,
+        ):
+            future = self._producer.send(
+                topic,
+                value=as_bytes(value),
+                key=as_bytes(key),
+                partition=partition,
+                headers=tagged_headers(headers, self._tag),
+            )
+            future.add_callback(self._acked)
+            future.add_errback(self._failed)
+        if self._error is not None:
+            raise producing_failed(self._error) from self._error
+
+    def finish(self) -> ProducedOutput:
+        flush_within(self._producer, settings=self.config.producer_settings)
+        self._producer.close()
+        if self._error is not None:
+            raise producing_failed(self._error) from self._error
+        return self.output
+
+    def close(self) -> None:
+        self._producer.close(timeout=5)
+
+
+def produce_all(producer: RecordProducer, batches: Iterator[pa.RecordBatch]) -> ProducedOutput:
+    try:
+        for batch in batches:
+            producer.send(batch)
+        return producer.finish()
+    except BaseException:
+        producer.close()
+        raise

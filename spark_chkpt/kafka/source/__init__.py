@@ -1,0 +1,1 @@
+"""The chkpt-kafka source: options, planner, fetcher, offset reader, records."""

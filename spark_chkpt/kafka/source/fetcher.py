@@ -1,0 +1,471 @@
+"""Executor-side reads: offset ranges of one or more partitions as bounded Arrow batches.
+
+Offsets are never assumed contiguous: transaction markers and compaction leave gaps,
+so a range ends when the consumer's *position* reaches its end, not after
+``end - start`` records. Memory is bounded by ``maxRecordsPerArrowBatch`` per
+partition and the client's fetch sizes, never by the size of a range.
+
+On topics that carry barrier markers (:mod:`spark_chkpt.alignment.barrier`), barrier records are
+never returned as rows, and tagged records no barrier confirms (a failed upstream
+attempt's output) are dropped and counted. A task that reads several partitions with
+one consumer passes every record through the aligner (:mod:`spark_chkpt.alignment.aligner`), so
+what it emits follows upstream snapshot order across its partitions.
+
+The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.client.pool`) and is either
+client of :mod:`spark_chkpt.kafka.client.consumer`. Records a poll returns past a range's end are
+left in the worker's prefetch buffer (:mod:`spark_chkpt.kafka.source.prefetch`) for the task that
+reads on from there in the next batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
+from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.alignment.cut import RecordFilter
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import DataLossError, KafkaReadError
+from spark_chkpt.kafka.client.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
+from spark_chkpt.kafka.client.outage import broker_calls
+from spark_chkpt.kafka.client.pool import POOL, ConsumerPool
+from spark_chkpt.kafka.source.options import SourceConfig
+from spark_chkpt.kafka.source.prefetch import PREFETCH, PrefetchBuffer
+from spark_chkpt.kafka.source.records import arrow_schema, to_record_batch
+from spark_chkpt.offsets import OffsetRange, TopicPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+# Seconds without a record while planned records remain before a read task replaces its
+# consumer once (at most half of kafkaConsumer.pollTimeoutMs, which then fails the task).
+STALL_S = 10.0
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """One partition's share of a read task."""
+
+    range: OffsetRange
+    markers: bool = False  # the topic carries barriers: never emit them
+    filter: RecordFilter | None = None  # drop unconfirmed tagged records before its bound
+
+
+@dataclass
+class ReadStats:
+    """What a read task saw besides the rows it returned."""
+
+    barriers: int = 0
+    dropped: int = 0
+    dropped_attempts: set[str] = field(default_factory=set)
+    prefetched: int = 0  # records taken from the prefetch buffer instead of Kafka
+
+
+@dataclass
+class _Channel:
+    spec: ReadSpec
+    position: int
+    pending: list[Any] = field(default_factory=list)
+    ahead: list[Any] = field(default_factory=list)  # fetched past the range's end
+    assigned: bool = False
+    done: bool = False
+    held: list[Any] = field(default_factory=list)  # waiting for a barrier to judge them
+    seen_confirmed: set[str] = field(default_factory=set)  # attempts barriers here named
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.spec.range.tp
+
+
+class RangeFetcher:
+    """Reads offset ranges with one pooled consumer (assign + seek, no group)."""
+
+    def __init__(
+        self,
+        *,
+        config: SourceConfig,
+        client_id: str,
+        align: Mode = "aligned",
+        pool: ConsumerPool | None = POOL,
+        prefetch: PrefetchBuffer | None = PREFETCH,
+    ) -> None:
+        self._config = config
+        self._settings = config.fetch_settings(client_id=client_id)
+        self._pool = pool
+        self._consumer: RangeConsumer = (
+            pool.acquire(self._settings) if pool is not None else build_consumer(self._settings)
+        )
+        self._prefetch = prefetch if config.prefetch_records > 0 else None
+        # Entries belong to one run of one query (the client id carries its run id): another
+        # query, or the same query restarted, never takes what this one left.
+        self._prefetch_key = (self._settings.key(), client_id)
+        self._schema = arrow_schema(include_headers=config.include_headers)
+        self._align = align
+        self.stats = ReadStats()
+
+    def close(self, *, healthy: bool = True) -> None:
+        """Give the consumer back to the pool (or close it after a failure)."""
+        if self._pool is not None:
+            self._pool.release(self._consumer, self._settings, healthy=healthy)
+        else:
+            self._consumer.close()
+
+    def __enter__(self) -> RangeFetcher:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(healthy=exc_type is None)
+
+    def _lost(self, rng: OffsetRange, missing_from: int, missing_to: int, why: str) -> None:
+        message = (
+            f"{rng.tp}: offsets [{missing_from}, {missing_to}) of the planned range "
+            f"[{rng.start}, {rng.end}) are no longer in Kafka ({why})"
+        )
+        if self._config.fail_on_data_loss:
+            raise DataLossError(
+                message + ". Some data may have been lost. Set failOnDataLoss=false to skip "
+                "missing offsets with a warning instead."
+            )
+        log.warning("%s; skipping them because failOnDataLoss=false", message)
+
+    def read(self, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+        """Yield one range's records as Arrow batches (no barrier handling)."""
+        return self.read_group([ReadSpec(range=rng)])
+
+    def read_group(self, specs: Sequence[ReadSpec]) -> Iterator[pa.RecordBatch]:
+        """Yield the records of every spec's range, one consumer for all of them."""
+        channels = {
+            spec.range.tp: _Channel(spec, spec.range.start) for spec in specs if spec.range.size > 0
+        }
+        if not channels:
+            return
+        consumer = self._consumer
+        begins = consumer.beginning_offsets(list(channels))
+        aligner: Aligner[Any] | None = None
+        if any(c.spec.markers for c in channels.values()) and len(channels) > 1:
+            aligner = Aligner(channels=list(channels), mode=self._align)
+        for channel in channels.values():
+            self._start(channel, begins[channel.tp], aligner, channels)
+        starts = {c.tp: c.position for c in channels.values() if not c.done}
+        consumer.assign(starts)
+        for channel in channels.values():
+            channel.assigned = not channel.done
+            if channel.done:  # the prefetch buffer held the whole range
+                self._end_of_range(channel, aligner, channels)
+        limit = self._config.max_records_per_arrow_batch
+        timeout_s = self._config.poll_timeout_ms / 1000
+        idle = Deadline.after(seconds=timeout_s)
+        stall_s = min(STALL_S, timeout_s / 2)
+        stalled = Deadline.after(seconds=stall_s)
+        replaced = False
+        while not all(c.done for c in channels.values()):
+            polled = self._poll(channels, limit)
+            got_any = False
+            for tp, records in polled.items():
+                reading = channels.get(tp)
+                if reading is None or reading.done or not records:
+                    continue
+                got_any = True
+                self._take(reading, records, aligner, channels)
+            for channel in channels.values():
+                if channel.done:
+                    continue
+                channel.position = max(channel.position, consumer.position(channel.tp))
+                if channel.position >= channel.spec.range.end:
+                    self._finish(channel, aligner, channels)
+            yield from self._flush(channels, limit)
+            if got_any:
+                idle = Deadline.after(seconds=timeout_s)
+                stalled = Deadline.after(seconds=stall_s)
+                continue
+            if not replaced and stalled.expired():
+                # Records are planned past every open position, yet none came: a client
+                # that stopped fetching gets one fresh stand-in. The one cause seen (parked
+                # records of a paused partition in kafka-python) is cured in consumer.py;
+                # this is the safety net for a client bug not yet known.
+                self._replace_consumer(channels, stall_s)
+                replaced = True
+                consumer = self._consumer
+                continue
+            for channel in channels.values():
+                if channel.done:
+                    continue
+                hw = consumer.highwater(channel.tp)  # fresh from the empty fetch just made
+                if hw is not None and hw <= channel.position:
+                    self._lost(
+                        channel.spec.range,
+                        channel.position,
+                        channel.spec.range.end,
+                        f"the partition now ends at offset {hw}",
+                    )
+                    self._finish(channel, aligner, channels)
+                elif idle.expired():
+                    rng = channel.spec.range
+                    error = consumer.last_error()
+                    raise KafkaReadError(
+                        f"{rng.tp}: no records from {self._config.bootstrap_servers} after "
+                        f"waiting {self._config.poll_timeout_ms} ms at offset "
+                        f"{channel.position} of [{rng.start}, {rng.end})"
+                        + (f"; the client's last error: {error}" if error else "")
+                        + "; raise kafkaConsumer.pollTimeoutMs if the broker is slow"
+                    )
+        yield from self._flush(channels, 1)
+        if self._prefetch is not None:
+            for channel in channels.values():
+                self._prefetch.put(
+                    key=self._prefetch_key,
+                    tp=channel.tp,
+                    follows=channel.spec.range.end,
+                    records=channel.ahead,
+                    limit=self._config.prefetch_records,
+                )
+        if self.stats.dropped:
+            log.warning(
+                "dropped %d record(s) of unconfirmed upstream attempt(s) %s in %s",
+                self.stats.dropped,
+                ", ".join(sorted(self.stats.dropped_attempts)),
+                ", ".join(str(c.spec.range) for c in channels.values()),
+            )
+
+    def _replace_consumer(self, channels: dict[TopicPartition, _Channel], stall_s: float) -> None:
+        """Close the consumer and go on with a new one at the open channels' positions."""
+        open_channels = [c for c in channels.values() if not c.done]
+        log.warning(
+            "no records for %.1f s at %s although the planned ranges go on; replacing the consumer",
+            stall_s,
+            ", ".join(f"{c.tp} offset {c.position} of {c.spec.range}" for c in open_channels),
+        )
+        if self._pool is not None:
+            self._pool.release(self._consumer, self._settings, healthy=False)
+            self._consumer = self._pool.build(self._settings)
+        else:
+            self._consumer.close()
+            self._consumer = build_consumer(self._settings)
+        self._consumer.assign({c.tp: c.position for c in open_channels})
+        for channel in channels.values():
+            channel.assigned = not channel.done
+
+    def _start(
+        self,
+        channel: _Channel,
+        begin: int,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """Check the range still exists; take what the prefetch buffer holds for it."""
+        rng = channel.spec.range
+        if channel.position < begin:
+            self._lost(
+                rng,
+                channel.position,
+                min(begin, rng.end),
+                "deleted by retention or the topic was recreated",
+            )
+            channel.position = begin
+        if channel.position < rng.end and self._prefetch is not None:
+            ahead = self._prefetch.take(
+                key=self._prefetch_key, tp=channel.tp, start=channel.position
+            )
+            if ahead:
+                self.stats.prefetched += len(ahead)
+                self._take(channel, ahead, aligner, channels)
+                channel.position = max(channel.position, ahead[-1].offset + 1)
+        if channel.position >= rng.end:
+            channel.done = True
+
+    def _poll(
+        self, channels: dict[TopicPartition, _Channel], limit: int
+    ) -> dict[TopicPartition, list[Any]]:
+        try:
+            return self._consumer.poll(
+                timeout_ms=min(1000, self._config.poll_timeout_ms), max_records=limit
+            )
+        except OffsetOutOfRange as e:
+            open_channels = [c for c in channels.values() if not c.done]
+            begins = self._consumer.beginning_offsets([c.tp for c in open_channels])
+            for channel in open_channels:
+                begin = begins[channel.tp]
+                if begin > channel.position:
+                    rng = channel.spec.range
+                    self._lost(rng, channel.position, min(begin, rng.end), f"out of range: {e}")
+                    channel.position = begin
+                    if begin >= rng.end:
+                        channel.done = True
+                        self._consumer.pause(channel.tp)
+                    else:
+                        self._consumer.seek(channel.tp, begin)
+            return {}
+
+    def _take(
+        self,
+        channel: _Channel,
+        records: list[Any],
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        spec = channel.spec
+        end = spec.range.end
+        if records[-1].offset >= end:  # offsets ascend: split once, no per-record test
+            split = bisect.bisect_left(records, end, key=lambda r: r.offset)
+            channel.ahead, records = records[split:], records[:split]
+        if not spec.markers:
+            # A topic read as plain may still carry barriers its reader cannot place (the
+            # control topic is invisible to it): they are never rows.
+            if any(r.headers and is_barrier(r.headers) for r in records):
+                skipped = [r for r in records if not (r.headers and is_barrier(r.headers))]
+                self.stats.barriers += len(records) - len(skipped)
+                records = skipped
+            channel.pending.extend(records)
+            return
+        keep_until = spec.filter.confirm_until if spec.filter is not None else -1
+        confirmed = spec.filter.confirmed if spec.filter is not None else frozenset()
+        for record in records:
+            headers = record.headers
+            if headers and is_barrier(headers):
+                barrier = Barrier.parse(
+                    record.value,
+                    topic=spec.range.tp.topic,
+                    partition=spec.range.tp.partition,
+                    offset=record.offset,
+                )
+                self.stats.barriers += 1
+                # The barrier names the attempts it confirms: records held for want of an
+                # index entry (expired, or a recreated control topic) are judged now.
+                channel.seen_confirmed.update(barrier.attempts)
+                if channel.held:
+                    self._release(channel, confirmed, keep_until, aligner, channels)
+                if aligner is not None:
+                    self._emit(
+                        aligner.on_barrier(channel=channel.tp, snapshot_id=barrier.snapshot_id),
+                        channels,
+                    )
+                continue
+            if channel.held or _unconfirmed(record, confirmed, channel.seen_confirmed, keep_until):
+                # Hold it (and everything after it, to keep offset order) until a barrier
+                # confirms its attempt or the range ends without one.
+                channel.held.append(record)
+                continue
+            self._pass(channel, record, aligner, channels)
+
+    def _pass(
+        self,
+        channel: _Channel,
+        record: Any,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        if aligner is None:
+            channel.pending.append(record)
+        else:
+            self._emit(aligner.on_record(channel=channel.tp, record=record), channels)
+
+    def _release(
+        self,
+        channel: _Channel,
+        confirmed: frozenset[str],
+        keep_until: int,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """Pass the held records that some barrier or the index confirms, in order; drop
+        the tagged ones that none does (a failed upstream attempt's output)."""
+        held, channel.held = channel.held, []
+        for record in held:
+            if _unconfirmed(record, confirmed, channel.seen_confirmed, keep_until):
+                tag = attempt_of(record.headers)
+                self.stats.dropped += 1
+                self.stats.dropped_attempts.add(str(tag))
+            else:
+                self._pass(channel, record, aligner, channels)
+
+    @staticmethod
+    def _emit(events: Sequence[Any], channels: dict[TopicPartition, _Channel]) -> None:
+        for event in events:
+            if isinstance(event, Forward):
+                channel = event.channel
+                if isinstance(channel, TopicPartition):
+                    channels[channel].pending.append(event.record)
+
+    def _finish(
+        self,
+        channel: _Channel,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        channel.done = True
+        if channel.assigned:
+            self._consumer.pause(channel.tp)
+        self._end_of_range(channel, aligner, channels)
+
+    def _end_of_range(
+        self,
+        channel: _Channel,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """No barrier comes any more: judge the held records by what is known."""
+        if channel.held:
+            spec = channel.spec
+            self._release(
+                channel,
+                spec.filter.confirmed if spec.filter is not None else frozenset(),
+                spec.filter.confirm_until if spec.filter is not None else -1,
+                aligner,
+                channels,
+            )
+        if aligner is not None:
+            self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
+
+    def _flush(
+        self, channels: dict[TopicPartition, _Channel], minimum: int
+    ) -> Iterator[pa.RecordBatch]:
+        for channel in channels.values():
+            if channel.pending and len(channel.pending) >= minimum:
+                pending, channel.pending = channel.pending, []
+                yield to_record_batch(
+                    pending,
+                    topic=channel.tp.topic,
+                    partition=channel.tp.partition,
+                    schema=self._schema,
+                )
+
+
+def _unconfirmed(record: Any, confirmed: frozenset[str], seen: set[str], keep_until: int) -> bool:
+    """A tagged record below the filter's bound whose attempt neither the index nor a
+    barrier read so far confirms."""
+    if record.offset >= keep_until or not record.headers:
+        return False
+    tag = attempt_of(record.headers)
+    return tag is not None and tag not in confirmed and tag not in seen
+
+
+# A read task's alignment by the source's mode: 'none' passes every record but barriers.
+_TASK_ALIGNMENT: dict[str, Mode] = {
+    "aligned": "aligned",
+    "unaligned": "unaligned",
+    "at-least-once": "at-least-once",
+    "none": "at-least-once",
+}
+
+
+def read_task(
+    *, config: SourceConfig, specs: Sequence[ReadSpec], client_id: str
+) -> Iterator[pa.RecordBatch]:
+    """One read task on an executor: the ranges of ``specs`` with one pooled consumer."""
+    with (
+        broker_calls(
+            servers=config.bootstrap_servers,
+            settings=config.client_settings,
+            doing="reading " + ", ".join(str(s.range) for s in specs),
+        ),
+        RangeFetcher(
+            config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]
+        ) as fetcher,
+    ):
+        yield from fetcher.read_group(specs)

@@ -1,0 +1,291 @@
+"""Driver-side offset queries: which partitions exist, earliest/latest/by-time offsets.
+
+One kafka-python consumer with no group, reused across micro-batches of a query.
+
+Two broker behaviours are handled here rather than assumed away:
+
+* Some Kafka-protocol brokers (Tansu among them) answer ListOffsets(latest) with the
+  base offset of the last record batch plus one, not the log end. A fetch response
+  always carries the true high watermark, so :meth:`OffsetReader.latest` probes the
+  last batch of each non-empty partition and keeps the larger of the two numbers.
+* A time lookup with no match comes back as ``None`` from a Kafka broker and as
+  ``timestamp == -1`` from others; both mean "no offset at or after that time".
+* Tansu also answered ListOffsets(earliest) with 2032 for a partition whose records
+  start at 0 (seen once in a few runs, right after two producers wrote to it; it did
+  not correct itself). A source starting there would skip those records, so
+  :meth:`OffsetReader.earliest` fetches from offset 0 wherever the answer is above 0
+  and keeps the lower offset a record really has. On a Kafka broker that fetch fails
+  with offset out of range (records deleted by retention) and the answer stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
+from spark_chkpt.offsets import PartitionOffsets, TopicPartition
+
+log = logging.getLogger(__name__)
+
+_PROBE_SECONDS = 2.0
+
+
+def _ktp(tp: TopicPartition) -> Any:
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    return KafkaTopicPartition(tp.topic, tp.partition)
+
+
+class OffsetReader:
+    """Partition discovery and offset lookups for one source (driver side)."""
+
+    def __init__(self, *, config: SourceConfig, client_id: str) -> None:
+        self._config = config
+        self._client_id = client_id
+        self._consumer: Any = None
+        self._committer: Any = None
+        self.topics_seen: set[str] = set()  # every topic in the last partitions() metadata
+
+    @property
+    def consumer(self) -> Any:
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            settings = self._config.consumer_settings(client_id=self._client_id)
+            # This consumer only probes; a fetch the broker holds for fetch.max.wait.ms
+            # (500 ms by default) would delay the offset requests queued behind it.
+            settings["fetch_max_wait_ms"] = 10
+            self._consumer = KafkaConsumer(**settings)
+        return self._consumer
+
+    def close(self) -> None:
+        for client in (self._consumer, self._committer):
+            if client is not None:
+                client.close()
+        self._consumer = self._committer = None
+
+    # -- discovery -------------------------------------------------------------------
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions the subscription covers now (fresh metadata on every call)."""
+        sub = self._config.subscription
+        all_topics = self.consumer.topics()  # forces a metadata refresh
+        self.topics_seen = set(all_topics)
+        if sub.kind == "assign":
+            return sorted(TopicPartition(t, p) for t, ps in sub.assigned.items() for p in ps)
+        if sub.kind == "subscribe":
+            topics: Iterable[str] = [t for t in sub.topics if t in all_topics]
+        else:
+            pattern = re.compile(sub.pattern or "")
+            topics = [t for t in all_topics if pattern.fullmatch(t) and not t.startswith("__")]
+        found = []
+        for topic in topics:
+            for p in self.consumer.partitions_for_topic(topic) or ():
+                found.append(TopicPartition(topic, p))
+        return sorted(found)
+
+    # -- offsets ---------------------------------------------------------------------
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """The first offset of each partition that a read can start at (see the module
+        docstring: an answer above 0 is checked by a fetch from 0)."""
+        listed = self._listed_earliest(tps)
+        above = {tp: off for tp, off in listed.items() if off > 0}
+        if above:
+            for tp, first in self._first_records(above).items():
+                if first < listed[tp]:
+                    log.warning(
+                        "%s: the broker lists the earliest offset as %d, but the records "
+                        "start at %d; reading from %d",
+                        tp,
+                        listed[tp],
+                        first,
+                        first,
+                    )
+                    listed[tp] = first
+        return listed
+
+    def _listed_earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        tps = list(tps)
+        if not tps:
+            return {}
+        got = self.consumer.beginning_offsets([_ktp(tp) for tp in tps])
+        return {tp: int(got[_ktp(tp)]) for tp in tps}
+
+    def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The offset of the first record a fetch from offset 0 returns, per partition
+        that answers before the probe's deadline (none where 0 is out of range)."""
+        from kafka.errors import OffsetOutOfRangeError
+
+        consumer = self.consumer
+        ktps = {tp: _ktp(tp) for tp in listed}
+        by_ktp = {ktp: tp for tp, ktp in ktps.items()}
+        consumer.assign(list(ktps.values()))
+        for ktp in ktps.values():
+            consumer.seek(ktp, 0)
+        first: dict[TopicPartition, int] = {}
+        pending = set(ktps)
+        deadline = Deadline.after(seconds=_PROBE_SECONDS)
+        try:
+            while pending and not deadline.expired():
+                try:
+                    polled = consumer.poll(
+                        timeout_ms=max(1, int(deadline.remaining() * 1000)), max_records=1
+                    )
+                except OffsetOutOfRangeError as error:
+                    # Offset 0 is below the log start there: the listed answer stands.
+                    # (No pause anywhere here: kafka-python keeps a paused partition's
+                    # fetched records past assign(), see consumer.py.)
+                    out = error.args[0] if error.args and isinstance(error.args[0], dict) else {}
+                    if not out:
+                        break
+                    for ktp in out:
+                        tp = by_ktp.get(ktp)
+                        if tp is not None:
+                            pending.discard(tp)
+                            consumer.seek(ktp, listed[tp])
+                    continue
+                for ktp, records in polled.items():
+                    tp = by_ktp[ktp]
+                    if records and tp in pending:
+                        first[tp] = min(int(r.offset) for r in records)
+                        pending.discard(tp)
+                for tp in list(pending):
+                    if consumer.position(ktps[tp]) >= listed[tp]:
+                        pending.discard(tp)  # read up to the listed start, nothing below
+        finally:
+            consumer.assign([])
+        return first
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """Log end offsets, corrected by the fetch high watermark (see module docstring)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        listed = self.consumer.end_offsets([_ktp(tp) for tp in tps])
+        ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
+        begins = self._listed_earliest(tps)
+        probe = [tp for tp in tps if ends[tp] > begins[tp]]
+        if probe:
+            for tp, hw in self._high_watermarks(probe, ends).items():
+                ends[tp] = max(ends[tp], hw)
+        return ends
+
+    def _high_watermarks(
+        self, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        consumer = self.consumer
+        ktps = {tp: _ktp(tp) for tp in tps}
+        consumer.assign(list(ktps.values()))
+        for tp, ktp in ktps.items():
+            consumer.seek(ktp, ends[tp] - 1)
+        answered: set[TopicPartition] = set()
+        deadline = Deadline.after(seconds=_PROBE_SECONDS)
+        while len(answered) < len(tps) and not deadline.expired():
+            polled = consumer.poll(
+                timeout_ms=max(1, int(deadline.remaining() * 1000)), max_records=1
+            )
+            returned = {TopicPartition(k.topic, k.partition) for k, v in polled.items() if v}
+            for tp, ktp in ktps.items():
+                if tp in returned or consumer.position(ktp) >= ends[tp]:
+                    answered.add(tp)
+        result = {}
+        for tp, ktp in ktps.items():
+            hw = consumer.highwater(ktp)
+            if hw is not None:
+                result[tp] = int(hw)
+        consumer.assign([])
+        return result
+
+    def for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """First offset whose timestamp is at or after the time; ``None`` where none is."""
+        if not times:
+            return {}
+        got = self.consumer.offsets_for_times({_ktp(tp): ts for tp, ts in times.items()})
+        result: dict[TopicPartition, int | None] = {}
+        for tp in times:
+            found = got.get(_ktp(tp))
+            result[tp] = None if found is None or found.timestamp < 0 else int(found.offset)
+        return result
+
+    def resolve(
+        self,
+        spec: OffsetSpec,
+        tps: list[TopicPartition],
+        *,
+        option: str,
+        missing_time: str = "error",
+    ) -> PartitionOffsets:
+        """Concrete offsets for ``spec`` on ``tps`` (-2/-1 and times looked up).
+
+        ``missing_time``: what a timestamp with no offset at or after it becomes:
+        ``error`` (raise, naming the option and partition) or ``latest``.
+        """
+        if spec.kind == "earliest":
+            return self.earliest(tps)
+        if spec.kind == "latest":
+            return self.latest(tps)
+        if spec.kind in ("timestamp", "timestamps"):
+            if spec.kind == "timestamp":
+                times = {tp: spec.timestamp_ms or 0 for tp in tps}
+            else:
+                times = self._per_partition(spec, tps, option=option)
+            found = self.for_times(times)
+            missing = [tp for tp, off in found.items() if off is None]
+            latest = self.latest(missing) if missing else {}
+            if missing and missing_time == "error":
+                tp = missing[0]
+                raise ConfigError(
+                    option,
+                    str(times[tp]),
+                    f"no record at or after this time in {tp} (and {len(missing) - 1} other "
+                    "partition(s)); set startingOffsetsByTimestampStrategy=latest to start "
+                    "at the end of such partitions",
+                )
+            return {tp: (latest[tp] if off is None else off) for tp, off in found.items()}
+        wanted = self._per_partition(spec, tps, option=option)
+        earliest = self.earliest(tp for tp, o in wanted.items() if o == EARLIEST)
+        latest = self.latest(tp for tp, o in wanted.items() if o == LATEST)
+        return {tp: earliest.get(tp, latest.get(tp, o)) if o < 0 else o for tp, o in wanted.items()}
+
+    def _per_partition(
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str
+    ) -> dict[TopicPartition, int]:
+        given = {TopicPartition(t, p): v for t, ps in spec.offsets.items() for p, v in ps.items()}
+        missing = [tp for tp in tps if tp not in given]
+        if missing:
+            raise ConfigError(
+                option,
+                spec.describe(),
+                f"specify every partition of the subscribed topics; {missing[0]} is missing "
+                f"({len(missing)} in all)",
+            )
+        extra = [tp for tp in given if tp not in set(tps)]
+        if extra:
+            raise ConfigError(
+                option, spec.describe(), f"{extra[0]} is not a partition of the subscription"
+            )
+        return {tp: given[tp] for tp in tps}
+
+    # -- consumer groups -------------------------------------------------------------
+
+    def commit_group(self, *, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for ``group_id`` so lag tools see the query's progress."""
+        from kafka import KafkaConsumer
+        from kafka.structs import OffsetAndMetadata
+
+        if self._committer is None or self._committer.config["group_id"] != group_id:
+            settings = self._config.consumer_settings(client_id=self._client_id + "-commit")
+            settings["group_id"] = group_id
+            self._committer = KafkaConsumer(**settings)
+        try:
+            self._committer.commit(
+                {_ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1) for tp, off in offsets.items()}
+            )
+        except Exception as e:  # the broker's error classes vary; all mean "not committed"
+            raise ChkptError(f"committing offsets of group {group_id!r} failed: {e}") from e

@@ -1,0 +1,431 @@
+"""The driver side of the ``chkpt-kafka`` source: where each batch starts and ends.
+
+:class:`SourcePlanner` keeps one offset reader (:mod:`spark_chkpt.kafka.source.offset_reader`)
+for the query's lifetime and answers what Spark asks a Kafka source: the initial
+offsets, the end of the next batch (read limits, ``minOffsetsPerTrigger``,
+Trigger.AvailableNow, new and lost partitions, and on topics with barriers a cut at a
+snapshot, :mod:`spark_chkpt.alignment.cut`), and the read tasks of a batch. The
+offsets it returns are Spark's Kafka JSON, e.g. ``{"events": {"0": 1200, "1": 1187}}``,
+with the batch's alignment report under ``__chkpt__``. The DataSource classes in
+``connectors/kafka_source.py`` only translate between Spark and this class.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
+from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
+from spark_chkpt.errors import DataLossError
+from spark_chkpt.kafka.client.outage import broker_calls
+from spark_chkpt.kafka.sink.control_topic import ControlTopic, topic_id_of
+from spark_chkpt.kafka.source.fetcher import ReadSpec
+from spark_chkpt.kafka.source.offset_reader import OffsetReader
+from spark_chkpt.kafka.source.options import SourceConfig
+from spark_chkpt.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    TopicPartition,
+    allocate_limit,
+    from_json,
+    meta_of,
+    split_ranges,
+    to_json,
+    total_lag,
+)
+
+log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _on_broker(
+    doing: str,
+) -> Callable[
+    [Callable[Concatenate[SourcePlanner, _P], _R]], Callable[Concatenate[SourcePlanner, _P], _R]
+]:
+    """A planner call whose broker outage leaves as one error naming broker and timeout."""
+
+    def wrap(
+        method: Callable[Concatenate[SourcePlanner, _P], _R],
+    ) -> Callable[Concatenate[SourcePlanner, _P], _R]:
+        @functools.wraps(method)
+        def call(self: SourcePlanner, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with broker_calls(
+                servers=self.config.bootstrap_servers,
+                settings=self.config.client_settings,
+                doing=doing,
+            ):
+                return method(self, *args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def _group(pieces: Sequence[OffsetRange], per_task: int) -> list[list[OffsetRange]]:
+    """Up to ``per_task`` ranges of distinct partitions per read task."""
+    groups: list[list[OffsetRange]] = []
+    for piece in sorted(pieces, key=lambda r: (r.tp, r.start)):
+        for group in groups:
+            if len(group) < per_task and all(r.tp != piece.tp for r in group):
+                group.append(piece)
+                break
+        else:
+            groups.append([piece])
+    return groups
+
+
+class SourcePlanner:
+    """The driver side of one ``chkpt-kafka`` reader: offsets, cuts and read tasks."""
+
+    def __init__(self, *, config: SourceConfig) -> None:
+        self.config = config
+        self._run_id = uuid.uuid4().hex[:12]
+        self._offsets: OffsetReader | None = None
+        self._indexes: dict[str, ControlTopic] = {}
+        self._available_now: PartitionOffsets | None = None
+        self._last_trigger = time.monotonic()
+        self._latest: PartitionOffsets = {}
+        self._waiting_since: dict[str, float] = {}
+
+    @property
+    def client_id(self) -> str:
+        return f"{self.config.group_id_prefix}-{self._run_id}"
+
+    @property
+    def offsets(self) -> OffsetReader:
+        if self._offsets is None:
+            self._offsets = OffsetReader(config=self.config, client_id=self.client_id + "-driver")
+        return self._offsets
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader is pickled to executors for read(): leave the driver's consumer behind.
+        state = self.__dict__.copy()
+        state["_offsets"] = None
+        state["_indexes"] = {}
+        return state
+
+    def barrier_entries(self, topic: str, *, refresh: bool = True) -> list[IndexEntry] | None:
+        """The topic's complete barrier index entries; None for a topic without barriers
+        (no control topic), read like Spark's source reads any topic. ``refresh=False``
+        reuses what this reader already read, if it has read the index at all."""
+        index = self._indexes.get(topic)
+        if index is not None and not refresh:
+            return index.complete()
+        topic_id = topic_id_of(self.offsets.consumer, topic)
+        if index is not None and topic_id != index.topic_id:
+            index.close()  # the topic was deleted and created again: read the index anew
+            index = None
+        if index is None:
+            control = self.config.control_topic or control_topic_for(topic)
+            seen = self.offsets.topics_seen or set(self.offsets.consumer.topics())
+            if control not in seen:  # metadata partitions() just fetched: no extra request
+                return None
+            index = ControlTopic(
+                bootstrap_servers=self.config.bootstrap_servers,
+                control_topic=control,
+                data_topic=topic,
+                client_settings=self.config.client_settings,
+                client_id=self.client_id + "-index",
+                topic_id=topic_id,
+            )
+            self._indexes[topic] = index
+        index.refresh()
+        return index.complete()
+
+    def plan(
+        self,
+        start: PartitionOffsets,
+        end: PartitionOffsets,
+        *,
+        modes: Mapping[str, str] | None = None,
+    ) -> list[list[ReadSpec]]:
+        """Read tasks for ``[start, end)``, each a list of ranges of distinct partitions.
+
+        Partitions new since ``start`` are read from their earliest offset; an end before
+        its start is data loss (fail, or warn and read that partition from its earliest
+        offset)."""
+        went_back = [tp for tp in end if tp in start and end[tp] < start[tp]]
+        for tp in went_back:
+            self._data_loss(
+                f"{tp}: the offset went back from {start[tp]} to {end[tp]} (the "
+                "topic was recreated or truncated); reading it from earliest"
+            )
+        first = dict(start)
+        first.update(self.offsets.earliest([tp for tp in end if tp not in start] + went_back))
+        ranges = [OffsetRange(tp, first[tp], until) for tp, until in sorted(end.items())]
+        pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
+        specs = self._read_specs(first, end, modes or {})
+        return [
+            [ReadSpec(range=r, markers=specs[r.tp][0], filter=specs[r.tp][1]) for r in group]
+            for group in _group(pieces, self.config.per_task(len(pieces)))
+        ]
+
+    def _read_specs(
+        self, begin: PartitionOffsets, end: PartitionOffsets, modes: Mapping[str, str]
+    ) -> dict[TopicPartition, tuple[bool, RecordFilter | None]]:
+        """Per partition: does its topic carry barriers, and which records to drop."""
+        specs: dict[TopicPartition, tuple[bool, RecordFilter | None]] = {}
+        for topic in sorted({tp.topic for tp in end}):
+            tps = [tp for tp in end if tp.topic == topic]
+            # latestOffset just read the index up to (at least) this batch's end; a
+            # replay in a new process has no index yet and reads it.
+            entries = self.barrier_entries(topic, refresh=False)
+            if entries is None:
+                specs.update({tp: (False, None) for tp in tps})
+                continue
+            mode = modes.get(topic, self.config.alignment)
+            filters = record_filters(
+                topic=topic,
+                mode=mode,  # type: ignore[arg-type]
+                begin={tp: begin[tp] for tp in tps},
+                end={tp: end[tp] for tp in tps},
+                entries=entries,
+            )
+            specs.update({tp: (True, filters.get(tp)) for tp in tps})
+        return specs
+
+    def _data_loss(self, message: str) -> None:
+        if self.config.fail_on_data_loss:
+            raise DataLossError(
+                message + ". Some data may have been lost. Set "
+                "failOnDataLoss=false to go on with a warning instead."
+            )
+        log.warning("%s; going on because failOnDataLoss=false", message)
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
+        for index in self._indexes.values():
+            index.close()
+        self._indexes = {}
+
+    @_on_broker("finding the query's starting offsets")
+    def initial_offsets(self) -> dict[str, Any]:
+        """Where a new streaming query starts (``startingOffsets`` and friends)."""
+        spec = self.config.starting
+        tps = self.offsets.partitions()
+        offsets = self.offsets.resolve(
+            spec,
+            tps,
+            option=_starting_option(spec.kind),
+            missing_time=self.config.timestamp_strategy,
+        )
+        log.info("chkpt-kafka starts at %s", to_json(offsets))
+        return to_json(offsets)
+
+    @_on_broker("reading the log ends for Trigger.AvailableNow")
+    def prepare_available_now(self) -> None:
+        """Trigger.AvailableNow: fix the end at what exists now."""
+        tps = self.offsets.partitions()
+        self._available_now = self.offsets.latest(tps)
+        log.info("chkpt-kafka Trigger.AvailableNow reads up to %s", to_json(self._available_now))
+
+    @_on_broker("planning the next batch")
+    def latest_offset(
+        self, start: dict[str, Any], *, max_rows: int | None, read_all: bool
+    ) -> dict[str, Any]:
+        """The end of the next batch from ``start``: capped at ``max_rows`` records, cut
+        at a barrier on topics that carry them; ``start`` itself to skip the trigger."""
+        begin = from_json(start)
+        tps = self.offsets.partitions()
+        if self._available_now is not None:
+            # Read what existed when the query started; partitions added since wait.
+            latest = {tp: off for tp, off in self._available_now.items() if tp in set(tps)}
+        else:
+            latest = self.offsets.latest(tps)
+        gone = [tp for tp in begin if tp not in latest]
+        if gone:
+            self._data_loss(
+                f"{gone[0]} is no longer in Kafka ({len(gone)} partition(s) gone: "
+                "topic deleted or unsubscribed)"
+            )
+        effective = {tp: off for tp, off in begin.items() if tp in latest}
+        new = [tp for tp in latest if tp not in effective]
+        if new:
+            earliest = self.offsets.earliest(new)
+            log.info(
+                "chkpt-kafka found new partitions %s; reading them from earliest",
+                ", ".join(str(tp) for tp in new),
+            )
+            effective.update(earliest)
+        went_back = [tp for tp, off in effective.items() if latest[tp] < off]
+        for tp in went_back:
+            self._data_loss(
+                f"{tp}: the log now ends at {latest[tp]}, before the offset "
+                f"{effective[tp]} already read (topic recreated or truncated)"
+            )
+        effective.update(self.offsets.earliest(went_back))
+        self._latest = latest
+        end = latest
+        if max_rows is not None:
+            end = allocate_limit(effective, latest, max_records=max_rows)
+        end, meta = self._align(effective, latest, end, max_rows)
+        if self._waits_for_more(effective, end, read_all=read_all):
+            return start
+        if end == from_json(start):
+            return start
+        self._last_trigger = time.monotonic()
+        return to_json(end, meta=meta)
+
+    def _align(
+        self,
+        begin: PartitionOffsets,
+        latest: PartitionOffsets,
+        end: PartitionOffsets,
+        max_rows: int | None,
+    ) -> tuple[PartitionOffsets, dict[str, Any]]:
+        """Cut topics that carry barriers at a consistent snapshot (see spark_chkpt.alignment.cut);
+        returns the end offsets and the report written with them to Spark's offset log."""
+        end = dict(end)
+        report: dict[str, Any] = {}
+        now = time.monotonic()
+        for topic in sorted({tp.topic for tp in latest}):
+            entries = self.barrier_entries(topic)
+            if entries is None:
+                continue
+            tps = [tp for tp in latest if tp.topic == topic]
+            t_begin = {tp: begin[tp] for tp in tps}
+            t_latest = {tp: latest[tp] for tp in tps}
+            cut = plan_topic(
+                topic=topic,
+                mode=self.config.alignment,
+                start=t_begin,
+                latest=t_latest,
+                entries=entries,
+                max_records=max_rows,
+            )
+            has_data = any(t_latest[tp] > t_begin[tp] for tp in tps)
+            waited = 0.0
+            if cut.waiting and has_data:
+                since = self._waiting_since.setdefault(topic, now)
+                waited = (now - since) * 1000
+                timeout = self.config.alignment_timeout_ms
+                if timeout is not None and waited >= timeout:
+                    cut = plan_topic(
+                        topic=topic,
+                        mode="aligned",
+                        start=t_begin,
+                        latest=t_latest,
+                        entries=entries,
+                        max_records=max_rows,
+                        force_unaligned=True,
+                    )
+                    log.warning(
+                        "chkpt-kafka: no consistent cut of %s after %.0f ms "
+                        "(alignmentTimeout); reading this batch unaligned (each partition up to "
+                        "its own newest barrier)",
+                        topic,
+                        waited,
+                    )
+            if not cut.waiting:
+                since = self._waiting_since.pop(topic, now)
+                waited = (now - since) * 1000
+            end.update(cut.end)
+            if cut.note:
+                log.warning("chkpt-kafka %s: %s", topic, cut.note)
+            report[topic] = {
+                "mode": cut.mode,
+                "app": cut.app_id,
+                "snapshots": list(cut.snapshots),
+                "barriers": cut.barriers,
+                "waited_ms": round(waited),
+                "span": sum(cut.end[tp] - t_begin[tp] for tp in tps),
+                **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
+                **({"note": cut.note} if cut.note else {}),
+            }
+        return end, ({"topics": report} if report else {})
+
+    def _waits_for_more(
+        self, start: PartitionOffsets, end: PartitionOffsets, *, read_all: bool
+    ) -> bool:
+        """minOffsetsPerTrigger: skip this trigger until enough records or maxTriggerDelay."""
+        wanted = self.config.min_offsets_per_trigger
+        if wanted is None or self._available_now is not None or read_all:
+            return False
+        waited_ms = (time.monotonic() - self._last_trigger) * 1000
+        if total_lag(start, end) >= wanted or waited_ms >= self.config.max_trigger_delay_ms:
+            return False
+        log.debug(
+            "chkpt-kafka waits: %d new records < minOffsetsPerTrigger %d",
+            total_lag(start, end),
+            wanted,
+        )
+        return True
+
+    def reported_latest(self) -> dict[str, Any] | None:
+        return to_json(self._latest) if self._latest else None
+
+    @_on_broker("planning a batch's read tasks")
+    def read_tasks(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[ReadSpec]]:
+        """Read tasks of the streaming batch ``[start, end)``. Spark may replay this from
+        its offset log after a restart: the modes come from the report stored with the
+        end offset, the drop rules from the barrier index.
+
+        A topic the report does not name had no control topic when the batch was planned
+        and was read as plain: its replay reads it as plain too (mode ``none``: barriers
+        skipped, nothing dropped), even if its control topic exists by now, or the replay
+        would drop records the first run read."""
+        topics = meta_of(end).get("topics", {})
+        modes = {t: str(r.get("mode")) for t, r in topics.items() if isinstance(r, dict)}
+        planned = from_json(end)
+        for topic in {tp.topic for tp in planned}:
+            modes.setdefault(topic, "none")
+        return self.plan(from_json(start), planned, modes=modes)
+
+    def commit_group(self, end: dict[str, Any]) -> None:
+        """Spark finished the batch ending at ``end``: make it visible to lag tools."""
+        if self.config.group_id is None:
+            return
+        try:
+            self.offsets.commit_group(group_id=self.config.group_id, offsets=from_json(end))
+        except Exception as e:  # progress reporting must not fail a committed batch
+            log.warning(
+                "chkpt-kafka could not commit offsets for group %s: %s", self.config.group_id, e
+            )
+
+    @_on_broker("planning a batch query's read tasks")
+    def batch_read_tasks(self) -> list[list[ReadSpec]]:
+        """Read tasks of a batch query, ``[startingOffsets, endingOffsets)``. On topics with
+        barriers, barrier records are skipped and records of failed upstream attempts
+        before the last barrier dropped; records after it (a snapshot in flight) are read."""
+        tps = self.offsets.partitions()
+        start = self.offsets.resolve(
+            self.config.starting,
+            tps,
+            option=_starting_option(self.config.starting.kind),
+            missing_time=self.config.timestamp_strategy,
+        )
+        end = self.offsets.resolve(
+            self.config.ending,
+            tps,
+            option=_ending_option(self.config.ending.kind),
+            missing_time="latest",
+        )
+        # A batch query has no later batch to wait for: it reads the records after the
+        # last barrier too (at-least-once for them), like Flink's AT_LEAST_ONCE.
+        mode = "none" if self.config.alignment == "none" else "at-least-once"
+        try:
+            return self.plan(start, end, modes={tp.topic: mode for tp in end})
+        finally:
+            self.stop()
+
+
+def _starting_option(kind: str) -> str:
+    return {"timestamp": "startingTimestamp", "timestamps": "startingOffsetsByTimestamp"}.get(
+        kind, "startingOffsets"
+    )
+
+
+def _ending_option(kind: str) -> str:
+    return {"timestamp": "endingTimestamp", "timestamps": "endingOffsetsByTimestamp"}.get(
+        kind, "endingOffsets"
+    )

@@ -1,0 +1,1 @@
+"""A lost checkpoint rebuilt from the Delta table's snapshot records."""

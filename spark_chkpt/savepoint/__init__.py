@@ -1,0 +1,1 @@
+"""Savepoints: create, list and the manifest; restore; stop with savepoint."""

@@ -1,0 +1,403 @@
+"""Restoring a savepoint into a new checkpoint location: rewind or fork.
+
+:func:`restore_savepoint` writes a checkpoint from which the query resumes at batch
+N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names):
+
+* ``rewind``: the same query (same query id, so the same ``txn(appId)``) and the same
+  table. The Delta table is rolled back to snapshot N's version with delta-rs
+  ``restore``, in a commit that also carries ``txn(appId, N)`` (a txn action is "last
+  one wins" in log replay, so the app is back at N) and snapshot N's record (so
+  ``spark-chkpt recover`` and the replay check see N as the app's newest snapshot).
+  Batches N + 1, ... then commit again, once each. A query whose sink is ``chkpt-kafka``
+  cannot be rewound: its readers have consumed snapshots after N already, and a topic
+  cannot be rolled back.
+* ``fork``: a new query id, so the savepoint's state and offsets start a second query
+  (a changed application, an A/B run) next to the original, each exactly once into its
+  own table or topic.
+
+The protocol (``# Step N`` in the body):
+
+1. the savepoint: complete (its manifest) and whole (every file it lists, by size);
+2. the mode against the sink: a rewind needs the table (the manifest's, or ``table``,
+   which must then be the same), the table must hold snapshot N's commit, and no other
+   query may have committed to it after N (their batches would be lost);
+3. the checkpoint: ``chkpt/restore.json`` first (what is being restored), then Spark's
+   files through :func:`spark_chkpt.recovery.rebuild.write_checkpoint`, the state
+   copied before ``metadata``, which comes last;
+4. rewind only: the table restore. It comes after the checkpoint: a crash between the
+   two leaves a checkpoint at N over a table at M > N, whose batches N + 1 ... M are
+   replays the sink recognises (same offsets) or refuses (other offsets), never
+   duplicates; running the restore again finishes it.
+
+Spark's own state checks (the state schema of each operator, the number of
+partitions) run when the query starts: :func:`explain_start_error` turns them into a
+sentence naming the savepoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.errors import ChkptError
+from spark_chkpt.fs import Location, qualify, resolve
+from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
+from spark_chkpt.savepoint.manifest import (
+    Savepoint,
+    SavepointError,
+    load_savepoint,
+    verify_files,
+)
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+from spark_chkpt.snapshot.store import STORE_DIR
+
+log = logging.getLogger(__name__)
+
+RestoreMode = Literal["rewind", "fork"]
+RESTORE_FILE = "chkpt/restore.json"
+REWIND_KEY = "chkpt.rewind"  # commitInfo of a rewind's restore commit
+_SPARK_LOGS = ("metadata", "offsets/", "commits/", f"{STORE_DIR}/")
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """What a restore did: the new checkpoint, its query id, where it resumes, and for a
+    rewind the table's versions before and after."""
+
+    checkpoint_location: str
+    mode: RestoreMode
+    savepoint: str
+    query_id: str
+    resumes_at: int
+    table: str | None = None
+    rolled_back_from: int | None = None  # the table's version before the rewind
+    restore_version: int | None = None  # the restore commit's version (None: nothing to undo)
+    others_rolled_back: int = 0  # commits without any txn after N that the rewind undid
+
+
+def restore_savepoint(
+    *,
+    savepoint: str,
+    checkpoint_location: str,
+    mode: RestoreMode,
+    table: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> RestoreResult:
+    """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
+    the same savepoint) from the savepoint at ``savepoint``; see the module docstring."""
+    if mode not in ("rewind", "fork"):
+        raise SavepointError(f"restore mode {mode!r}: rewind or fork")
+    # Step 1
+    point = load_savepoint(location=savepoint)
+    verify_files(point)
+    manifest = point.manifest
+    sink = manifest.sink
+    # Step 2
+    target: DeltaTarget | None = None
+    if mode == "rewind":
+        target = _rewind_target(point, table, storage_options)
+        _check_table(point, target)
+        query_id = manifest.query_id
+    else:
+        if table is not None and sink is not None and _same(table, sink.target):
+            raise SavepointError(
+                f"--table {table} is the table the savepoint's query writes: a fork writes a "
+                "new table (or restore with mode rewind to roll that table back)"
+            )
+        query_id = str(uuid.uuid4())
+    # Step 3
+    location = qualify(checkpoint_location)
+    root = resolve(location)
+    marker = {
+        "savepoint": point.location,
+        "savepoint_id": manifest.savepoint_id,
+        "mode": mode,
+        "batch_id": manifest.batch_id,
+        "from_query_id": manifest.query_id,
+        "query_id": query_id,
+        "sink": sink.kind if sink else None,
+        "target": sink.target if sink else None,
+        "restored_ms": int(time.time() * 1000),
+    }
+    previous = _previous_restore(root)
+    if previous is not None and (
+        previous.get("savepoint_id") != manifest.savepoint_id or previous.get("mode") != mode
+    ):
+        raise SavepointError(
+            f"{location} holds a restore of savepoint {previous.get('savepoint_id')} "
+            f"({previous.get('mode')}): restore into an empty folder"
+        )
+    if previous is not None:
+        query_id = str(previous["query_id"])
+    if previous is None or not root.child("metadata").exists():
+        if previous is None and checkpoint_in_use(root) is not None:
+            raise SavepointError(
+                f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
+                "exists): restore into an empty folder"
+            )
+        _clear_partial(root)
+        root.child(*RESTORE_FILE.split("/")).write_atomic(
+            json.dumps({**marker, "query_id": query_id}, indent=2) + "\n"
+        )
+        _write(point, location, query_id, mode)
+    result = RestoreResult(
+        checkpoint_location=location,
+        mode=mode,
+        savepoint=point.location,
+        query_id=query_id,
+        resumes_at=manifest.batch_id + 1,
+        table=target.uri if target is not None else None,
+    )
+    # Step 4
+    if target is not None:
+        result = _rewind_table(point, target, result)
+    log.warning(
+        "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
+        point.location,
+        mode,
+        location,
+        query_id,
+        result.resumes_at,
+    )
+    return result
+
+
+def _write(point: Savepoint, location: str, query_id: str, mode: RestoreMode) -> None:
+    """Spark's files from the savepoint's checkpoint copy, the state before metadata."""
+    manifest = point.manifest
+    source = resolve(point.checkpoint)
+    batch = manifest.batch_id
+    record = manifest.snapshot_record()
+    if record is not None and mode == "fork":
+        record = replace(record, app_id=query_id, table_version=None, target=None)
+    previous = f"offsets/{batch - 1}"
+    has_previous = any(f.path == previous for f in manifest.files)
+
+    def copy_rest(root: Location) -> None:
+        for f in manifest.files:
+            if not f.path.startswith(_SPARK_LOGS):
+                source.child(f.path).copy_to(root.child(f.path))
+
+    write_checkpoint(
+        checkpoint_location=location,
+        query_id=query_id,
+        batch_id=batch,
+        offsets=source.child("offsets", str(batch)).read_text(),
+        previous_offsets=source.child(*previous.split("/")).read_text() if has_previous else None,
+        commit=source.child("commits", str(batch)).read_text(),
+        record=record,
+        before_metadata=copy_rest,
+    )
+
+
+def _rewind_target(
+    point: Savepoint, table: str | None, storage_options: Mapping[str, str] | None
+) -> DeltaTarget:
+    """Step 2 of a rewind: the table, checked (see the module docstring)."""
+    manifest = point.manifest
+    sink = manifest.sink
+    if sink is not None and sink.kind == "chkpt-kafka":
+        raise SavepointError(
+            f"savepoint {manifest.savepoint_id}: a query writing Kafka (chkpt-kafka, topic "
+            f"{sink.target}) cannot be rewound. Its downstream readers have already read "
+            f"the snapshots after {manifest.batch_id} (barriers {manifest.batch_id + 1}... of "
+            f"app {sink.app_id}), and records in a topic cannot be taken back: writing those "
+            "snapshots again would hand them the data twice. Restore it as a fork "
+            "(--mode fork) writing a new topic."
+        )
+    uri = table or (sink.target if sink is not None else None)
+    if uri is None:
+        raise SavepointError(
+            f"savepoint {manifest.savepoint_id} does not name the sink's table (its snapshot "
+            "record does not name it): give --table, the chkpt-delta table to roll back"
+        )
+    if table is not None and sink is not None and sink.target and not _same(table, sink.target):
+        raise SavepointError(
+            f"--table {table} is not the table the savepoint's query wrote ({sink.target}): "
+            "a rewind rolls back the same table; restore with --mode fork to write another"
+        )
+    return DeltaTarget(uri=qualify(uri), storage_options=storage_options)
+
+
+@dataclass(frozen=True)
+class _TableState:
+    """What a rewind found in the table: snapshot N's version, the newest version, the
+    app's txn, and how many commits without any txn came after N."""
+
+    table: Any
+    app_id: str
+    snapshot_version: int
+    current: int
+    done: int
+    plain: int
+
+
+def _check_table(point: Savepoint, target: DeltaTarget) -> _TableState:
+    """Step 2 of a rewind (again at step 4): the table holds snapshot N's commit and no
+    other query committed after it."""
+    manifest = point.manifest
+    batch = manifest.batch_id
+    app_id = manifest.sink.app_id if manifest.sink is not None else manifest.query_id
+    table = target.open()
+    if table is None:
+        raise SavepointError(f"{target.uri} is not a Delta table: nothing to rewind")
+    done = table.transaction_version(app_id)
+    commit = target.find_txn_commit(table, app_id=app_id, txn_version=batch)
+    if commit is None or done is None or done < batch:
+        raise SavepointError(
+            f"{target.uri} does not hold snapshot {batch} of query {app_id} (its txn is "
+            f"{done}; the commit that set it to {batch} is not in the log): it is not the "
+            "table this savepoint's query wrote, or its history was cleaned up"
+        )
+    current = int(table.version())
+    others, plain = _commits_after(target, commit.version, current, app_id)
+    if others:
+        raise SavepointError(
+            f"{target.uri}: after snapshot {batch} (Delta version {commit.version}) other "
+            f"queries committed to the table ({', '.join(sorted(others))}); rolling it back "
+            "would lose their batches. Rewind is for a table one query writes; restore "
+            "with --mode fork instead."
+        )
+    return _TableState(
+        table=table,
+        app_id=app_id,
+        snapshot_version=commit.version,
+        current=current,
+        done=done,
+        plain=plain,
+    )
+
+
+def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) -> RestoreResult:
+    """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)``."""
+    from deltalake import CommitProperties, Transaction
+
+    manifest = point.manifest
+    batch = manifest.batch_id
+    state = _check_table(point, target)
+    if state.done == batch:  # nothing of this app after N (a stop with savepoint): keep it
+        return replace(result, rolled_back_from=state.current)
+    record = manifest.snapshot_record()
+    metadata: dict[str, Any] = {
+        "chkpt.batchId": batch,
+        REWIND_KEY: json.dumps(
+            {"savepoint": manifest.savepoint_id, "batch_id": batch, "from_version": state.current}
+        ),
+    }
+    if record is not None:
+        metadata[SNAPSHOT_KEY] = replace(record, table_version=state.snapshot_version).to_json()
+    try:
+        state.table.restore(
+            state.snapshot_version,
+            commit_properties=CommitProperties(
+                custom_metadata=metadata,
+                app_transactions=[
+                    Transaction(
+                        app_id=state.app_id, version=batch, last_updated=int(time.time() * 1000)
+                    )
+                ],
+            ),
+        )
+    except Exception as e:
+        raise SavepointError(
+            f"could not restore {target.uri} to Delta version {state.snapshot_version} "
+            f"(snapshot {batch}): {e}. The new checkpoint {result.checkpoint_location} is "
+            "written; run the same restore again once the table can be restored (files "
+            "removed by VACUUM cannot come back)."
+        ) from e
+    after = target.open()
+    if state.plain:
+        log.warning(
+            "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id",
+            target.uri,
+            batch,
+            state.plain,
+        )
+    return replace(
+        result,
+        rolled_back_from=state.current,
+        restore_version=int(after.version()) if after is not None else None,
+        others_rolled_back=state.plain,
+    )
+
+
+def _commits_after(
+    target: DeltaTarget, version: int, current: int, app_id: str
+) -> tuple[set[str], int]:
+    """Other app ids with commits after ``version``, and how many commits had none."""
+    others: set[str] = set()
+    plain = 0
+    log_dir = target.location.child("_delta_log")
+    for v in range(version + 1, current + 1):
+        try:
+            text = log_dir.child(f"{v:020d}.json").read_text()
+        except FileNotFoundError:
+            continue
+        apps = set()
+        for line in text.splitlines():
+            if '"txn"' in line:
+                txn = json.loads(line).get("txn")
+                if isinstance(txn, dict):
+                    apps.add(str(txn.get("appId")))
+        if not apps:
+            plain += 1
+        others |= apps - {app_id}
+    return others, plain
+
+
+def _previous_restore(root: Location) -> dict[str, Any] | None:
+    path = root.child(*RESTORE_FILE.split("/"))
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise ChkptError(f"{path} is unreadable: {e}") from e
+    return doc if isinstance(doc, dict) else None
+
+
+def _clear_partial(root: Location) -> None:
+    """Files of an unfinished restore (no metadata yet) are written again."""
+    for part in ("offsets", "commits", "state", STORE_DIR):
+        root.child(*part.split("/")).delete_dir()
+
+
+def _same(a: str, b: str | None) -> bool:
+    return b is not None and qualify(a).rstrip("/") == qualify(b).rstrip("/")
+
+
+def explain_start_error(error: BaseException, *, checkpoint_location: str) -> str | None:
+    """A sentence for Spark's error when a query restored from a savepoint fails to
+    start on it (the state no longer fits the query), or None if it is not one."""
+    text = str(error)
+    markers = (
+        "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+        "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+        "StateSchemaNotCompatible",
+        "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+        "STATE_STORE_INCORRECT_NUM_STATE_STORE_PARTITIONS",
+        "numShufflePartitions",
+    )
+    if not any(m in text for m in markers):
+        return None
+    root = resolve(qualify(checkpoint_location))
+    origin = _previous_restore(root) or {}
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    where = (
+        f"restored from savepoint {origin.get('savepoint_id')}"
+        if origin
+        else "a savepoint's checkpoint"
+    )
+    return (
+        f"the query cannot use the state in {qualify(checkpoint_location)} "
+        f"({where}): its stateful operators or their key/value schemas differ from the "
+        f"ones that wrote the state. Spark says: {first}. A savepoint restores into the "
+        "same stateful operators with the same schemas (and the same number of shuffle "
+        "partitions); other changes to the query are fine."
+    )

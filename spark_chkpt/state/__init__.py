@@ -1,0 +1,1 @@
+"""The state Spark's state stores wrote for a snapshot: listing, files, reader."""
