@@ -63,7 +63,8 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(config=self._config(streaming=True))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter, check_sink_schema
+        from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter
+        from spark_chkpt.kafka.sink.options import check_sink_schema
 
         if overwrite:
             raise ConfigError(

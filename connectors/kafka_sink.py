@@ -13,15 +13,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    StringType,
-    StructType,
-)
 
-from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.sink.committer import BarrierSettings, KafkaCoordinator
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -33,52 +25,6 @@ if TYPE_CHECKING:
 
 class ProducedMessage(ProducedOutput, WriterCommitMessage):
     """A task's produced output, returned to the driver as Spark's commit message."""
-
-
-def check_sink_schema(schema: StructType, config: KafkaSinkConfig) -> None:
-    """Spark's Kafka sink rules: ``value`` (string/binary) required; ``key`` string/binary,
-    ``topic`` string (unless the option is set), ``partition`` int, ``headers``."""
-    fields = {f.name: f.dataType for f in schema.fields}
-    text = (StringType, BinaryType)
-    if "value" not in fields:
-        raise ConfigError(
-            "value",
-            None,
-            f"the query must have a 'value' column (string or binary); it has {', '.join(fields)}",
-        )
-    for column in ("key", "value"):
-        if column in fields and not isinstance(fields[column], text):
-            raise ConfigError(
-                column,
-                fields[column].simpleString(),
-                f"the '{column}' column must be string or binary",
-            )
-    if config.topic is None:
-        if "topic" not in fields:
-            raise ConfigError("topic", None, "set option 'topic' or write a 'topic' column")
-        if not isinstance(fields["topic"], StringType):
-            raise ConfigError(
-                "topic", fields["topic"].simpleString(), "the 'topic' column must be a string"
-            )
-    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
-        raise ConfigError(
-            "partition", fields["partition"].simpleString(), "the 'partition' column must be an int"
-        )
-    if "headers" in fields:
-        headers = fields["headers"]
-        element = headers.elementType if isinstance(headers, ArrayType) else None
-        ok = (
-            isinstance(element, StructType)
-            and [f.name for f in element.fields] == ["key", "value"]
-            and isinstance(element.fields[0].dataType, StringType)
-            and isinstance(element.fields[1].dataType, BinaryType)
-        )
-        if not ok:
-            raise ConfigError(
-                "headers",
-                headers.simpleString(),
-                "the 'headers' column must be array<struct<key:string,value:binary>>",
-            )
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -113,16 +59,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def _coordinator(self) -> KafkaCoordinator:
         return KafkaCoordinator(
-            settings=BarrierSettings(
-                bootstrap_servers=self.config.bootstrap_servers,
-                topic=self.config.topic,
-                control_topic=self.config.control_topic,
-                checkpoint_location=self.config.checkpoint_location,
-                app_id=self.app_id,
-                query_name=self.config.query_name,
-                retained_snapshots=self.config.retained_snapshots,
-                producer_settings=dict(self.config.producer_settings),
-            )
+            settings=BarrierSettings.from_config(self.config, app_id=self.app_id)
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

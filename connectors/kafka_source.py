@@ -18,6 +18,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_chkpt.errors import InvalidTypeError
 from spark_chkpt.kafka.source.fetcher import ReadSpec, read_task
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner
@@ -40,7 +41,7 @@ class KafkaInputPartition(InputPartition):
 
 def _read(planner: SourcePlanner, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, KafkaInputPartition):
-        raise TypeError(f"chkpt-kafka cannot read {partition!r}")
+        raise InvalidTypeError(f"chkpt-kafka cannot read {partition!r}")
     return read_task(
         config=planner.config, specs=partition.specs, client_id=planner.client_id + "-executor"
     )

@@ -1,6 +1,14 @@
-"""The project's error hierarchy: one root, a ``retriable`` flag where callers retry."""
+"""The project's errors, all of them: one root, a ``retriable`` flag where callers retry.
+
+Every exception class spark-chkpt defines lives here (``tests/unit/test_architecture.py``
+checks it), named ``...Error``. Those that callers or tests catch as ``ValueError`` or
+``TypeError`` subclass it too. :class:`CommitFailureReason` says why a snapshot's commit
+failed, in the spirit of Flink's ``CheckpointFailureReason``.
+"""
 
 from __future__ import annotations
+
+from enum import Enum
 
 
 class ChkptError(Exception):
@@ -20,8 +28,27 @@ class ConfigError(ChkptError, ValueError):
         super().__init__(f"option '{option}' = {shown}: {allowed}")
 
 
+class InvalidArgumentError(ChkptError, ValueError):
+    """A programming interface got an argument it does not take (not a user's option:
+    those are :class:`ConfigError`); the message names the argument and its value."""
+
+
+class InvalidTypeError(ChkptError, TypeError):
+    """A value has the wrong type (a field of a control-topic entry, a partition Spark
+    handed back); the message names it."""
+
+
+class FormatError(ChkptError, ValueError):
+    """A file written in a format this release does not read (a savepoint's manifest)."""
+
+
 class DataLossError(ChkptError):
     """Offsets the query must read no longer exist in Kafka (retention, topic recreated)."""
+
+
+class OffsetOutOfRangeError(ChkptError):
+    """The broker has no records at a consumer's position (retention, a recreated topic);
+    the fetcher turns it into :class:`DataLossError` or skips, per ``failOnDataLoss``."""
 
 
 class KafkaReadError(ChkptError):
@@ -45,7 +72,65 @@ class BrokerUnavailableError(ChkptError):
     retriable = True
 
 
+class CorruptMarkerError(ChkptError):
+    """A barrier or index record that cannot be read; the message names where it is."""
+
+
+class AlignmentError(ChkptError):
+    """The index cannot be aligned on (for example two upstream queries in one topic)."""
+
+
+class SchemaMismatchError(ChkptError):
+    """The batch's columns disagree with the table's; the message names them."""
+
+
+class DuplicateKeyError(ChkptError):
+    """A batch holds one key more than once; the MERGE cannot tell which row wins."""
+
+
 class QueryIdentityError(ChkptError):
     """A sink already holds batch N of this app id with other source offsets: the
     checkpoint is not the one that wrote the table (a fresh checkpoint that reuses the
     app id, or a copy of a checkpoint running next to the original)."""
+
+
+class CommitFailureReason(str, Enum):
+    """Why phase 2 of a snapshot failed (Flink: ``CheckpointFailureReason``)."""
+
+    SINK_COMMIT_FAILED = "sink-commit-failed"  # the sink refused the commit (not a conflict)
+    TOO_MANY_CONFLICTS = "too-many-conflicts"  # other writers won every retry
+
+
+class CommitError(ChkptError):
+    """The sink's commit of a snapshot failed; ``reason`` says how, the message names the
+    batch and the table."""
+
+    def __init__(self, message: str, *, reason: CommitFailureReason) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class CommitConflictError(ChkptError):
+    """Another writer committed to the table first; the commit is retried from the
+    idempotency check (:func:`spark_chkpt.snapshot.coordinator.retry_conflicts`)."""
+
+    retriable = True
+
+
+class RecoveryError(ChkptError):
+    """The table cannot say where to resume, or the target folder is not empty."""
+
+
+class StateFilesError(ChkptError):
+    """The files that load a state version are not all on disk; the message names one."""
+
+
+class SavepointError(ChkptError):
+    """A savepoint cannot be made, read or restored; the message names the file,
+    option or batch."""
+
+
+class InjectedFailureError(RuntimeError):
+    """Raised at an armed fail point (:mod:`spark_chkpt.testing.failpoints`): a test's
+    stand-in for a failing executor task or commit. Not a :class:`ChkptError` on
+    purpose: nothing that handles the project's errors may handle it."""

@@ -39,6 +39,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar, get_args
 
+from spark_chkpt.errors import InvalidArgumentError
+
 __all__ = [
     "MODES",
     "Aligner",
@@ -284,17 +286,19 @@ class Aligner(Generic[R]):
     ) -> None:
         channel_set = frozenset(channels)
         if not channel_set:
-            raise ValueError("an Aligner needs at least one channel")
+            raise InvalidArgumentError("an Aligner needs at least one channel")
         if mode not in MODES:
-            raise ValueError(f"mode {mode!r}: must be one of {', '.join(MODES)}")
+            raise InvalidArgumentError(f"mode {mode!r}: must be one of {', '.join(MODES)}")
         if alignment_timeout_ms is not None:
             if mode != "aligned":
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"alignment_timeout_ms={alignment_timeout_ms!r}: only allowed with "
                     f"mode 'aligned', not {mode!r}"
                 )
             if alignment_timeout_ms < 0:
-                raise ValueError(f"alignment_timeout_ms={alignment_timeout_ms!r}: must be >= 0")
+                raise InvalidArgumentError(
+                    f"alignment_timeout_ms={alignment_timeout_ms!r}: must be >= 0"
+                )
         self._ctx: _Context[R] = _Context(
             channels=channel_set,
             mode=mode,
@@ -316,7 +320,7 @@ class Aligner(Generic[R]):
         """Barrier ``snapshot_id`` arrived on ``channel``; stale and duplicate ones are ignored."""
         self._check_open(channel, what="barrier")
         if snapshot_id < 0:
-            raise ValueError(f"snapshot_id={snapshot_id!r}: must be >= 0")
+            raise InvalidArgumentError(f"snapshot_id={snapshot_id!r}: must be >= 0")
         self._state = self._state.on_timeout_check(self._ctx)
         self._state = self._state.on_barrier(self._ctx, channel, snapshot_id)
         return self._drain()
@@ -385,12 +389,12 @@ class Aligner(Generic[R]):
 
     def _check_known(self, channel: Hashable) -> None:
         if channel not in self._ctx.channels:
-            raise ValueError(f"unknown channel {channel!r}")
+            raise InvalidArgumentError(f"unknown channel {channel!r}")
 
     def _check_open(self, channel: Hashable, *, what: str) -> None:
         self._check_known(channel)
         if channel in self._ctx.ended:
-            raise ValueError(f"{what} on channel {channel!r} after its end-of-channel")
+            raise InvalidArgumentError(f"{what} on channel {channel!r} after its end-of-channel")
 
     def _drain(self) -> list[Event[R]]:
         events, self._ctx.events = self._ctx.events, []

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import CorruptMarkerError, InvalidTypeError
 
 ATTEMPT_HEADER = "chkpt.attempt"
 BARRIER_HEADER = "chkpt.barrier"
@@ -38,10 +38,6 @@ def control_topic_for(topic: str) -> str:
     return f"{CONTROL_PREFIX}{topic}"
 
 
-class CorruptMarker(ChkptError):
-    """A barrier or index record that cannot be read; the message names where it is."""
-
-
 def _where(topic: str, partition: int, offset: int) -> str:
     return f"{topic}-{partition} offset {offset}"
 
@@ -52,18 +48,18 @@ def _decode(
     try:
         doc = json.loads(value or b"")
     except (ValueError, UnicodeDecodeError) as e:
-        raise CorruptMarker(
+        raise CorruptMarkerError(
             f"corrupt {what} at {_where(topic, partition, offset)}: not JSON "
             f"({e}); value starts {bytes(value or b'')[:80]!r}"
         ) from e
     if not isinstance(doc, dict):
-        raise CorruptMarker(
+        raise CorruptMarkerError(
             f"corrupt {what} at {_where(topic, partition, offset)}: "
             f"expected a JSON object, got {type(doc).__name__}"
         )
     version = doc.get("v")
     if type(version) is not int or version != MARKER_VERSION:
-        raise CorruptMarker(
+        raise CorruptMarkerError(
             f"{what} at {_where(topic, partition, offset)} has format version "
             f"{version!r}; this reader understands {MARKER_VERSION}"
         )
@@ -75,7 +71,7 @@ def _field(
 ) -> Any:
     value = doc.get(name)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise CorruptMarker(f"corrupt {what} at {where}: field {name!r} is {value!r}")
+        raise CorruptMarkerError(f"corrupt {what} at {where}: field {name!r} is {value!r}")
     return value
 
 
@@ -186,7 +182,7 @@ class IndexEntry:
         doc = _decode(value, what=what, topic=topic, partition=partition, offset=offset)
         kind = doc.get("kind")
         if kind not in ("intent", "complete"):
-            raise CorruptMarker(f"corrupt {what} at {where}: kind {kind!r}")
+            raise CorruptMarkerError(f"corrupt {what} at {where}: kind {kind!r}")
         try:
             positions = {
                 int(p): int(o)
@@ -194,17 +190,17 @@ class IndexEntry:
             }
             raw_counts = doc.get("counts") or {}
             if not isinstance(raw_counts, dict):
-                raise TypeError(f"field 'counts' is {raw_counts!r}")
+                raise InvalidTypeError(f"field 'counts' is {raw_counts!r}")
             counts = {int(p): int(n) for p, n in raw_counts.items()}
             created_ms = int(doc.get("created_ms") or 0)
             topic_id = doc.get("topic_id")
             if topic_id is not None and not isinstance(topic_id, str):
-                raise TypeError(f"field 'topic_id' is {topic_id!r}")
+                raise InvalidTypeError(f"field 'topic_id' is {topic_id!r}")
             raw_sources = doc.get("sources")
             if raw_sources is not None and not isinstance(raw_sources, list):
-                raise TypeError(f"field 'sources' is {raw_sources!r}")
+                raise InvalidTypeError(f"field 'sources' is {raw_sources!r}")
         except (TypeError, ValueError) as e:
-            raise CorruptMarker(f"corrupt {what} at {where}: {e}") from e
+            raise CorruptMarkerError(f"corrupt {what} at {where}: {e}") from e
         return cls(
             kind=kind,
             app_id=_field(doc, "app", str, what=what, where=where),

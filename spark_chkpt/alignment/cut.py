@@ -32,7 +32,7 @@ from typing import Literal
 
 from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
 from spark_chkpt.alignment.barrier import IndexEntry
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import AlignmentError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
 
 AlignmentMode = Literal["aligned", "unaligned", "at-least-once", "none"]
@@ -65,10 +65,6 @@ class TopicCut:
     @property
     def waiting(self) -> bool:
         return self.mode == "aligned" and not self.snapshots
-
-
-class AlignmentError(ChkptError):
-    """The index cannot be aligned on (for example two upstream queries in one topic)."""
 
 
 def _app_entries(topic: str, entries: Sequence[IndexEntry]) -> tuple[str | None, list[IndexEntry]]:

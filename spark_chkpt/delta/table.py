@@ -26,23 +26,26 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterator, Mapping, Sequence, Set
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import (
+    ChkptError,
+    CommitConflictError,
+    CommitError,
+    CommitFailureReason,
+    SchemaMismatchError,
+)
 from spark_chkpt.fs import Location, resolve
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
-
-
-class SchemaMismatch(ChkptError):
-    """The batch's columns disagree with the table's; the message names them."""
 
 
 @dataclass(frozen=True)
@@ -102,16 +105,16 @@ class DeltaTarget:
         return SchemaPlan(new_columns=tuple(new), type_changes=tuple(changed))
 
     def check_schema(self, table: Any, batch_schema: pa.Schema, *, merge: bool) -> SchemaPlan:
-        """Raise :class:`SchemaMismatch` unless the batch fits (or may evolve) the table."""
+        """Raise :class:`SchemaMismatchError` unless the batch fits (or may evolve) the table."""
         plan = self.plan_schema(table, batch_schema)
         if plan.type_changes:
-            raise SchemaMismatch(
+            raise SchemaMismatchError(
                 f"Delta table {self.uri}: column types differ ({'; '.join(plan.type_changes)})"
                 ". Cast the columns in the query; mergeSchema adds columns but never changes "
                 "a type."
             )
         if plan.new_columns and not merge:
-            raise SchemaMismatch(
+            raise SchemaMismatchError(
                 f"Delta table {self.uri} has no column(s) {', '.join(plan.new_columns)} that "
                 "the query writes. Set option mergeSchema=true to add them, or drop them "
                 "from the query."
@@ -287,6 +290,21 @@ def is_conflict(error: Exception) -> bool:
     return type(error).__name__ == "CommitFailedError" or any(
         word in text for word in ("conflict", "concurrent", "already exists")
     )
+
+
+@contextmanager
+def committing(what: str) -> Iterator[None]:
+    """Around one delta-rs commit: a lost race becomes :class:`CommitConflictError` (the
+    coordinator retries it), any other failure :class:`CommitError` naming ``what``
+    (the project's own errors pass as they are)."""
+    try:
+        yield
+    except ChkptError:
+        raise
+    except Exception as e:
+        if is_conflict(e):
+            raise CommitConflictError(f"{what}: {e}") from e
+        raise CommitError(f"{what}: {e}", reason=CommitFailureReason.SINK_COMMIT_FAILED) from e
 
 
 def _same_type(table_type: pa.DataType, batch_type: pa.DataType) -> bool:

@@ -33,7 +33,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
-from spark_chkpt.testing.failpoints import FaultPoint, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -186,7 +186,7 @@ class SnapshotReporter(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
         # Spark posts a batch's progress after writing its commit log (commits/N).
-        maybe_kill(FaultPoint.AFTER_COMMIT_LOG, int(progress.batchId))
+        failpoint(FaultPoint.AFTER_COMMIT_LOG, int(progress.batchId))
         for topic, report in alignment_report(progress).items():
             self.alignment.setdefault(str(progress.id), []).append(
                 {"batch": progress.batchId, "topic": topic, **report}

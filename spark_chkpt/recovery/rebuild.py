@@ -23,16 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import RecoveryError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
-
-
-class RecoveryError(ChkptError):
-    """The table cannot say where to resume, or the target folder is not empty."""
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import FormatError, SavepointError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR, SnapshotStore
 from spark_chkpt.state.files import StateFile, StateFilesError, state_files
 from spark_chkpt.state.operators import check_retained, provider_of, state_operators
-from spark_chkpt.testing.failpoints import FaultPoint, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,6 @@ CHECKPOINT = "checkpoint"
 FORMAT = 1
 IN_PROGRESS = ".inprogress"
 Reason = Literal["manual", "stop"]
-
-
-class SavepointError(ChkptError):
-    """A savepoint cannot be made, read or restored; the message names the file,
-    option or batch."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +134,7 @@ class SavepointManifest:
     def from_json(cls, text: str) -> SavepointManifest:
         doc = json.loads(text)
         if doc.get("format") != FORMAT:
-            raise ValueError(f"manifest format {doc.get('format')!r}, this release reads {FORMAT}")
+            raise FormatError(f"manifest format {doc.get('format')!r}, this release reads {FORMAT}")
         known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
         known["sink"] = SinkInfo(**doc["sink"]) if doc.get("sink") else None
         known["operators"] = [OperatorInfo(**o) for o in doc.get("operators") or ()]
@@ -216,7 +211,7 @@ def create_savepoint(
     try:
         for i, f in enumerate(files):
             if i == len(files) // 2:
-                maybe_kill(FaultPoint.IN_SAVEPOINT, batch)
+                failpoint(FaultPoint.IN_SAVEPOINT, batch)
             try:
                 copied = source.child(f.path).copy_to(work.child(CHECKPOINT, f.path))
             except FileNotFoundError as e:

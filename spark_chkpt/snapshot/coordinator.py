@@ -1,28 +1,36 @@
-"""Phase 2 of the two-phase commit of one snapshot: what every sink's coordinator shares.
+"""Phase 2 of the two-phase commit of one snapshot, written once for every sink.
 
 Spark's micro-batch engine is Flink's checkpoint trigger: before batch N it writes the
 planned source offsets to ``<checkpointLocation>/offsets/N``. Batch N is snapshot N.
 Executors stage their output (phase 1: Parquet files for Delta, tagged records for
-Kafka); the sink's driver-side ``commit(messages, N)`` hands it to a coordinator, which
-completes the snapshot:
+Kafka); the sink's driver-side ``commit(messages, N)`` hands it to a coordinator, whose
+:meth:`SnapshotCoordinator.commit` completes the snapshot in five steps. A sink supplies
+only the hooks (``begin``, ``prepare``, ``already_committed``, ``discard``,
+``make_visible``, ``completed``, ``release``):
 
-1. **plan**: read Spark's plan for the batch, the source offsets it covers
-   (:meth:`SnapshotCoordinator.plan`);
-2. **idempotency**: the sink says whether batch N is already in it (Delta:
-   ``txn(appId) >= N``; Kafka: a ``complete`` index entry). If so, this attempt's output
-   is discarded and :meth:`SnapshotCoordinator.duplicate` returns the snapshot's record
-   (Delta first checks that the commit of batch N came from the same source offsets,
-   else :class:`~spark_chkpt.errors.QueryIdentityError`);
-3. **make visible**, in one atomic step that also records the snapshot: one Delta
-   commit (:mod:`spark_chkpt.delta.sink.committer`), or barrier markers and the
-   index entry naming them (:mod:`spark_chkpt.kafka.sink.committer`);
-4. **record**: write the snapshot record to the store (:meth:`SnapshotCoordinator.finish`).
+1. **plan**: the sink's start (``begin``: fail points, orphan cleanup), then Spark's plan
+   for the batch, the source offsets it covers (:meth:`SnapshotCoordinator.plan`);
+2. **prepare**: what must precede the commit, once (Delta: the dead letters' own commit;
+   DeltaUpsert: the batch's schema checked, earlier staged files deleted);
+3. **idempotency**: the sink says whether batch N is already in it
+   (``already_committed``; Delta: ``txn(appId) >= N``; Kafka: a ``complete`` index
+   entry). If so, this attempt's output is discarded (``discard``) and
+   :meth:`SnapshotCoordinator.duplicate` returns the snapshot's record (Delta first
+   checks that the commit of batch N came from the same source offsets, else
+   :class:`~spark_chkpt.errors.QueryIdentityError`);
+4. **make visible** (``make_visible``), in one atomic step that also records the
+   snapshot: one Delta commit (:mod:`spark_chkpt.delta.sink.committer`, or a MERGE in
+   :mod:`spark_chkpt.delta.upsert.committer`), or barrier markers and the index entry
+   naming them (:mod:`spark_chkpt.kafka.sink.committer`). A conflict with another writer
+   (:class:`~spark_chkpt.errors.CommitConflictError`) retries from step 3
+   (:func:`retry_conflicts`, the one retry loop of the project);
+5. **record**: write the snapshot record to the store (:meth:`SnapshotCoordinator.finish`).
    The record lists the state each stateful operator committed for the batch (state
    version N + 1, :mod:`spark_chkpt.state.operators`): the sink's commit runs after every
    task of the batch, so the stateful stage's stores are committed by then.
 
 A crash anywhere leaves either nothing visible (Spark re-runs batch N with the same
-offsets) or the whole batch visible and findable by step 2 of the re-run.
+offsets) or the whole batch visible and findable by step 3 of the re-run.
 """
 
 from __future__ import annotations
@@ -30,23 +38,55 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import (
+    ChkptError,
+    CommitConflictError,
+    CommitError,
+    CommitFailureReason,
+)
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
-from spark_chkpt.testing.failpoints import FaultPoint, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 
+CONFLICT_RETRIES = 10
+T = TypeVar("T")
 
-class SnapshotCoordinator:
-    """The steps every sink's coordinator takes the same way: plan, record, store."""
+
+@dataclass
+class Batch:
+    """One commit call's batch: what the sink's hooks share between the steps."""
+
+    batch_id: int
+    attempts: Sequence[str] = ()  # the attempts a duplicate's record names
+    started: float = field(default_factory=time.monotonic)
+
+
+B = TypeVar("B", bound=Batch)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Step 3's finding: an earlier attempt committed the batch. ``record`` returns the
+    snapshot record its commit carries (None when it carries none)."""
+
+    record: Callable[[], SnapshotRecord | None]
+
+
+class SnapshotCoordinator(Generic[B]):
+    """The two-phase commit's phase 2, one template for every sink (see the module
+    docstring); a sink supplies the hooks."""
 
     sink: str = ""
+    # Where the batch became visible, before the store has its record (Delta's sinks).
+    visible_point: FaultPoint | None = None
 
     def __init__(
         self,
@@ -64,6 +104,78 @@ class SnapshotCoordinator:
         self.store = SnapshotStore(
             checkpoint_location=checkpoint_location, retained=retained_snapshots
         )
+
+    def commit(
+        self, *, batch_id: int, messages: Sequence[Any] = (), **details: Any
+    ) -> SnapshotRecord:
+        """Complete snapshot ``batch_id`` from the tasks' ``messages`` (steps 1-5 of the
+        module docstring); ``details`` are the sink's own (:meth:`new_batch`)."""
+        batch = self.new_batch(batch_id=batch_id, messages=messages, **details)
+        failed = True
+        try:
+            # Step 1
+            self.begin(batch)
+            plan = self.plan(batch_id)
+            # Step 2
+            self.prepare(batch, plan)
+            record = retry_conflicts(
+                lambda retry: self._complete(batch, plan, retry=retry),
+                what=f"{self.sink} batch {batch_id}",
+            )
+            failed = False
+            return record
+        finally:
+            self.release(batch, failed=failed)
+
+    def _complete(self, batch: B, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
+        # Step 3
+        earlier = self.already_committed(batch, plan)
+        if earlier is not None:
+            self.discard(batch)
+            return self.duplicate(
+                batch_id=batch.batch_id,
+                sources=plan.sources,
+                started=batch.started,
+                attempts=batch.attempts,
+                committed=earlier.record,
+            )
+        # Step 4
+        record = self.make_visible(batch, plan, retry=retry)
+        if self.visible_point is not None:
+            failpoint(self.visible_point, batch.batch_id)
+        # Step 5
+        return self.finish(self.completed(batch, record))
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> B:
+        """The sink's :class:`Batch` of one commit call."""
+        raise NotImplementedError
+
+    def begin(self, batch: B) -> None:
+        """Step 1, before the plan is read: fail points, cleanup."""
+
+    def prepare(self, batch: B, plan: BatchPlan) -> None:
+        """Step 2: what precedes the commit, once (not retried on a conflict)."""
+
+    def already_committed(self, batch: B, plan: BatchPlan) -> Committed | None:
+        """Step 3: whether the sink already holds the batch (raise on an identity clash)."""
+        raise NotImplementedError
+
+    def discard(self, batch: B) -> None:
+        """Step 3, for a batch already held: drop this attempt's output."""
+
+    def make_visible(self, batch: B, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
+        """Step 4: the one atomic commit that makes the batch visible; returns its record.
+        Raises :class:`~spark_chkpt.errors.CommitConflictError` to be retried."""
+        raise NotImplementedError
+
+    def completed(self, batch: B, record: SnapshotRecord) -> SnapshotRecord:
+        """Step 5, before the store: the record's figures known after the commit."""
+        return record
+
+    def release(self, batch: B, *, failed: bool) -> None:
+        """After the steps, whatever happened: drop what the commit held."""
 
     def plan(self, batch_id: int) -> BatchPlan:
         """Step 1: Spark's plan for the batch (``offsets/<batch_id>``)."""
@@ -128,7 +240,7 @@ class SnapshotCoordinator:
         attempts: Sequence[str] = (),
         committed: Callable[[], SnapshotRecord | None] = lambda: None,
     ) -> SnapshotRecord:
-        """Step 2's answer for a batch the sink already holds.
+        """Step 3's answer for a batch the sink already holds.
 
         The store's record if it has one; else ``committed()``, the record the sink's own
         commit carries (the crash came between the sink's commit and the store), stored
@@ -152,10 +264,30 @@ class SnapshotCoordinator:
         return record
 
     def finish(self, record: SnapshotRecord) -> SnapshotRecord:
-        """Step 4: write the snapshot record to the store atomically."""
+        """Step 5: write the snapshot record to the store atomically."""
         self.store.put(record)
-        maybe_kill(FaultPoint.AFTER_SNAPSHOT, record.batch_id)
+        failpoint(FaultPoint.AFTER_SNAPSHOT, record.batch_id)
         return record
+
+
+def retry_conflicts(step: Callable[[int], T], *, what: str, retries: int = CONFLICT_RETRIES) -> T:
+    """``step(retry)`` until it does not raise :class:`CommitConflictError`, at most
+    ``retries`` times, backing off; the project's one retry loop for commit conflicts.
+    The last conflict fails with :class:`CommitError` (``TOO_MANY_CONFLICTS``)."""
+    for retry in range(retries):
+        try:
+            return step(retry)
+        except CommitConflictError as e:
+            if retry == retries - 1:
+                raise CommitError(str(e), reason=CommitFailureReason.TOO_MANY_CONFLICTS) from (
+                    e.__cause__ or e
+                )
+            log.warning("%s: commit conflict (%s); retrying", what, e.__cause__ or e)
+            time.sleep(min(2.0, 0.05 * 2**retry))
+    raise CommitError(
+        f"{what}: gave up after {retries} commit conflicts",
+        reason=CommitFailureReason.TOO_MANY_CONFLICTS,
+    )
 
 
 def elapsed_ms(started: float) -> float:

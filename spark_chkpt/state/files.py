@@ -36,7 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import StateFilesError
 from spark_chkpt.fs import Location, resolve
 from spark_chkpt.state.operators import STATE_DIR, Provider, state_version
 
@@ -44,10 +44,6 @@ _VERSION_FILE = re.compile(r"^(\d+)(?:_([0-9A-Za-z-]+))?\.(delta|snapshot|change
 _WHOLE = {"hdfs": "snapshot", "rocksdb": "zip"}
 _CHANGES = {"hdfs": "delta", "rocksdb": "changelog"}
 SST_DIR = "SSTs"
-
-
-class StateFilesError(ChkptError):
-    """The files that load a state version are not all on disk; the message names one."""
 
 
 @dataclass(frozen=True)

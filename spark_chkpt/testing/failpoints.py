@@ -1,11 +1,24 @@
-"""Fault injection for the exactly-once tests: SIGKILL the whole driver at a named step.
+"""Fail points: named places in the engine where a test makes it fail (fail-rs, FoundationDB's
+buggify).
 
-Set ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]`` in the driver's environment (it reaches
-Spark's Python workers, where the sink's commit runs). At that point the process kills
-its session's process group (the driver started with ``start_new_session=True``: the
-Python driver and its JVM) and then itself, like ``kill -9`` of the driver. Never set it
-outside tests. ``SPARK_CHKPT_FAIL_AT=in-write@<batchId>`` (or ``in-commit@<batchId>``)
-makes the first write task (or the coordinator) raise instead, so Spark aborts the batch.
+The engine calls :func:`failpoint` at each point of :class:`FaultPoint` (the registry:
+every name and where it is) with the batch id; nothing happens unless the point is
+switched on, by a test in this process (:func:`enable`, :func:`enabled`) or by the
+environment, which reaches Spark's Python workers and the driver of a job a fault test
+starts:
+
+- ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]``: SIGKILL the process group of the session
+  (the driver started with ``start_new_session=True``: the Python driver and its JVM),
+  then this process, like ``kill -9`` of the driver.
+- ``SPARK_CHKPT_FAIL_AT=<point>@<batchId>``: raise :class:`InjectedFailureError` (only at
+  the points that can fail a task or a commit: ``in-write``, ``in-commit``), so Spark
+  aborts the batch.
+- ``SPARK_CHKPT_STALL_AT=<point>@<batchId>``: pause there: create the file named by
+  ``SPARK_CHKPT_STALL_SIGNAL`` and sleep ``SPARK_CHKPT_STALL_SECONDS`` (default 10), so a
+  test can inject a fault of its own (freeze the broker) exactly there.
+
+Never set them outside tests. This is the one module of :mod:`spark_chkpt.testing` the
+engine imports.
 """
 
 from __future__ import annotations
@@ -14,16 +27,23 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
+from typing import Literal
+
+from spark_chkpt.errors import InjectedFailureError
 
 ENV = "SPARK_CHKPT_KILL_AT"
 FAIL_ENV = "SPARK_CHKPT_FAIL_AT"
-STALL_ENV = "SPARK_CHKPT_STALL_AT"  # <point>@<batchId>: pause there (see maybe_kill)
+STALL_ENV = "SPARK_CHKPT_STALL_AT"  # <point>@<batchId>: pause there
 STALL_SIGNAL_ENV = "SPARK_CHKPT_STALL_SIGNAL"  # a file created when the stall begins
 STALL_SECONDS_ENV = "SPARK_CHKPT_STALL_SECONDS"  # how long it lasts (default 10)
 
 
 class FaultPoint(str, Enum):
+    """The registry: every fail point of the engine."""
+
     AFTER_STAGING = "after-staging"  # coordinator entered; nothing committed yet
     AFTER_DEAD_LETTERS = "after-dead-letters"  # dead letters committed; the table not yet
     AFTER_DELTA_COMMIT = "after-delta-commit"  # data visible; snapshot record not written
@@ -40,11 +60,39 @@ class FaultPoint(str, Enum):
     IN_SAVEPOINT = "in-savepoint"  # savepoint create: half its files copied, no manifest
 
 
-class InjectedFailure(RuntimeError):
-    """Raised by :func:`maybe_fail`: a test's stand-in for a failing executor task."""
+# The points SPARK_CHKPT_FAIL_AT can fail (the others only kill or stall), and the one
+# SPARK_CHKPT_KILL_AT cannot kill (it fails a commit so that Spark aborts the batch).
+FAILABLE = frozenset({FaultPoint.IN_WRITE, FaultPoint.IN_COMMIT})
+KILLABLE = frozenset(FaultPoint) - {FaultPoint.IN_COMMIT}
+
+Action = Literal["kill", "fail", "stall"] | Callable[[FaultPoint, int], None]
+_ENABLED: dict[FaultPoint, tuple[Action, int | None]] = {}
+
+
+def failpoint(point: FaultPoint, batch_id: int | None, *, can_fail: bool = True) -> None:
+    """The engine passes ``point`` of batch ``batch_id``: run what is switched on there.
+    ``can_fail=False``: this caller only stalls or kills (of ``in-write``'s tasks, only
+    the first fails)."""
+    if batch_id is None:
+        return
+    action = _action(point, batch_id)
+    if action is not None:
+        _run(action, point, batch_id)
+        return
+    if point in KILLABLE:
+        if armed(point, batch_id, env=STALL_ENV):
+            _run("stall", point, batch_id)
+        if armed(point, batch_id):
+            _run("kill", point, batch_id)
+    if can_fail and point in FAILABLE and armed(point, batch_id, env=FAIL_ENV):
+        _run("fail", point, batch_id)
 
 
 def armed(point: FaultPoint, batch_id: int, *, env: str = ENV) -> bool:
+    """Whether the environment variable ``env`` switches ``point`` on for ``batch_id``,
+    or a test did (:func:`enable`)."""
+    if _action(point, batch_id) is not None and env == ENV:
+        return True
     spec = os.environ.get(env)
     if not spec:
         return False
@@ -52,31 +100,51 @@ def armed(point: FaultPoint, batch_id: int, *, env: str = ENV) -> bool:
     return name == point.value and (not batch or int(batch) == batch_id)
 
 
-def maybe_kill(point: FaultPoint, batch_id: int) -> None:
-    """SIGKILL the driver's process group and this process if ``point`` is armed.
+def enable(point: FaultPoint, action: Action, *, batch_id: int | None = None) -> None:
+    """Switch ``point`` on in this process (for ``batch_id``, or every batch)."""
+    _ENABLED[point] = (action, batch_id)
 
-    ``SPARK_CHKPT_STALL_AT`` instead pauses at the point: it creates the file named by
-    ``SPARK_CHKPT_STALL_SIGNAL`` and sleeps ``SPARK_CHKPT_STALL_SECONDS``, so that a test
-    can inject a fault of its own (freeze the broker) exactly there."""
-    if armed(point, batch_id, env=STALL_ENV):
+
+def disable(point: FaultPoint) -> None:
+    _ENABLED.pop(point, None)
+
+
+@contextmanager
+def enabled(point: FaultPoint, action: Action, *, batch_id: int | None = None) -> Iterator[None]:
+    """``with enabled(FaultPoint.AFTER_INTENT, "fail", batch_id=2): ...``"""
+    enable(point, action, batch_id=batch_id)
+    try:
+        yield
+    finally:
+        disable(point)
+
+
+def _action(point: FaultPoint, batch_id: int) -> Action | None:
+    found = _ENABLED.get(point)
+    if found is None or (found[1] is not None and found[1] != batch_id):
+        return None
+    return found[0]
+
+
+def _run(action: Action, point: FaultPoint, batch_id: int) -> None:
+    if callable(action):
+        action(point, batch_id)
+    elif action == "stall":
         signal_file = os.environ.get(STALL_SIGNAL_ENV)
         if signal_file:
             with open(signal_file, "w") as out:
                 out.write(f"{point.value}@{batch_id}\n")
         time.sleep(float(os.environ.get(STALL_SECONDS_ENV, "10")))
-    if not armed(point, batch_id):
-        return
-    sys.stderr.write(f"spark-chkpt fault injection: SIGKILL at {point.value} of batch {batch_id}\n")
-    sys.stderr.flush()
-    try:
-        os.killpg(os.getsid(0), signal.SIGKILL)
-    finally:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def maybe_fail(point: FaultPoint, batch_id: int | None) -> None:
-    """Raise :class:`InjectedFailure` if ``SPARK_CHKPT_FAIL_AT`` names ``point``."""
-    if batch_id is not None and armed(point, batch_id, env=FAIL_ENV):
-        raise InjectedFailure(
+    elif action == "fail":
+        raise InjectedFailureError(
             f"spark-chkpt fault injection: failing {point.value} of batch {batch_id}"
         )
+    else:
+        sys.stderr.write(
+            f"spark-chkpt fault injection: SIGKILL at {point.value} of batch {batch_id}\n"
+        )
+        sys.stderr.flush()
+        try:
+            os.killpg(os.getsid(0), signal.SIGKILL)
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)

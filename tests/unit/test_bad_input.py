@@ -78,9 +78,8 @@ def test_kafka_sink_schema_errors_name_the_column(ddl: str, option: str, fragmen
         StructType,
     )
 
-    from spark_chkpt.connectors.kafka_sink import check_sink_schema
     from spark_chkpt.errors import ConfigError
-    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig, check_sink_schema
 
     types = {
         "string": StringType(),
@@ -194,21 +193,21 @@ def test_upsert_key_missing_from_the_batch_names_it_and_the_columns(tmp_path: Pa
 
 def test_upsert_key_type_change_names_the_column_and_both_types(tmp_path: Path) -> None:
     from spark_chkpt import DeltaUpsert
-    from spark_chkpt.delta.table import SchemaMismatch
+    from spark_chkpt.delta.table import SchemaMismatchError
 
     table, version = _counts_table(tmp_path)
     upsert = DeltaUpsert(path=str(table), keys=["app"], checkpoint_location=str(tmp_path / "chk"))
     with pytest.raises(
-        SchemaMismatch, match=r"key column type changed \(app: table string, batch int32\)"
+        SchemaMismatchError, match=r"key column type changed \(app: table string, batch int32\)"
     ):
         upsert.check(_schema(app="int", count="long"))
     with pytest.raises(
-        SchemaMismatch, match=r"column types differ \(count: table int64, batch int32\)"
+        SchemaMismatchError, match=r"column types differ \(count: table int64, batch int32\)"
     ):
         upsert.check(_schema(app="string", count="int"))
-    with pytest.raises(SchemaMismatch, match=r"batch has column\(s\) extra it lacks"):
+    with pytest.raises(SchemaMismatchError, match=r"batch has column\(s\) extra it lacks"):
         upsert.check(_schema(app="string", count="long", extra="string"))
-    with pytest.raises(SchemaMismatch, match=r"it has column\(s\) count the batch lacks"):
+    with pytest.raises(SchemaMismatchError, match=r"it has column\(s\) count the batch lacks"):
         upsert.check(_schema(app="string"))
     _unchanged(table, version)
     # The delete column is no table column, and a boolean one passes.

@@ -14,7 +14,7 @@ from spark_chkpt.alignment.barrier import (
     CONTROL_PREFIX,
     MARKER_VERSION,
     Barrier,
-    CorruptMarker,
+    CorruptMarkerError,
     IndexEntry,
     attempt_of,
     control_topic_for,
@@ -105,23 +105,23 @@ def test_attempt_of_tolerates_non_ascii() -> None:
 
 
 def test_corrupt_marker_is_a_chkpt_error() -> None:
-    assert issubclass(CorruptMarker, ChkptError)
+    assert issubclass(CorruptMarkerError, ChkptError)
 
 
 @pytest.mark.parametrize("value", [b"not json", b"{", None, b"", b"\xff\xfe"])
 def test_barrier_not_json(value: bytes | None) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier record at {WHERE}: not JSON"):
+    with pytest.raises(CorruptMarkerError, match=f"corrupt barrier record at {WHERE}: not JSON"):
         parse_barrier(value)
 
 
 def test_barrier_json_array() -> None:
-    with pytest.raises(CorruptMarker, match=f"{WHERE}: expected a JSON object, got list"):
+    with pytest.raises(CorruptMarkerError, match=f"{WHERE}: expected a JSON object, got list"):
         parse_barrier(b"[1, 2]")
 
 
 @pytest.mark.parametrize("version", [2, 0, "1", None, ...])
 def test_barrier_wrong_version(version: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"barrier record at {WHERE} has format version"):
+    with pytest.raises(CorruptMarkerError, match=f"barrier record at {WHERE} has format version"):
         parse_barrier(barrier_doc(v=version))
 
 
@@ -140,7 +140,9 @@ def test_barrier_wrong_version(version: object) -> None:
     ],
 )
 def test_barrier_invalid_field(name: str, value: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier record at {WHERE}: field '{name}'"):
+    with pytest.raises(
+        CorruptMarkerError, match=f"corrupt barrier record at {WHERE}: field '{name}'"
+    ):
         parse_barrier(barrier_doc(**{name: value}))
 
 
@@ -183,23 +185,27 @@ def test_index_entry_optional_fields_default() -> None:
 
 @pytest.mark.parametrize("value", [b"nope", None, b"\xff"])
 def test_index_entry_not_json(value: bytes | None) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier index record at {INDEX_WHERE}"):
+    with pytest.raises(CorruptMarkerError, match=f"corrupt barrier index record at {INDEX_WHERE}"):
         parse_entry(value)
 
 
 def test_index_entry_json_array() -> None:
-    with pytest.raises(CorruptMarker, match=f"{INDEX_WHERE}: expected a JSON object, got list"):
+    with pytest.raises(
+        CorruptMarkerError, match=f"{INDEX_WHERE}: expected a JSON object, got list"
+    ):
         parse_entry(b'[{"v": 1}]')
 
 
 def test_index_entry_wrong_version() -> None:
-    with pytest.raises(CorruptMarker, match=f"{INDEX_WHERE} has format version 99"):
+    with pytest.raises(CorruptMarkerError, match=f"{INDEX_WHERE} has format version 99"):
         parse_entry(entry_doc(v=99))
 
 
 @pytest.mark.parametrize("kind", ["done", None, 1, ...])
 def test_index_entry_unknown_kind(kind: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier index record at {INDEX_WHERE}: kind"):
+    with pytest.raises(
+        CorruptMarkerError, match=f"corrupt barrier index record at {INDEX_WHERE}: kind"
+    ):
         parse_entry(entry_doc(kind=kind))
 
 
@@ -219,7 +225,7 @@ def test_index_entry_unknown_kind(kind: object) -> None:
     ],
 )
 def test_index_entry_invalid_field(name: str, value: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier index record at {INDEX_WHERE}"):
+    with pytest.raises(CorruptMarkerError, match=f"corrupt barrier index record at {INDEX_WHERE}"):
         parse_entry(entry_doc(**{name: value}))
 
 
@@ -234,19 +240,19 @@ def test_index_entry_invalid_field(name: str, value: object) -> None:
     ],
 )
 def test_index_entry_invalid_map_entries(name: str, value: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier index record at {INDEX_WHERE}"):
+    with pytest.raises(CorruptMarkerError, match=f"corrupt barrier index record at {INDEX_WHERE}"):
         parse_entry(entry_doc(**{name: value}))
 
 
 @pytest.mark.parametrize("counts", ["9", [9, 11], 3])
 def test_index_entry_counts_not_an_object(counts: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier index record at {INDEX_WHERE}"):
+    with pytest.raises(CorruptMarkerError, match=f"corrupt barrier index record at {INDEX_WHERE}"):
         parse_entry(entry_doc(counts=counts))
 
 
 @pytest.mark.parametrize("created_ms", ["yesterday", [1]])
 def test_index_entry_invalid_created_ms(created_ms: object) -> None:
-    with pytest.raises(CorruptMarker, match=f"corrupt barrier index record at {INDEX_WHERE}"):
+    with pytest.raises(CorruptMarkerError, match=f"corrupt barrier index record at {INDEX_WHERE}"):
         parse_entry(entry_doc(created_ms=created_ms))
 
 

@@ -8,7 +8,7 @@ import confluent_kafka as ck
 import pytest
 
 from spark_chkpt.errors import KafkaReadError
-from spark_chkpt.kafka.client.consumer import ConfluentConsumer, OffsetOutOfRange
+from spark_chkpt.kafka.client.consumer import ConfluentConsumer, OffsetOutOfRangeError
 from spark_chkpt.offsets import TopicPartition
 
 
@@ -92,7 +92,7 @@ def test_records_polled_with_an_out_of_range_error_are_returned_then_the_error()
     polled = adapter.poll(timeout_ms=10, max_records=2_000_000)
     assert [r.offset for r in polled[TopicPartition("t", 1)]] == [7, 8]
     assert [r.offset for r in polled[TopicPartition("t", 0)]] == [5]
-    with pytest.raises(OffsetOutOfRange, match="t-0"):
+    with pytest.raises(OffsetOutOfRangeError, match="t-0"):
         adapter.poll(timeout_ms=10, max_records=10)
     assert adapter.poll(timeout_ms=10, max_records=10) == {}  # raised once
 

@@ -22,7 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
 from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
-from spark_chkpt.delta.table import DeltaTarget, SchemaMismatch
+from spark_chkpt.delta.table import DeltaTarget, SchemaMismatchError
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.fs import resolve
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
@@ -464,7 +464,7 @@ def test_new_column_fails_the_batch_naming_it(q: Query) -> None:
     q.commit(0, q.stage(0, [1]))
     staged = q.stage(1, [2], schema=WITH_NOTE)
 
-    with pytest.raises(SchemaMismatch, match=r"no column\(s\) note .*mergeSchema"):
+    with pytest.raises(SchemaMismatchError, match=r"no column\(s\) note .*mergeSchema"):
         q.commit(1, staged, schema=WITH_NOTE)
 
     assert q.delta().version() == 0
@@ -493,7 +493,7 @@ def test_changed_type_fails_the_batch_naming_the_column(q: Query, merge_schema: 
     q.commit(0, q.stage(0, [1]))
     staged = q.stage(1, [2], schema=ID_AS_STRING)
 
-    with pytest.raises(SchemaMismatch, match="id: table int64, batch string"):
+    with pytest.raises(SchemaMismatchError, match="id: table int64, batch string"):
         q.commit(1, staged, schema=ID_AS_STRING, merge_schema=merge_schema)
 
     table = q.delta()

@@ -146,7 +146,7 @@ def crash_at(monkeypatch: pytest.MonkeyPatch) -> Any:
         if fault.armed(point, batch_id):
             raise Crash(point.value)
 
-    monkeypatch.setattr(kafka_coordinator, "maybe_kill", kill)
+    monkeypatch.setattr(kafka_coordinator, "failpoint", kill)
 
     def arm(spec: str | None) -> None:
         if spec is None:

@@ -1,7 +1,8 @@
-"""The ``chkpt-delta`` sink's coordinator: a snapshot completes as one Delta commit.
+"""The ``chkpt-delta`` sink's phase 2: a snapshot completes as one Delta commit.
 
-Executors stage Parquet files under the table folder (:mod:`spark_chkpt.delta.staging`);
-:meth:`DeltaCoordinator.commit` adds them to the table in one Delta commit that also
+Executors stage Parquet files under the table folder (:mod:`spark_chkpt.delta.sink.writer`);
+:meth:`DeltaCoordinator.commit` (the template of :mod:`spark_chkpt.snapshot.coordinator`,
+whose hooks this class supplies) adds them to the table in one Delta commit that also
 carries ``txn(appId, N)`` and the snapshot record. A crash anywhere leaves either
 nothing visible (Spark re-runs batch N with the same offsets) or the whole batch
 visible with ``txn(appId, N)`` (the re-run finds it and discards itself).
@@ -15,27 +16,28 @@ and the table is left as it is.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.replay import check_replay
+from spark_chkpt.delta.sink.dead_letters import DeadLetters
+from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
-from spark_chkpt.delta.table import DeltaTarget, is_conflict
-from spark_chkpt.errors import ChkptError, QueryIdentityError
+from spark_chkpt.delta.table import DeltaTarget, committing
+from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.recovery.rebuild import table_snapshots
-from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
+from spark_chkpt.snapshot.checkpoint import BatchPlan
+from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
-from spark_chkpt.testing.failpoints import FaultPoint, maybe_fail, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-_CONFLICT_RETRIES = 10
 # Tables whose orphans this process already cleaned (the commit runs in a long-lived
 # Python worker; once per process and table is "at start-up").
 _CLEANED: set[str] = set()
@@ -60,11 +62,54 @@ class CommitSettings:
     # the batch's (remove actions for every file, add actions for the batch's).
     complete: bool = False
 
+    @classmethod
+    def from_config(cls, config: DeltaSinkConfig, *, app_id: str, complete: bool) -> CommitSettings:
+        """The settings of the sink's parsed options (``app_id``: ``txnAppId`` or the
+        query id; ``complete``: outputMode("complete"))."""
+        return cls(
+            table_uri=config.path,
+            checkpoint_location=config.checkpoint_location,
+            app_id=app_id,
+            query_name=config.query_name,
+            partition_by=config.partition_by,
+            merge_schema=config.merge_schema,
+            retained_snapshots=config.retained_snapshots,
+            orphan_retention_s=config.orphan_retention_ms / 1000,
+            storage_options=dict(config.storage_options),
+            refuse_other_writers=config.other_writers == "refuse",
+            dead_letter_uri=config.dead_letter_path,
+            complete=complete,
+        )
 
-class DeltaCoordinator(SnapshotCoordinator):
-    """Completes snapshots of one query into one Delta table."""
+
+@dataclass
+class DeltaBatch(Batch):
+    """One commit call of the Delta sink."""
+
+    outputs: Sequence[StagedOutput] = ()
+    files: Sequence[StagedFile] = ()
+    schema: pa.Schema | None = None
+    dead_letter_schema: pa.Schema | None = None
+    dead_letters: int = 0
+    table: Any = None  # the table as step 3 opened it
+    done: int | None = None  # its txn(appId)
+
+
+class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
+    """Completes snapshots of one query into one Delta table.
+
+    The steps of :meth:`commit`: 1. the plan, after this process's orphans are cleaned;
+    2. the batch's dead letters in their own table (``deadLetterPath``); 3. idempotency:
+    ``txn(appId) >= N`` means an earlier attempt committed the batch, if that commit's
+    source offsets are this plan's (else :class:`QueryIdentityError`): this attempt's
+    staged files are deleted; 4. one Delta commit with the add actions (a column the
+    table lacks fails the batch naming it, unless mergeSchema adds it), ``txn(appId, N)``
+    and the snapshot record in commitInfo; in complete mode the same commit removes
+    every file the table had; 5. the record to the store (newest N kept).
+    """
 
     sink = "chkpt-delta"
+    visible_point = FaultPoint.AFTER_DELTA_COMMIT
 
     def __init__(self, *, settings: CommitSettings) -> None:
         super().__init__(
@@ -76,8 +121,13 @@ class DeltaCoordinator(SnapshotCoordinator):
         )
         self.settings = settings
         self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)
-        self.dead_target = (
-            DeltaTarget(uri=settings.dead_letter_uri, storage_options=settings.storage_options)
+        self.dead_letters = (
+            DeadLetters(
+                target=DeltaTarget(
+                    uri=settings.dead_letter_uri, storage_options=settings.storage_options
+                ),
+                app_id=settings.app_id,
+            )
             if settings.dead_letter_uri
             else None
         )
@@ -99,145 +149,117 @@ class DeltaCoordinator(SnapshotCoordinator):
             )
         return removed
 
-    def commit(
-        self,
-        *,
-        messages: Sequence[StagedOutput | None],
-        batch_id: int,
-        schema: pa.Schema,
-        dead_letter_schema: pa.Schema | None = None,
-    ) -> SnapshotRecord:
-        """Complete snapshot ``batch_id``.
+    # -- the hooks of SnapshotCoordinator.commit -------------------------------------------
 
-        Step 1: read Spark's plan for the batch (``offsets/<batch_id>``): the source
-                offsets this snapshot covers.
-        Step 2: idempotency. If the table's ``txn(appId)`` is already ``>= batch_id`` the
-                batch was committed by an earlier attempt, if that commit's source
-                offsets are this plan's (else :class:`QueryIdentityError`, see the
-                module docstring): delete this attempt's staged files and return its
-                record (repairing the store from the commit's record if a crash lost it).
-        Step 3: schema. A column the table lacks fails the batch naming it, unless
-                mergeSchema adds it; a changed type always fails.
-        Step 4: one Delta commit with the add actions, ``txn(appId, batch_id)`` and the
-                snapshot record in commitInfo; in complete mode the same commit also
-                removes every file the table had (readers see the old result or the new
-                one, never a mix). A conflict with another writer is retried from step 2.
-        Step 5: write the snapshot record to the store atomically (newest N kept).
-        """
-        started = time.monotonic()
-        maybe_kill(FaultPoint.AFTER_STAGING, batch_id)
-        maybe_fail(FaultPoint.IN_COMMIT, batch_id)
+    def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> DeltaBatch:
         outputs = [m for m in messages if m is not None]
-        files = [f for m in outputs for f in m.files]
-        attempts = [m.attempt for m in outputs]
-        self.clean_orphans_once(in_progress=files)
-
-        # Step 1
-        plan = self.plan(batch_id)
-        dead_letters = self._commit_dead_letters(
-            outputs, batch_id=batch_id, schema=dead_letter_schema
+        return DeltaBatch(
+            batch_id=batch_id,
+            attempts=[m.attempt for m in outputs],
+            outputs=outputs,
+            files=[f for m in outputs for f in m.files],
+            schema=details["schema"],
+            dead_letter_schema=details.get("dead_letter_schema"),
         )
-        if self.dead_target is not None:
-            maybe_kill(FaultPoint.AFTER_DEAD_LETTERS, batch_id)
 
-        for attempt in range(_CONFLICT_RETRIES):
-            # Step 2
-            table = self.target.open()
-            done = table.transaction_version(self.app_id) if table is not None else None
-            if done is not None and done >= batch_id:
-                committed = self._check_replay(
-                    table, batch_id=batch_id, done=done, sources=plan.sources
-                )
-                removed = self.target.delete_unreferenced(files, table)
-                log.warning(
-                    "chkpt-delta batch %d was already committed (table txn %s=%d); "
-                    "discarded this attempt's %d staged file(s)",
-                    batch_id,
-                    self.app_id,
-                    done,
-                    removed,
-                )
-                return self.duplicate(
-                    batch_id=batch_id,
-                    sources=plan.sources,
-                    started=started,
-                    attempts=attempts,
-                    committed=lambda: committed,  # noqa: B023 (called before the return)
-                )
+    def begin(self, batch: DeltaBatch) -> None:
+        failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
+        failpoint(FaultPoint.IN_COMMIT, batch.batch_id)
+        self.clean_orphans_once(in_progress=batch.files)
 
-            if done is None and table is not None and self.settings.refuse_other_writers:
-                self._refuse_overlap(plan.sources)
+    def prepare(self, batch: DeltaBatch, plan: BatchPlan) -> None:
+        if self.dead_letters is None:
+            return
+        batch.dead_letters = self.dead_letters.commit(
+            batch.outputs, batch_id=batch.batch_id, schema=batch.dead_letter_schema
+        )
+        failpoint(FaultPoint.AFTER_DEAD_LETTERS, batch.batch_id)
 
-            # Step 3
-            if table is not None:
-                schema_plan = self.target.check_schema(
-                    table, schema, merge=self.settings.merge_schema
-                )
-                if schema_plan.new_columns:
-                    self.target.add_columns(table, schema, schema_plan.new_columns)
-                    table = self.target.open()
+    def already_committed(self, batch: DeltaBatch, plan: BatchPlan) -> Committed | None:
+        batch.table = table = self.target.open()
+        batch.done = done = table.transaction_version(self.app_id) if table is not None else None
+        if done is not None and done >= batch.batch_id:
+            _, record = check_replay(
+                target=self.target,
+                table=table,
+                app_id=self.app_id,
+                checkpoint_location=self.settings.checkpoint_location,
+                batch_id=batch.batch_id,
+                done=done,
+                sources=plan.sources,
+            )
+            return Committed(record=lambda: record)
+        if done is None and table is not None and self.settings.refuse_other_writers:
+            self._refuse_overlap(plan.sources)
+        return None
 
-            # Step 4
-            record = self.record(
-                batch_id=batch_id,
+    def discard(self, batch: DeltaBatch) -> None:
+        removed = self.target.delete_unreferenced(batch.files, batch.table)
+        log.warning(
+            "chkpt-delta batch %d was already committed (table txn %s=%d); "
+            "discarded this attempt's %d staged file(s)",
+            batch.batch_id,
+            self.app_id,
+            batch.done,
+            removed,
+        )
+
+    def make_visible(self, batch: DeltaBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
+        """The schema (new columns added with mergeSchema), then one Delta commit."""
+        schema, table, files = batch.schema, batch.table, batch.files
+        if table is not None:
+            schema_plan = self.target.check_schema(table, schema, merge=self.settings.merge_schema)
+            if schema_plan.new_columns:
+                self.target.add_columns(table, schema, schema_plan.new_columns)
+                table = self.target.open()
+        record = replace(
+            self.record(
+                batch_id=batch.batch_id,
                 sources=plan.sources,
                 outcome=CommitOutcome.COMMITTED if files else CommitOutcome.EMPTY,
-                started=started,
+                started=batch.started,
                 rows=sum(f.rows for f in files),
                 files=len(files),
                 size=sum(f.size for f in files),
-                attempts=attempts,
-            )
-            record = replace(
-                record,
-                retries=attempt,
-                dead_letters=dead_letters,
-                mode="complete" if self.settings.complete else "append",
-            )
-            try:
-                self.target.commit(
-                    table=table,
-                    schema=schema,
-                    partition_by=self.settings.partition_by,
-                    files=files,
-                    app_id=self.app_id,
-                    version=batch_id,
-                    metadata={SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id},
-                    overwrite=self.settings.complete,
-                )
-            except Exception as e:
-                if not is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
-                    raise ChkptError(
-                        f"chkpt-delta could not commit batch {batch_id} to "
-                        f"{self.settings.table_uri}: {e}"
-                    ) from e
-                log.warning("chkpt-delta batch %d: commit conflict (%s); retrying", batch_id, e)
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-                continue
-            maybe_kill(FaultPoint.AFTER_DELTA_COMMIT, batch_id)
-
-            # Step 5
-            record = self.finish(
-                replace(
-                    record,
-                    table_version=self._version_of(batch_id),
-                    commit_ms=elapsed_ms(started),
-                )
-            )
-            log.info(
-                "chkpt-delta snapshot %d committed: %d rows in %d files, Delta version %s, "
-                "%.0f ms, %d conflict retries",
-                batch_id,
-                record.rows,
-                record.files,
-                record.table_version,
-                record.commit_ms,
-                record.retries,
-            )
-            return record
-        raise ChkptError(
-            f"chkpt-delta batch {batch_id}: gave up after {_CONFLICT_RETRIES} commit conflicts"
+                attempts=batch.attempts,
+            ),
+            retries=retry,
+            dead_letters=batch.dead_letters,
+            mode="complete" if self.settings.complete else "append",
         )
+        uri = self.settings.table_uri
+        with committing(f"chkpt-delta could not commit batch {batch.batch_id} to {uri}"):
+            self.target.commit(
+                table=table,
+                schema=schema,
+                partition_by=self.settings.partition_by,
+                files=files,
+                app_id=self.app_id,
+                version=batch.batch_id,
+                metadata={SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch.batch_id},
+                overwrite=self.settings.complete,
+            )
+        return record
+
+    def completed(self, batch: DeltaBatch, record: SnapshotRecord) -> SnapshotRecord:
+        record = replace(
+            record,
+            table_version=self._version_of(batch.batch_id),
+            commit_ms=elapsed_ms(batch.started),
+        )
+        log.info(
+            "chkpt-delta snapshot %d committed: %d rows in %d files, Delta version %s, "
+            "%.0f ms, %d conflict retries",
+            batch.batch_id,
+            record.rows,
+            record.files,
+            record.table_version,
+            record.commit_ms,
+            record.retries,
+        )
+        return record
+
+    # -- the rest ----------------------------------------------------------------------------
 
     def _refuse_overlap(self, sources: Sequence[Any]) -> None:
         """This query's first commit to a table that holds snapshots of another query
@@ -264,84 +286,15 @@ class DeltaCoordinator(SnapshotCoordinator):
                 "committed."
             )
 
-    def _commit_dead_letters(
-        self, outputs: Sequence[StagedOutput], *, batch_id: int, schema: pa.Schema | None
-    ) -> int:
-        """Before the table's commit: the batch's dead letters in one commit of the
-        dead-letter table with its own ``txn(appId, N)``, so a replay neither loses nor
-        repeats them (a crash between the two commits replays into a table that holds N
-        and discards this attempt's letters). Returns how many the batch has."""
-        letters = [f for m in outputs for f in getattr(m, "dead_letter_files", None) or ()]
-        target = self.dead_target
-        if target is None:
-            return 0
-        table = target.open()
-        done = table.transaction_version(self.app_id) if table is not None else None
-        if done is not None and done >= batch_id:
-            target.delete_unreferenced(letters, table)
-            found = target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
-            rows = found.info.get("chkpt.deadLetters") if found is not None else None
-            return int(rows) if rows is not None else 0
-        if (not letters and table is None) or schema is None:
-            return 0  # no dead letter yet: the table is created with the first one
-        rows = sum(f.rows for f in letters)
-        for attempt in range(_CONFLICT_RETRIES):
-            try:
-                target.commit(
-                    table=table,
-                    schema=schema,
-                    partition_by=(),
-                    files=letters,
-                    app_id=self.app_id,
-                    version=batch_id,
-                    metadata={"chkpt.batchId": batch_id, "chkpt.deadLetters": rows},
-                )
-                break
-            except Exception as e:
-                if not is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
-                    raise ChkptError(
-                        f"chkpt-delta could not commit batch {batch_id}'s dead letters to "
-                        f"{target.uri}: {e}"
-                    ) from e
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-                table = target.open()
-        if rows:
-            log.warning(
-                "chkpt-delta batch %d: %d malformed record(s) committed to %s",
-                batch_id,
-                rows,
-                target.uri,
-            )
-        return rows
-
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
         """Delete the staged files of a failed attempt (never files the table references)."""
-        maybe_kill(FaultPoint.IN_ABORT, batch_id)
+        failpoint(FaultPoint.IN_ABORT, batch_id)
         files = [f for m in messages if m is not None for f in m.files]
-        if self.dead_target is not None:
-            letters = [
-                f for m in messages if m is not None for f in getattr(m, "dead_letter_files", [])
-            ]
-            self.dead_target.delete_unreferenced(letters, self.dead_target.open())
+        if self.dead_letters is not None:
+            self.dead_letters.abort(messages)
         removed = self.target.delete_unreferenced(files, self.target.open())
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed
-
-    def _check_replay(
-        self, table: Any, *, batch_id: int, done: int, sources: Sequence[Any]
-    ) -> SnapshotRecord | None:
-        """Step 2's identity check (:func:`~spark_chkpt.delta.replay.check_replay`):
-        the record of our commit of ``batch_id`` if it can be checked and matches."""
-        _, record = check_replay(
-            target=self.target,
-            table=table,
-            app_id=self.app_id,
-            checkpoint_location=self.settings.checkpoint_location,
-            batch_id=batch_id,
-            done=done,
-            sources=sources,
-        )
-        return record
 
     def _version_of(self, batch_id: int) -> int | None:
         """The Delta version our commit of ``batch_id`` became (another writer may have

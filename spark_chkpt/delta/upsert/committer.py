@@ -56,21 +56,21 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.replay import check_replay
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
-from spark_chkpt.delta.table import DeltaTarget, is_conflict
+from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
 from spark_chkpt.fs import qualify
-from spark_chkpt.snapshot.coordinator import SnapshotCoordinator, elapsed_ms
+from spark_chkpt.snapshot.checkpoint import BatchPlan
+from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
-from spark_chkpt.testing.failpoints import FaultPoint, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,11 +81,18 @@ log = logging.getLogger(__name__)
 
 WRITER = "DeltaUpsert"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-_CONFLICT_RETRIES = 10
 
 
-class _Snapshots(SnapshotCoordinator):
-    sink = "delta-upsert"
+@dataclass
+class UpsertBatch(Batch):
+    """One ``foreachBatch`` call."""
+
+    batch_df: Any = None
+    schema: pa.Schema | None = None
+    table: Any = None  # the table as step 3 opened it
+    staged: StagedBatch | None = None
+    committed: bool = False
+    figures: MergeFigures | None = None
 
 
 class DeltaUpsert:
@@ -158,119 +165,25 @@ class DeltaUpsert:
         self.target = DeltaTarget(uri=self.path, storage_options=self.storage_options)
         self.merger = KeyedMerge(target=self.target, keys=self.keys, delete_column=delete_column)
         # Read at the first batch: the checkpoint's metadata exists once the query runs.
-        self._snapshots: _Snapshots | None = None
+        self._snapshots: UpsertCommitter | None = None
         self._query_id: str | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> SnapshotRecord:
         """Complete snapshot ``batch_id`` with ``batch_df``'s rows (steps 1-6 of the
         module docstring); returns its record."""
-        started = time.monotonic()
         # Step 1
-        snapshots = self._coordinator(batch_df)
-        app_id = snapshots.app_id
-        plan = snapshots.plan(batch_id)
-        # Step 2
-        schema = self.check(batch_df.schema)
-        self._clean_staging(app_id)
-        staged: StagedBatch | None = None
-        committed = False
-        try:
-            for attempt in range(_CONFLICT_RETRIES):
-                # Step 3
-                table = self.target.open()
-                done = table.transaction_version(app_id) if table is not None else None
-                if table is not None:
-                    self.merger.check_schema(table, schema)
-                if done is not None and done >= batch_id:
-                    record = self._replayed(snapshots, table, batch_id, done, plan.sources, started)
-                    if staged is None:
-                        # The output is discarded, but a stateful query's plan must still
-                        # run on every partition: its tasks commit the state store version
-                        # of this batch (Spark 4.2 fails the batch otherwise, with
-                        # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would
-                        # have no state to start from).
-                        batch_df.write.format("noop").mode("overwrite").save()
-                    return record
-                # Step 4
-                if staged is None or staged.create != (table is None):
-                    if staged is not None:  # another writer created the table meanwhile
-                        self._discard(staged)
-                    staged = self._stage(batch_df, schema, app_id, batch_id, create=table is None)
-                    maybe_kill(FaultPoint.AFTER_STAGING, batch_id)
-                # Step 5
-                record = replace(
-                    snapshots.record(
-                        batch_id=batch_id,
-                        sources=plan.sources,
-                        outcome=CommitOutcome.COMMITTED
-                        if staged.source_rows
-                        else CommitOutcome.EMPTY,
-                        started=started,
-                        rows=staged.source_rows,
-                        files=len(staged.files),
-                        size=sum(f.size for f in staged.files),
-                    ),
-                    mode="upsert",
-                    retries=attempt,
-                )
-                try:
-                    figures = self._commit(table, staged, record, app_id, batch_id)
-                except ChkptError:
-                    raise
-                except Exception as e:
-                    if not is_conflict(e) or attempt == _CONFLICT_RETRIES - 1:
-                        raise ChkptError(
-                            f"{WRITER} could not commit batch {batch_id} to {self.path}: {e}"
-                        ) from e
-                    log.warning("%s batch %d: commit conflict (%s); retrying", WRITER, batch_id, e)
-                    time.sleep(min(2.0, 0.05 * 2**attempt))
-                    continue
-                committed = True
-                maybe_kill(FaultPoint.AFTER_DELTA_COMMIT, batch_id)
-                # Step 6
-                found = self.target.find_txn_commit(
-                    self.target.open(), app_id=app_id, txn_version=batch_id
-                )
-                record = snapshots.finish(
-                    replace(
-                        record,
-                        merge=figures.as_dict(),
-                        table_version=found.version if found is not None else None,
-                        commit_ms=elapsed_ms(started),
-                    )
-                )
-                log.info(
-                    "%s snapshot %d committed: %s, Delta version %s, %.0f ms",
-                    WRITER,
-                    batch_id,
-                    record.merge,
-                    record.table_version,
-                    record.commit_ms,
-                )
-                return record
-            raise ChkptError(
-                f"{WRITER} batch {batch_id}: gave up after {_CONFLICT_RETRIES} commit conflicts"
-            )
-        finally:
-            if staged is not None and not (staged.create and committed):
-                self._discard(staged)
+        return self._coordinator(batch_df).commit(batch_id=batch_id, batch_df=batch_df)
 
     # -- step 1 --------------------------------------------------------------------------
 
-    def _coordinator(self, batch_df: DataFrame) -> _Snapshots:
+    def _coordinator(self, batch_df: DataFrame) -> UpsertCommitter:
         """The snapshot coordinator of the checkpoint's query, after checking that it is
         the query running ``foreachBatch`` (``batch_df`` outside a query: not checked)."""
         if self._snapshots is None:
             from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 
             query_id = SparkCheckpoint(location=self.checkpoint_location).query_id()
-            self._snapshots = _Snapshots(
-                checkpoint_location=self.checkpoint_location,
-                app_id=self.app_id_option or query_id,
-                query_name=self.query_name,
-                retained_snapshots=self.retained_snapshots,
-                target=self.path,
-            )
+            self._snapshots = UpsertCommitter(upsert=self, app_id=self.app_id_option or query_id)
             self._query_id = query_id
         context = batch_df.sparkSession.sparkContext
         running = context.getLocalProperty(QUERY_ID_PROPERTY)
@@ -289,7 +202,7 @@ class DeltaUpsert:
         """Step 2: the batch's Arrow schema, once the keys, the delete column and the
         partition columns are found in it and its columns and types are the table's (if
         there is one). Raises :class:`ConfigError` or
-        :class:`~spark_chkpt.delta.table.SchemaMismatch` naming the column."""
+        :class:`~spark_chkpt.delta.table.SchemaMismatchError` naming the column."""
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BooleanType
 
@@ -329,18 +242,13 @@ class DeltaUpsert:
     # -- step 3 --------------------------------------------------------------------------
 
     def _replayed(
-        self,
-        snapshots: _Snapshots,
-        table: Any,
-        batch_id: int,
-        done: int,
-        sources: Sequence[Any],
-        started: float,
-    ) -> SnapshotRecord:
+        self, table: Any, *, app_id: str, batch_id: int, done: int, sources: Sequence[Any]
+    ) -> SnapshotRecord | None:
+        """The record of our earlier commit of ``batch_id``, after the identity check."""
         commit, record = check_replay(
             target=self.target,
             table=table,
-            app_id=snapshots.app_id,
+            app_id=app_id,
             checkpoint_location=self.checkpoint_location,
             batch_id=batch_id,
             done=done,
@@ -355,12 +263,10 @@ class DeltaUpsert:
             "%s batch %d was already committed (table txn %s=%d); nothing written",
             WRITER,
             batch_id,
-            snapshots.app_id,
+            app_id,
             done,
         )
-        return snapshots.duplicate(
-            batch_id=batch_id, sources=sources, started=started, committed=lambda: record
-        )
+        return record
 
     # -- step 4 --------------------------------------------------------------------------
 
@@ -447,3 +353,111 @@ class DeltaUpsert:
     @staticmethod
     def _metadata(record: SnapshotRecord, batch_id: int) -> dict[str, Any]:
         return {SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id}
+
+
+class UpsertCommitter(SnapshotCoordinator[UpsertBatch]):
+    """The hooks of :meth:`SnapshotCoordinator.commit` for one :class:`DeltaUpsert`
+    (steps 2-6 of the module docstring)."""
+
+    sink = "delta-upsert"
+    visible_point = FaultPoint.AFTER_DELTA_COMMIT
+
+    def __init__(self, *, upsert: DeltaUpsert, app_id: str) -> None:
+        super().__init__(
+            checkpoint_location=upsert.checkpoint_location,
+            app_id=app_id,
+            query_name=upsert.query_name,
+            retained_snapshots=upsert.retained_snapshots,
+            target=upsert.path,
+        )
+        self.upsert = upsert
+        self.target = upsert.target
+
+    def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> UpsertBatch:
+        return UpsertBatch(batch_id=batch_id, batch_df=details["batch_df"])
+
+    def prepare(self, batch: UpsertBatch, plan: BatchPlan) -> None:
+        # Step 2
+        batch.schema = self.upsert.check(batch.batch_df.schema)
+        self.upsert._clean_staging(self.app_id)
+
+    def already_committed(self, batch: UpsertBatch, plan: BatchPlan) -> Committed | None:
+        # Step 3
+        batch.table = table = self.target.open()
+        done = table.transaction_version(self.app_id) if table is not None else None
+        if table is not None:
+            self.upsert.merger.check_schema(table, batch.schema)
+        if done is None or done < batch.batch_id:
+            return None
+        record = self.upsert._replayed(
+            table, app_id=self.app_id, batch_id=batch.batch_id, done=done, sources=plan.sources
+        )
+        return Committed(record=lambda: record)
+
+    def discard(self, batch: UpsertBatch) -> None:
+        if batch.staged is None:
+            # The output is discarded, but a stateful query's plan must still run on
+            # every partition: its tasks commit the state store version of this batch
+            # (Spark 4.2 fails the batch otherwise, with
+            # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would have no
+            # state to start from).
+            batch.batch_df.write.format("noop").mode("overwrite").save()
+
+    def make_visible(self, batch: UpsertBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
+        # Step 4
+        create = batch.table is None
+        staged = batch.staged
+        if staged is None or staged.create != create:
+            if staged is not None:  # another writer created the table meanwhile
+                self.upsert._discard(staged)
+            batch.staged = staged = self.upsert._stage(
+                batch.batch_df, batch.schema, self.app_id, batch.batch_id, create=create
+            )
+            failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
+        # Step 5
+        record = replace(
+            self.record(
+                batch_id=batch.batch_id,
+                sources=plan.sources,
+                outcome=CommitOutcome.COMMITTED if staged.source_rows else CommitOutcome.EMPTY,
+                started=batch.started,
+                rows=staged.source_rows,
+                files=len(staged.files),
+                size=sum(f.size for f in staged.files),
+            ),
+            mode="upsert",
+            retries=retry,
+        )
+        what = f"{WRITER} could not commit batch {batch.batch_id} to {self.upsert.path}"
+        with committing(what):
+            batch.figures = self.upsert._commit(
+                batch.table, staged, record, self.app_id, batch.batch_id
+            )
+        batch.committed = True
+        return record
+
+    def completed(self, batch: UpsertBatch, record: SnapshotRecord) -> SnapshotRecord:
+        # Step 6
+        found = self.target.find_txn_commit(
+            self.target.open(), app_id=self.app_id, txn_version=batch.batch_id
+        )
+        record = replace(
+            record,
+            merge=batch.figures.as_dict() if batch.figures is not None else record.merge,
+            table_version=found.version if found is not None else None,
+            commit_ms=elapsed_ms(batch.started),
+        )
+        log.info(
+            "%s snapshot %d committed: %s, Delta version %s, %.0f ms",
+            WRITER,
+            batch.batch_id,
+            record.merge,
+            record.table_version,
+            record.commit_ms,
+        )
+        return record
+
+    def release(self, batch: UpsertBatch, *, failed: bool) -> None:
+        staged = batch.staged
+        if staged is not None and not (staged.create and batch.committed):
+            self.upsert._discard(staged)

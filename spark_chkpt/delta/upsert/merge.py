@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.table import DeltaTarget, SchemaMismatch
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 
 STAGING_DIR = "_chkpt_staging"
 SOURCE, TARGET = "s", "t"
-
-
-class DuplicateKeyError(ChkptError):
-    """A batch holds one key more than once; the MERGE cannot tell which row wins."""
 
 
 @dataclass(frozen=True)
@@ -102,20 +98,20 @@ class KeyedMerge:
     # -- checks before anything is written ---------------------------------------------
 
     def check_schema(self, table: Any, batch_schema: pa.Schema) -> None:
-        """Raise :class:`SchemaMismatch` unless the batch's columns (the delete column
+        """Raise :class:`SchemaMismatchError` unless the batch's columns (the delete column
         aside) are the table's, with the same types; a key column is named as such."""
         data = without_column(batch_schema, self.delete_column)
         plan = self.target.plan_schema(table, data)
         current = self.target.arrow_schema(table)
         keys = [c for c in plan.type_changes if c.split(":", 1)[0] in self.keys]
         if keys:
-            raise SchemaMismatch(
+            raise SchemaMismatchError(
                 f"Delta table {self.target.uri}: key column type changed ({'; '.join(keys)})."
                 " A key's type must stay the table's: cast it in the query. Nothing was "
                 "written."
             )
         if plan.type_changes:
-            raise SchemaMismatch(
+            raise SchemaMismatchError(
                 f"Delta table {self.target.uri}: column types differ "
                 f"({'; '.join(plan.type_changes)}). Cast the columns in the query. Nothing "
                 "was written."
@@ -127,7 +123,7 @@ class KeyedMerge:
                 parts.append(f"the batch has column(s) {', '.join(plan.new_columns)} it lacks")
             if missing:
                 parts.append(f"it has column(s) {', '.join(missing)} the batch lacks")
-            raise SchemaMismatch(
+            raise SchemaMismatchError(
                 f"Delta table {self.target.uri}: {'; '.join(parts)}. An upsert writes whole "
                 "rows and never changes the table's columns: select the table's columns "
                 f"({', '.join(current.names)}). Nothing was written."

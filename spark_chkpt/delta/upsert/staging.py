@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, normalize_schema
 from spark_chkpt.delta.upsert.merge import without_column
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.failpoints import FaultPoint, maybe_fail, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,9 +77,8 @@ class StagingTask:
                     batch = batch.filter(pc.invert(deleted)).remove_column(index)
                 stager.add(batch)
                 if batch.num_rows:  # fault tests: task 0 fails, or the driver is killed
-                    if task == 0:  # while a task with rows stages (state half written)
-                        maybe_fail(FaultPoint.IN_WRITE, self.batch_id)
-                    maybe_kill(FaultPoint.IN_WRITE, self.batch_id)
+                    # while a task with rows stages (state half written)
+                    failpoint(FaultPoint.IN_WRITE, self.batch_id, can_fail=task == 0)
             staged = stager.finish()
         except BaseException:
             stager.discard()

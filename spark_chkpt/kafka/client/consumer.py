@@ -11,7 +11,7 @@ implement it, chosen by the source option ``kafka.client``:
 
 Both consumers are group-less readers: partitions are assigned with their start
 offsets, nothing is committed, and a position outside the log is reported as
-:class:`OffsetOutOfRange` instead of being reset. The driver's offset planning always
+:class:`OffsetOutOfRangeError` instead of being reset. The driver's offset planning always
 uses kafka-python (:mod:`spark_chkpt.kafka.source.offset_reader`); only the data path differs.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-from spark_chkpt.errors import KafkaReadError
+from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
 from spark_chkpt.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,6 @@ class Record(NamedTuple):
     timestamp: int
     timestamp_type: int  # 0 create time, 1 log-append time (Spark's timestampType)
     headers: list[tuple[str, bytes]] | None
-
-
-class OffsetOutOfRange(Exception):
-    """The broker has no records at a consumer's position (retention, a recreated topic)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ class RangeConsumer(Protocol):
     def pause(self, tp: TopicPartition) -> None: ...
 
     def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
-        """Records by partition, in offset order; raises :class:`OffsetOutOfRange`."""
+        """Records by partition, in offset order; raises :class:`OffsetOutOfRangeError`."""
 
     def position(self, tp: TopicPartition) -> int:
         """The next offset to read (past transaction markers and compacted gaps)."""
@@ -138,12 +134,12 @@ class KafkaPythonConsumer:
         self._consumer.pause(self._k(tp))
 
     def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
-        from kafka.errors import OffsetOutOfRangeError
+        from kafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
 
         try:
             polled = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
-        except OffsetOutOfRangeError as e:
-            raise OffsetOutOfRange(str(e)) from e
+        except KafkaOffsetOutOfRange as e:
+            raise OffsetOutOfRangeError(str(e)) from e
         return {self._tps[k]: records for k, records in polled.items() if k in self._tps}
 
     def position(self, tp: TopicPartition) -> int:
@@ -209,7 +205,7 @@ class ConfluentConsumer:
         # cached high watermark survives unassign/assign and is stale until then.
         self._fresh: set[tuple[str, int]] = set()
         self._last_error: str | None = None
-        self._deferred: OffsetOutOfRange | None = None
+        self._deferred: OffsetOutOfRangeError | None = None
 
     def _on_error(self, error: Any) -> None:
         self._last_error = str(error)
@@ -282,7 +278,7 @@ class ConfluentConsumer:
                 else:
                     try:
                         self._raise_for(m, error)
-                    except OffsetOutOfRange as e:
+                    except OffsetOutOfRangeError as e:
                         self._deferred = self._deferred or e  # after this poll's records
         polled: dict[TopicPartition, list[Any]] = {}
         # librdkafka hands out one partition's fetched messages in runs; one conversion per run
@@ -319,7 +315,7 @@ class ConfluentConsumer:
         codes = self._ck.KafkaError
         where = f"{message.topic()}-{message.partition()}"
         if error.code() in (codes._AUTO_OFFSET_RESET, codes.OFFSET_OUT_OF_RANGE):
-            raise OffsetOutOfRange(f"{where}: {error.str()}")
+            raise OffsetOutOfRangeError(f"{where}: {error.str()}")
         # Message errors carry no retriable flag (librdkafka sets it only on API errors):
         # these are the ones librdkafka itself retries; anything else fails the task.
         transient = {

@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.rows import ProducedOutput
 from spark_chkpt.offsets import META_KEY
-from spark_chkpt.snapshot.coordinator import SnapshotCoordinator
+from spark_chkpt.snapshot.checkpoint import BatchPlan
+from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
-from spark_chkpt.testing.failpoints import FaultPoint, armed, maybe_kill
+from spark_chkpt.testing.failpoints import FaultPoint, armed, failpoint
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,45 @@ class BarrierSettings:
     retained_snapshots: int
     producer_settings: dict[str, Any]
 
+    @classmethod
+    def from_config(cls, config: KafkaSinkConfig, *, app_id: str) -> BarrierSettings:
+        """The settings of the sink's parsed options (``app_id``: ``txnAppId`` or the
+        query id)."""
+        return cls(
+            bootstrap_servers=config.bootstrap_servers,
+            topic=config.topic,
+            control_topic=config.control_topic,
+            checkpoint_location=config.checkpoint_location,
+            app_id=app_id,
+            query_name=config.query_name,
+            retained_snapshots=config.retained_snapshots,
+            producer_settings=dict(config.producer_settings),
+        )
 
-class KafkaCoordinator(SnapshotCoordinator):
-    """Completes snapshots of one query into Kafka topics by writing barrier markers."""
+
+@dataclass
+class KafkaBatch(Batch):
+    """One commit call of the Kafka sink."""
+
+    outputs: Sequence[ProducedOutput] = ()
+    topics: Sequence[str] = ()
+    sources: tuple[Any, ...] = ()  # the plan's offsets as the index entries record them
+    producer: Any = None
+    # step 3: the topics still to commit (with their index and a crashed commit's intent)
+    pending: list[tuple[str, ControlTopic, IndexEntry | None]] = field(default_factory=list)
+    completed: dict[str, IndexEntry] = field(default_factory=dict)  # topic -> complete entry
+
+
+class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
+    """Completes snapshots of one query into Kafka topics by writing barrier markers.
+
+    The steps of :meth:`commit` (the template of :mod:`spark_chkpt.snapshot.coordinator`):
+    1. the plan; 2. the plan's offsets as entries record them, the barrier producer;
+    3. per topic, an earlier commit of the batch in the control topic
+    (:meth:`already_committed`); 4. per topic not done, the ``intent`` entry, barrier N
+    in every partition, the ``complete`` entry (:meth:`make_visible`); 5. the snapshot
+    record to the store. Kafka has no commit conflicts: nothing is retried.
+    """
 
     sink = "chkpt-kafka"
 
@@ -100,151 +137,138 @@ class KafkaCoordinator(SnapshotCoordinator):
         index.refresh()
         return index
 
-    def commit(self, *, messages: Sequence[ProducedOutput | None], batch_id: int) -> SnapshotRecord:
-        """Complete snapshot ``batch_id`` (see :meth:`_commit`). A failed commit drops this
-        process's barrier producer: after an outage its connections cannot be trusted,
-        and Spark's retry (or the restart) starts with a new one."""
-        try:
-            return self._commit(messages=messages, batch_id=batch_id)
-        except BaseException:
-            producer = _BARRIER_PRODUCERS.pop(self.settings.bootstrap_servers, None)
-            if producer is not None:
-                producer.close(timeout=0)
-            raise
+    # -- the hooks of SnapshotCoordinator.commit -------------------------------------------
 
-    def _commit(
-        self, *, messages: Sequence[ProducedOutput | None], batch_id: int
-    ) -> SnapshotRecord:
-        """Complete snapshot ``batch_id`` of the Kafka sink.
-
-        Step 1: read Spark's plan for the batch (``offsets/<batch_id>``).
-        Step 2: per topic, look for an earlier commit of this batch in the control topic.
-                Its entries record the source offsets of the run that wrote them: other
-                offsets than ``offsets/<batch_id>`` mean another run claims the same
-                (appId, batch) and the commit fails (:class:`QueryIdentityError`). A
-                ``complete`` entry means the batch is done (this attempt's records stay
-                unconfirmed, so aligned readers drop them; the snapshot record is the
-                store's, or built from the entry if the crash came before the store);
-                an ``intent`` means a commit crashed midway: its attempts, not this
-                one's, are the ones snapshot N confirms.
-        Step 3: write the ``intent`` entry (flushed), fixing the confirmed attempts.
-        Step 4: write barrier N into every partition of the topic. Every record of the
-                batch was acknowledged before the tasks returned, so each barrier lands
-                after all of the snapshot's data.
-        Step 5: write the ``complete`` entry with every barrier's offset.
-        Step 6: write the snapshot record to the store atomically.
-        """
-        started = time.monotonic()
-        maybe_kill(FaultPoint.AFTER_STAGING, batch_id)
+    def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> KafkaBatch:
         outputs = [m for m in messages if m is not None]
-        app = self.settings.app_id
-        topics = sorted(
+        topics = (
             {self.settings.topic} if self.settings.topic else {t for m in outputs for t in m.counts}
         )
+        return KafkaBatch(batch_id=batch_id, outputs=outputs, topics=sorted(topics))
 
-        # Step 1
-        plan = self.plan(batch_id)
-        sources = source_offsets(plan.sources)
+    def begin(self, batch: KafkaBatch) -> None:
+        failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
 
-        producer = self._producer()
-        completed: dict[str, IndexEntry] = {}  # topic -> its complete entry of batch_id
-        wrote = False
-        for topic in topics:
+    def prepare(self, batch: KafkaBatch, plan: BatchPlan) -> None:
+        batch.sources = source_offsets(plan.sources)
+        batch.producer = self._producer()
+
+    def already_committed(self, batch: KafkaBatch, plan: BatchPlan) -> Committed | None:
+        """Per topic, an earlier commit of this batch in the control topic. Its entries
+        record the source offsets of the run that wrote them: other offsets than
+        ``offsets/<batch_id>`` mean another run claims the same (appId, batch)
+        (:class:`QueryIdentityError`). A ``complete`` entry means the topic is done (this
+        attempt's records stay unconfirmed, so aligned readers drop them); an ``intent``
+        means a commit crashed midway: its attempts, not this one's, are the ones
+        snapshot N confirms. Done when every topic is."""
+        app, batch_id = self.settings.app_id, batch.batch_id
+        for topic in batch.topics:
             index = self._index(topic)
-            # Step 2
             complete = index.first(app_id=app, snapshot_id=batch_id, kind="complete")
             intent = index.first(app_id=app, snapshot_id=batch_id, kind="intent")
             for entry in (intent, complete):
                 if entry is not None:
-                    self._check_identity(entry, sources=sources, control_topic=index.control_topic)
+                    self._check_identity(
+                        entry, sources=batch.sources, control_topic=index.control_topic
+                    )
             latest = index.latest_snapshot(app_id=app)
-            if complete is not None or (latest is not None and latest > batch_id):
-                log.warning(
-                    "chkpt-kafka batch %d was already committed to %s; this "
-                    "attempt's records stay unconfirmed",
-                    batch_id,
-                    topic,
-                )
-                if complete is not None:
-                    completed[topic] = complete
+            if complete is None and (latest is None or latest <= batch_id):
+                batch.pending.append((topic, index, intent))
                 continue
-            wrote = True
+            log.warning(
+                "chkpt-kafka batch %d was already committed to %s; this "
+                "attempt's records stay unconfirmed",
+                batch_id,
+                topic,
+            )
+            if complete is not None:
+                batch.completed[topic] = complete
+        if not batch.topics or batch.pending:
+            return None
+        return Committed(
+            record=lambda: self._record_of(batch, plan.sources) if batch.completed else None
+        )
+
+    def make_visible(self, batch: KafkaBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
+        """Per topic not yet done: the ``intent`` entry (flushed), fixing the confirmed
+        attempts; barrier N into every partition (every record of the batch was
+        acknowledged before the tasks returned, so each barrier lands after all of the
+        snapshot's data); the ``complete`` entry with every barrier's offset."""
+        for topic, index, intent in batch.pending:
             if intent is None:
-                # Step 3
-                intent = IndexEntry(
-                    kind="intent",
-                    app_id=app,
-                    snapshot_id=batch_id,
-                    topic=topic,
-                    attempts=tuple(sorted(m.attempt for m in outputs if topic in m.counts)),
-                    counts=_counts(outputs, topic),
-                    sources=sources,
-                    topic_id=index.topic_id,
-                )
-                write_entry(
-                    producer,
-                    control_topic=index.control_topic,
-                    entry=intent,
-                    settings=self.settings.producer_settings,
-                )
-                maybe_kill(FaultPoint.AFTER_INTENT, batch_id)
+                intent = self._entry(batch, "intent", topic=topic, index=index)
+                failpoint(FaultPoint.AFTER_INTENT, batch.batch_id)
             else:
                 log.warning(
                     "chkpt-kafka batch %d: resuming the commit of attempts %s to %s",
-                    batch_id,
+                    batch.batch_id,
                     ", ".join(intent.attempts),
                     topic,
                 )
-            # Step 4
-            barrier = Barrier(app_id=app, snapshot_id=batch_id, attempts=intent.attempts)
-            positions = self._write_barriers(producer, topic=topic, barrier=barrier)
-            maybe_kill(FaultPoint.AFTER_BARRIERS, batch_id)
-            # Step 5
-            complete = IndexEntry(
-                kind="complete",
-                app_id=app,
-                snapshot_id=batch_id,
-                topic=topic,
-                attempts=intent.attempts,
-                positions=positions,
-                counts=intent.counts,
-                sources=sources,
-                topic_id=index.topic_id,
+            barrier = Barrier(
+                app_id=self.app_id, snapshot_id=batch.batch_id, attempts=intent.attempts
             )
-            write_entry(
-                producer,
-                control_topic=index.control_topic,
-                entry=complete,
-                settings=self.settings.producer_settings,
+            positions = self._write_barriers(batch.producer, topic=topic, barrier=barrier)
+            failpoint(FaultPoint.AFTER_BARRIERS, batch.batch_id)
+            batch.completed[topic] = self._entry(
+                batch, "complete", topic=topic, index=index, intent=intent, positions=positions
             )
-            maybe_kill(FaultPoint.AFTER_COMPLETE, batch_id)
-            completed[topic] = complete
+            failpoint(FaultPoint.AFTER_COMPLETE, batch.batch_id)
+        return self._record_of(batch, plan.sources)
 
-        # Step 6
-        if topics and not wrote:
-            return self.duplicate(
-                batch_id=batch_id,
-                sources=plan.sources,
-                started=started,
-                committed=lambda: (
-                    self._record_of(
-                        completed, batch_id=batch_id, sources=plan.sources, started=started
-                    )
-                    if completed
-                    else None
-                ),
-            )
-        record = self.finish(
-            self._record_of(completed, batch_id=batch_id, sources=plan.sources, started=started)
-        )
+    def completed(self, batch: KafkaBatch, record: SnapshotRecord) -> SnapshotRecord:
         log.info(
             "chkpt-kafka snapshot %d: barriers in %s, %d rows confirmed, %.0f ms",
-            batch_id,
-            ", ".join(topics) or "no topic",
+            batch.batch_id,
+            ", ".join(batch.topics) or "no topic",
             record.rows,
             record.commit_ms,
         )
         return record
+
+    def release(self, batch: KafkaBatch, *, failed: bool) -> None:
+        """A failed commit drops this process's barrier producer: after an outage its
+        connections cannot be trusted, and Spark's retry (or the restart) starts with a
+        new one."""
+        if failed:
+            producer = _BARRIER_PRODUCERS.pop(self.settings.bootstrap_servers, None)
+            if producer is not None:
+                producer.close(timeout=0)
+
+    # -- the rest ----------------------------------------------------------------------------
+
+    def _entry(
+        self,
+        batch: KafkaBatch,
+        kind: Literal["intent", "complete"],
+        *,
+        topic: str,
+        index: ControlTopic,
+        intent: IndexEntry | None = None,
+        positions: dict[int, int] | None = None,
+    ) -> IndexEntry:
+        """Write the ``kind`` entry of ``topic``'s commit to its control topic (flushed)."""
+        outputs = batch.outputs
+        entry = IndexEntry(
+            kind=kind,
+            app_id=self.app_id,
+            snapshot_id=batch.batch_id,
+            topic=topic,
+            attempts=intent.attempts
+            if intent is not None
+            else tuple(sorted(m.attempt for m in outputs if topic in m.counts)),
+            positions=positions or {},
+            counts=intent.counts if intent is not None else _counts(outputs, topic),
+            sources=batch.sources,
+            topic_id=index.topic_id,
+        )
+        write_entry(
+            batch.producer,
+            control_topic=index.control_topic,
+            entry=entry,
+            settings=self.settings.producer_settings,
+        )
+        return entry
 
     def _write_barriers(self, producer: Any, *, topic: str, barrier: Barrier) -> dict[int, int]:
         """Step 4: barrier ``barrier`` into every partition of ``topic``, acknowledged;
@@ -262,29 +286,23 @@ class KafkaCoordinator(SnapshotCoordinator):
             )
             if split:
                 flush_within(producer, settings=self.settings.producer_settings)
-                maybe_kill(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
+                failpoint(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
         flush_within(producer, settings=self.settings.producer_settings)
         wait = delivery_timeout_s(self.settings.producer_settings)
         return {p: int(f.get(timeout=wait).offset) for p, f in futures.items()}
 
-    def _record_of(
-        self,
-        completed: Mapping[str, IndexEntry],
-        *,
-        batch_id: int,
-        sources: Sequence[Any],
-        started: float,
-    ) -> SnapshotRecord:
+    def _record_of(self, batch: KafkaBatch, sources: Sequence[Any]) -> SnapshotRecord:
         """The snapshot record the ``complete`` entries of one batch describe: the rows and
         attempts they confirm, whichever commit call wrote them."""
+        completed = batch.completed
         rows = sum(n for entry in completed.values() for n in entry.counts.values())
         if self.target_name is None and completed:  # topics named by the rows
             self.target_name = ",".join(sorted(completed))
         return self.record(
-            batch_id=batch_id,
+            batch_id=batch.batch_id,
             sources=sources,
             outcome=CommitOutcome.COMMITTED if rows else CommitOutcome.EMPTY,
-            started=started,
+            started=batch.started,
             rows=rows,
             attempts=[a for entry in completed.values() for a in entry.attempts],
         )
@@ -311,7 +329,7 @@ class KafkaCoordinator(SnapshotCoordinator):
     def abort(self, *, messages: Sequence[ProducedOutput | None], batch_id: int) -> None:
         """Nothing to delete: no barrier will name this attempt, so aligned readers drop
         its records (plain consumers see them; they may filter on the header)."""
-        maybe_kill(FaultPoint.IN_ABORT, batch_id)
+        failpoint(FaultPoint.IN_ABORT, batch_id)
         attempts = sorted(m.attempt for m in messages if m is not None)
         log.warning(
             "chkpt-kafka batch %d aborted: records of attempt(s) %s stay unconfirmed",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
@@ -23,6 +23,9 @@ from spark_chkpt.kafka.client.settings import (
     parse_client,
 )
 from spark_chkpt.options import lowercase, parse_positive_int, warn_unknown
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 _KNOWN_KAFKA_SINK_OPTIONS = {
     k.lower()
@@ -156,3 +159,52 @@ class KafkaSinkConfig:
         if settings is None:
             settings = librdkafka_producer_settings(self.producer_settings)
         return {"bootstrap.servers": self.bootstrap_servers, "client.id": client_id, **settings}
+
+
+def check_sink_schema(schema: StructType, config: KafkaSinkConfig) -> None:
+    """Spark's Kafka sink rules: ``value`` (string/binary) required; ``key`` string/binary,
+    ``topic`` string (unless the option is set), ``partition`` int, ``headers``."""
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType
+    from pyspark.sql.types import StructType as Struct
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    text = (StringType, BinaryType)
+    if "value" not in fields:
+        raise ConfigError(
+            "value",
+            None,
+            f"the query must have a 'value' column (string or binary); it has {', '.join(fields)}",
+        )
+    for column in ("key", "value"):
+        if column in fields and not isinstance(fields[column], text):
+            raise ConfigError(
+                column,
+                fields[column].simpleString(),
+                f"the '{column}' column must be string or binary",
+            )
+    if config.topic is None:
+        if "topic" not in fields:
+            raise ConfigError("topic", None, "set option 'topic' or write a 'topic' column")
+        if not isinstance(fields["topic"], StringType):
+            raise ConfigError(
+                "topic", fields["topic"].simpleString(), "the 'topic' column must be a string"
+            )
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise ConfigError(
+            "partition", fields["partition"].simpleString(), "the 'partition' column must be an int"
+        )
+    if "headers" in fields:
+        headers = fields["headers"]
+        element = headers.elementType if isinstance(headers, ArrayType) else None
+        ok = (
+            isinstance(element, Struct)
+            and [f.name for f in element.fields] == ["key", "value"]
+            and isinstance(element.fields[0].dataType, StringType)
+            and isinstance(element.fields[1].dataType, BinaryType)
+        )
+        if not ok:
+            raise ConfigError(
+                "headers",
+                headers.simpleString(),
+                "the 'headers' column must be array<struct<key:string,value:binary>>",
+            )

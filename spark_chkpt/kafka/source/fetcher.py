@@ -29,8 +29,8 @@ from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.alignment.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import DataLossError, KafkaReadError
-from spark_chkpt.kafka.client.consumer import OffsetOutOfRange, RangeConsumer, build_consumer
+from spark_chkpt.errors import DataLossError, KafkaReadError, OffsetOutOfRangeError
+from spark_chkpt.kafka.client.consumer import RangeConsumer, build_consumer
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.client.pool import POOL, ConsumerPool
 from spark_chkpt.kafka.source.options import SourceConfig
@@ -286,7 +286,7 @@ class RangeFetcher:
             return self._consumer.poll(
                 timeout_ms=min(1000, self._config.poll_timeout_ms), max_records=limit
             )
-        except OffsetOutOfRange as e:
+        except OffsetOutOfRangeError as e:
             open_channels = [c for c in channels.values() if not c.done]
             begins = self._consumer.beginning_offsets([c.tp for c in open_channels])
             for channel in open_channels:

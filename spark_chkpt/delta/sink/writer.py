@@ -1,0 +1,94 @@
+"""Phase 1 of the ``chkpt-delta`` sink, on executors: one task's rows into staged Parquet
+files under the table folder (and its dead letters under theirs).
+
+:class:`DeltaWriter` is built on the driver from the sink's options and travels to the
+tasks with Spark's writer; what a task returns (:class:`StagedOutput`, with
+``dead_letter_files``) is the commit message the driver's
+:class:`~spark_chkpt.delta.sink.committer.DeltaCoordinator` makes visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from spark_chkpt.delta.sink.committer import CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.sink.dead_letters import pa_schema_of, split_dead_letters
+from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
+from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
+from spark_chkpt.fs import resolve
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class DeltaWriter:
+    """The sink of one query: its options, the table's columns and the dead letters'."""
+
+    def __init__(
+        self, *, config: DeltaSinkConfig, schema: pa.Schema, app_id: str, complete: bool = False
+    ) -> None:
+        self.config = config
+        self.app_id = app_id
+        self.complete = complete  # outputMode("complete"): each batch replaces the table
+        index = schema.get_field_index(DEAD_LETTER_COLUMN)
+        # The table's columns; dead letters (if any) go to their own table's columns.
+        self.arrow_schema: pa.Schema = schema.remove(index) if index >= 0 else schema
+        self.dead_letter_schema: pa.Schema | None = (
+            pa_schema_of(schema.field(index).type) if index >= 0 else None
+        )
+
+    def write(
+        self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int
+    ) -> tuple[StagedOutput, list[StagedFile]]:
+        """Stage one task's rows; returns its output and its dead-letter files."""
+        stager = self._stager(self.config.path, self.arrow_schema, batch_id, task)
+        dead = (
+            self._stager(self.config.dead_letter_path, self.dead_letter_schema, batch_id, task, ())
+            if self.config.dead_letter_path and self.dead_letter_schema is not None
+            else None
+        )
+        try:
+            for batch in batches:
+                if dead is not None:
+                    batch = split_dead_letters(batch, dead)
+                stager.add(batch)
+                # tests: the first task of the batch fails, or the driver dies while a
+                # task with rows runs (a stateful stage's state stores half written)
+                failpoint(FaultPoint.IN_WRITE, stager.output.batch_id, can_fail=task == 0)
+            staged = stager.finish()
+            dead_staged = dead.finish() if dead is not None else None
+        except BaseException:
+            stager.discard()
+            if dead is not None:
+                dead.discard()
+            raise
+        return staged, dead_staged.files if dead_staged is not None else []
+
+    def _stager(
+        self,
+        path: str,
+        schema: pa.Schema,
+        batch_id: int | None,
+        task: int,
+        partition_by: tuple[str, ...] | None = None,
+    ) -> ParquetStager:
+        return ParquetStager(
+            table=resolve(path),
+            schema=schema,
+            partition_by=self.config.partition_by if partition_by is None else partition_by,
+            app_id=self.app_id,
+            batch_id=batch_id,
+            task=task,
+            max_records_per_file=self.config.max_records_per_file,
+            target_file_bytes=self.config.target_file_bytes,
+        )
+
+    def committer(self) -> DeltaCoordinator:
+        """Phase 2's coordinator (the driver's ``commit`` and ``abort``)."""
+        return DeltaCoordinator(
+            settings=CommitSettings.from_config(
+                self.config, app_id=self.app_id, complete=self.complete
+            )
+        )
