@@ -1,0 +1,36 @@
+"""``spark-chkpt recover``: a lost checkpoint rebuilt from the Delta table."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.recovery.rebuild import recover_checkpoint
+
+    snapshot = recover_checkpoint(
+        table_uri=args.table, checkpoint_location=args.checkpoint, app_id=args.app_id
+    )
+    print(
+        f"checkpoint {args.checkpoint} written: query {snapshot.app_id} resumes at batch "
+        f"{snapshot.batch_id + 1}, after Delta version {snapshot.table_version}, from "
+        f"{json.dumps(snapshot.record.source_offsets)}"
+    )
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    recover = sub.add_parser(
+        "recover",
+        help="the checkpoint folder is lost: write a new one from the Delta table's last "
+        "snapshot, so the query resumes exactly where the table ends (stateless queries)",
+    )
+    recover.add_argument("--table", required=True, help="the chkpt-delta table's path")
+    recover.add_argument("--checkpoint", required=True, help="an empty folder to write")
+    recover.add_argument(
+        "--app-id", default=None, help="the query id to recover, if the table holds several"
+    )
+    recover.set_defaults(run=run)

@@ -1,0 +1,196 @@
+"""``spark-chkpt savepoint``: create, stop, list, show, restore."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from spark_chkpt.cli.state import or_dash, reader_session
+
+
+def _savepoint_create(args: argparse.Namespace) -> int:
+    from spark_chkpt.savepoint.manifest import create_savepoint
+
+    point = create_savepoint(
+        checkpoint_location=args.checkpoint,
+        savepoint_dir=args.dir,
+        batch_id=args.batch,
+        table=args.table,
+    )
+    print(point.location)
+    return 0
+
+
+def _savepoint_stop(args: argparse.Namespace) -> int:
+    from spark_chkpt.savepoint.stop import request_stop
+
+    point = request_stop(
+        checkpoint_location=args.checkpoint, savepoint_dir=args.dir, timeout_s=args.timeout
+    )
+    print(point.location)
+    return 0
+
+
+def _savepoint_list(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.savepoint.manifest import describe, list_savepoints
+
+    rows = [describe(p.manifest) for p in list_savepoints(savepoint_dir=args.dir)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no complete savepoint under {args.dir}")
+        return 1
+    header = (
+        f"{'savepoint':<44} {'batch':>6} {'sink':<12} {'version':>7} {'ops':>3} {'keys':>8} "
+        f"{'files':>5} {'bytes':>10} {'reason':<6} created (UTC)"
+    )
+    print(header)
+    for r in rows:
+        print(
+            f"{r['savepoint']:<44} {r['batch']:>6} {or_dash(r['sink']):<12} "
+            f"{or_dash(r['table_version']):>7} {r['operators']:>3} {or_dash(r['keys']):>8} "
+            f"{r['files']:>5} {r['bytes']:>10} {r['reason']:<6} {r['created']}"
+        )
+    return 0
+
+
+def _savepoint_show(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.savepoint.manifest import load_savepoint, verify_files
+
+    point = load_savepoint(location=args.savepoint)
+    verify_files(point)
+    m = point.manifest
+    states = _savepoint_states(point.checkpoint, m.operators, args.limit) if args.state else []
+    if args.json:
+        doc = json.loads(m.to_json())
+        if args.state:
+            doc["state"] = [
+                {"operator": s.operator_id, "keys": s.keys, "rows": s.rows} for s in states
+            ]
+        print(json.dumps(doc, indent=2, default=str))
+        return 0
+    sink = m.sink
+    print(f"savepoint   {point.location} ({m.reason}, {len(m.files)} files, {m.total_bytes} bytes)")
+    print(f"snapshot    {m.batch_id} of query {m.query_id} ({m.query_name or 'unnamed'})")
+    print(f"taken from  {m.checkpoint}")
+    print(f"offsets     {json.dumps(m.source_offsets)}")
+    if sink is not None:
+        where = (
+            f"barrier {m.batch_id} of app {sink.app_id}"
+            if sink.kind == "chkpt-kafka"
+            else f"Delta version {or_dash(sink.table_version)}, txn {sink.app_id}={m.batch_id}"
+        )
+        print(f"sink        {sink.kind} {or_dash(sink.target)} ({sink.mode}): {where}")
+    print(f"state       {m.provider or '-'}, version {or_dash(m.state_version)}")
+    for op in m.operators:
+        print(
+            f"  operator {op.operator_id} ({op.name or '?'}): {op.partitions} partitions, "
+            f"stores {', '.join(op.stores)}, keys {or_dash(op.keys)}, {op.files} files, "
+            f"{op.bytes} bytes"
+        )
+    print("versions    " + ", ".join(f"{k} {v}" for k, v in sorted(m.versions.items())))
+    for snap in states:
+        print(f"# operator {snap.operator_id}: {snap.keys} keys")
+        for row in snap.rows:
+            print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
+
+
+def _savepoint_states(checkpoint: str, operators: Sequence[Any], limit: int | None) -> list[Any]:
+    """The keyed state of each operator, read from the savepoint's own copy (a valid
+    checkpoint: reading it also proves the copied state files load)."""
+    from spark_chkpt.state.reader import read_state
+
+    if not operators:
+        return []
+    spark = reader_session("spark-chkpt-savepoint-show")
+    try:
+        return [
+            read_state(
+                spark,
+                checkpoint_location=checkpoint,
+                operator_id=op.operator_id,
+                limit=limit,
+            )
+            for op in operators
+        ]
+    finally:
+        spark.stop()
+
+
+def _savepoint_restore(args: argparse.Namespace) -> int:
+    from spark_chkpt.savepoint.restore import restore_savepoint
+
+    result = restore_savepoint(
+        savepoint=args.savepoint,
+        checkpoint_location=args.checkpoint,
+        mode=args.mode,
+        table=args.table,
+    )
+    print(
+        f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
+        f"{result.query_id} resumes at batch {result.resumes_at}"
+    )
+    if result.restore_version is not None:
+        print(
+            f"table {result.table} rolled back from version {result.rolled_back_from} in "
+            f"version {result.restore_version}"
+            + (
+                f" ({result.others_rolled_back} commit(s) without app id undone)"
+                if result.others_rolled_back
+                else ""
+            )
+        )
+    elif result.table is not None:
+        print(f"table {result.table} already ends at that snapshot: left as it is")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    sp = sub.add_parser(
+        "savepoint",
+        help="savepoints: create, stop with one, list, show, restore (rewind or fork)",
+    ).add_subparsers(dest="action", required=True)
+    create = sp.add_parser("create", help="savepoint a query's newest completed snapshot")
+    create.add_argument("checkpoint", help="the query's checkpointLocation")
+    create.add_argument("--dir", required=True, help="the folder that keeps savepoints")
+    create.add_argument("--batch", type=int, default=None, help="snapshot N (default: newest)")
+    create.add_argument("--table", default=None, help="the sink's table, if records lack it")
+    create.set_defaults(run=_savepoint_create)
+    stop = sp.add_parser(
+        "stop", help="stop a running job with a savepoint of its last snapshot (Flink's stop)"
+    )
+    stop.add_argument("checkpoint", help="the running query's checkpointLocation")
+    stop.add_argument("--dir", required=True, help="the folder that keeps savepoints")
+    stop.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (600)")
+    stop.set_defaults(run=_savepoint_stop)
+    listing = sp.add_parser("list", help="the complete savepoints in a folder, oldest first")
+    listing.add_argument("dir", help="the folder that keeps savepoints")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(run=_savepoint_list)
+    show = sp.add_parser("show", help="a savepoint's manifest (and its keyed state)")
+    show.add_argument("savepoint", help="the savepoint's folder")
+    show.add_argument("--state", action="store_true", help="print the keyed state (starts Spark)")
+    show.add_argument("--limit", type=int, default=None, help="print at most L keys")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(run=_savepoint_show)
+    restore = sp.add_parser(
+        "restore",
+        help="write a new checkpoint from a savepoint: rewind (same query, table "
+        "rolled back) or fork (new query id, new table)",
+    )
+    restore.add_argument("savepoint", help="the savepoint's folder")
+    restore.add_argument("--checkpoint", required=True, help="an empty folder to write")
+    restore.add_argument("--mode", required=True, choices=("rewind", "fork"))
+    restore.add_argument(
+        "--table",
+        default=None,
+        help="rewind: the table (default: the manifest's); fork: the new table, checked to differ",
+    )
+    restore.set_defaults(run=_savepoint_restore)

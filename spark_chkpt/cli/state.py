@@ -1,0 +1,103 @@
+"""``spark-chkpt state``: a snapshot's keyed state (Spark's statestore reader)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.fs import qualify
+    from spark_chkpt.state.operators import check_retained
+
+    location = qualify(args.checkpoint)
+    # The batch is checked before a JVM starts: a wrong one fails in a second.
+    batch = check_retained(checkpoint_location=location, batch_id=args.batch)
+    from spark_chkpt.state.reader import read_state
+
+    spark = reader_session("spark-chkpt-state")
+    try:
+        snap = read_state(
+            spark,
+            checkpoint_location=location,
+            batch_id=batch,
+            operator_id=args.operator,
+            store_name=args.store_name,
+            limit=args.limit,
+        )
+    finally:
+        spark.stop()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "checkpoint": snap.checkpoint_location,
+                    "batch": snap.batch_id,
+                    "operator": snap.operator_id,
+                    "operator_name": snap.operator_name,
+                    "store": snap.store_name,
+                    "state_version": snap.version,
+                    "keys": snap.keys,
+                    "key_columns": snap.key_columns,
+                    "value_columns": snap.value_columns,
+                    "rows": snap.rows,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    shown = "" if len(snap.rows) == snap.keys else f", {len(snap.rows)} shown"
+    print(
+        f"# snapshot {snap.batch_id} of {snap.checkpoint_location}: operator "
+        f"{snap.operator_id} ({snap.operator_name or '?'}), store {snap.store_name}, "
+        f"state version {snap.version}, {snap.keys} keys{shown}"
+    )
+    columns = snap.key_columns + snap.value_columns
+    cells = [[or_dash(row.get(c)) for c in columns] for row in snap.rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def reader_session(name: str) -> Any:
+    """A small local session for reading state (no UI, one shuffle partition)."""
+    from spark_chkpt.session import build_session
+
+    spark = build_session(
+        app_name=name,
+        master="local[1]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "1",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def add_parser(sub: Any) -> None:
+    state = sub.add_parser(
+        "state",
+        help="print the keyed state of a snapshot (Spark's statestore reader), one line per key",
+    )
+    state.add_argument("checkpoint", help="the query's checkpointLocation")
+    state.add_argument(
+        "--batch", type=int, default=None, help="snapshot N (default: the newest committed)"
+    )
+    state.add_argument("--operator", type=int, default=0, help="stateful operator id (0)")
+    state.add_argument(
+        "--store-name", default="default", help="state store (stream-stream joins have several)"
+    )
+    state.add_argument("--limit", type=int, default=None, help="print at most L keys")
+    state.add_argument("--json", action="store_true", help="print JSON")
+    state.set_defaults(run=run)
