@@ -19,9 +19,9 @@ from typing import Any, Literal
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
-from spark_chkpt.kafka.sink.rows import ProducedOutput
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator

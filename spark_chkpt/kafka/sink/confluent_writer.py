@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
+from spark_chkpt.kafka.sink.committable import Header, ProducedOutput
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.rows import (
-    Header,
-    ProducedOutput,
     producing_failed,
     sink_rows,
     tagged_headers,

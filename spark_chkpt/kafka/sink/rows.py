@@ -1,5 +1,6 @@
-"""What the sink's two producers share: one Arrow batch as Spark's Kafka-sink columns,
-the attempt tag and the header rule, and what a task attempt wrote.
+"""What the sink's two producers share: one Arrow batch as Spark's Kafka-sink columns
+and the header rule (what a task attempt wrote is its committable,
+:mod:`spark_chkpt.kafka.sink.committable`).
 
 :func:`sink_rows` turns a batch into Python lists once (Arrow's ``to_pylist``, in C) and
 checks it before a record is produced: no ``value`` column, a null topic, and the control
@@ -9,49 +10,22 @@ producers then run one tight loop over the lists.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.alignment.barrier import (
-    ATTEMPT_HEADER,
     control_topic_for,
     without_project_headers,
 )
 from spark_chkpt.errors import ChkptError
+from spark_chkpt.kafka.sink.committable import Header
 from spark_chkpt.kafka.sink.control_topic import ensure_control_topic
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-Header = tuple[str, bytes]
-
-
-@dataclass
-class ProducedOutput:
-    """What one task attempt wrote; Spark returns it to the driver's ``commit``."""
-
-    attempt: str
-    batch_id: int | None
-    task: int
-    counts: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> partition -> n
-
-    @property
-    def rows(self) -> int:
-        return sum(n for parts in self.counts.values() for n in parts.values())
-
-    @classmethod
-    def start(cls, *, batch_id: int | None, task: int) -> ProducedOutput:
-        """A new attempt: its tag is what the barriers of its snapshot will name."""
-        return cls(attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task)
-
-    @property
-    def tag(self) -> Header:
-        """The ``chkpt.attempt`` header every record of this attempt carries."""
-        return (ATTEMPT_HEADER, self.attempt.encode("ascii"))
 
 
 @dataclass(frozen=True)

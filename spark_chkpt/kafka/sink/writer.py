@@ -20,10 +20,10 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_chkpt.kafka.client.outage import flush_within
+from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.rows import (
-    ProducedOutput,
     as_bytes,
     producing_failed,
     sink_rows,
