@@ -27,6 +27,9 @@ each round) after warm-up queries on the same data; the fastest run of each coun
 prints records/s of each, the ratios the targets are set on, the driver's commit latency
 p50/p99 per batch (from the snapshot records in the Delta commits), and the peak resident
 memory of Spark's Python workers. Quote the ratios: the machine is shared.
+
+(Over 400 lines: the benchmark's run and its command line, one target per function;
+the targets' own code is in the modules beside it.)
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ The protocol (``# Step N`` in the body):
 Spark's own state checks (the state schema of each operator, the number of
 partitions) run when the query starts: :func:`explain_start_error` turns them into a
 sentence naming the savepoint.
+
+(Over 400 lines: rewind and fork share every check and step but the table's; the
+error messages that name the way out take the rest.)
 """
 
 from __future__ import annotations

@@ -205,3 +205,81 @@ def test_setup_cfg_lists_every_package() -> None:
     }
     assert packages == listed
     assert not any(under(p, "bench") for p in listed)  # run from a checkout, not shipped
+
+
+MAX_LINES = 400
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_size(name: str) -> None:
+    """A module grows past 400 lines only if its docstring says why (it names the 400)."""
+    path = modules()[name]
+    lines = len(path.read_text().splitlines())
+    if lines <= MAX_LINES:
+        return
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert "400 lines" in doc, f"{path.relative_to(ROOT)}: {lines} lines, no word on why"
+
+
+def _exception_classes(tree: ast.Module, known: set[str]) -> list[str]:
+    """Classes of ``tree`` that derive from an exception (by their bases' names)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = {
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+            }
+            if any(b in known or b.endswith(("Error", "Exception")) for b in bases):
+                found.append(node.name)
+    return found
+
+
+BUILTIN_EXCEPTIONS = {"Exception", "BaseException", "ValueError", "TypeError", "RuntimeError"}
+
+
+def test_every_exception_lives_in_errors() -> None:
+    """One list of errors: each exception class is defined in ``errors.py`` and named
+    ``...Error``; no other module of the engine, connectors or jobs defines one."""
+    errors = ast.parse((ROOT / "spark_chkpt" / "errors.py").read_text())
+    defined = _exception_classes(errors, BUILTIN_EXCEPTIONS | {"ChkptError"})
+    assert "ChkptError" in {n.name for n in ast.walk(errors) if isinstance(n, ast.ClassDef)}
+    assert all(name.endswith("Error") for name in defined), defined
+    known = BUILTIN_EXCEPTIONS | set(defined) | {"ChkptError"}
+    elsewhere = {
+        name: found
+        for name, path in modules().items()
+        if name != "spark_chkpt.errors" and not under(name, "bench")
+        for found in [_exception_classes(ast.parse(path.read_text()), known)]
+        if found
+    }
+    assert not elsewhere, f"exception classes outside errors.py: {elsewhere}"
+
+
+def _module_table() -> dict[str, set[str]]:
+    """ARCHITECTURE.md's module table: folder -> the modules its row names."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        folder = cells[0].strip("`").rstrip("/")
+        table[folder] = {m.strip().strip("`") for m in cells[1].split(",") if m.strip()}
+    return table
+
+
+def test_architecture_md_module_table_matches_the_tree() -> None:
+    """Every folder of Python modules has its row, naming exactly its modules."""
+    tree: dict[str, set[str]] = {}
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            key = str(path.parent.relative_to(ROOT))
+            tree.setdefault(key, set())
+            if path.stem != "__init__":
+                tree[key].add(path.stem)
+    assert _module_table() == tree
+
+
+def test_architecture_md_points_inside_the_repo() -> None:
+    assert "../" not in (ROOT / "ARCHITECTURE.md").read_text()

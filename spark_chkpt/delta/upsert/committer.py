@@ -48,8 +48,10 @@ build side and streams the table's files past it, rewriting those that hold matc
 so the driver needs memory for one batch of the aggregate's output (the changed keys),
 never for the table. Keys must be unique within a batch (an aggregate's are).
 
-(Over 400 lines: the six steps, their retries and their error messages are one protocol
-and stay readable top to bottom; staging and the MERGE already live in their own modules.)
+(Over 400 lines: ``DeltaUpsert`` (its arguments checked together, its steps' helpers
+and error messages) and :class:`UpsertCommitter`, the hooks it gives the shared commit
+template, are one protocol read top to bottom; the template and its retry loop live in
+:mod:`spark_chkpt.snapshot.coordinator`, staging and the MERGE in their own modules.)
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.client.pool`)
 client of :mod:`spark_chkpt.kafka.client.consumer`. Records a poll returns past a range's end are
 left in the worker's prefetch buffer (:mod:`spark_chkpt.kafka.source.prefetch`) for the task that
 reads on from there in the next batch.
+
+(Over 400 lines: one task's read loop with its record filters, the prefetch hand-off
+and the data-loss rules is one protocol; the clients, the pool and the records' Arrow
+form already live in their own modules.)
 """
 
 from __future__ import annotations
