@@ -102,10 +102,7 @@ class DeadLetters:
         table = target.open()
         done = table.transaction_version(self.app_id) if table is not None else None
         if done is not None and done >= batch_id:
-            target.delete_unreferenced(letters, table)
-            found = target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
-            rows = found.info.get("chkpt.deadLetters") if found is not None else None
-            return int(rows) if rows is not None else 0
+            return self._replayed(table, letters, batch_id=batch_id)
         if (not letters and table is None) or schema is None:
             return 0  # no dead letter yet: the table is created with the first one
         count = sum(f.rows for f in letters)
@@ -133,6 +130,14 @@ class DeadLetters:
                 target.uri,
             )
         return count
+
+    def _replayed(self, table: Any, letters: Sequence[StagedFile], *, batch_id: int) -> int:
+        """The table holds batch ``batch_id``: discard this attempt's letters; returns how
+        many the committed batch has."""
+        self.target.delete_unreferenced(letters, table)
+        found = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
+        rows = found.info.get("chkpt.deadLetters") if found is not None else None
+        return int(rows) if rows is not None else 0
 
     def abort(self, outputs: Sequence[StagedOutput | None]) -> None:
         """Delete a failed attempt's staged letters (never files the table references)."""

@@ -1,0 +1,61 @@
+"""The fail points' registry: switched on by a test in this process or by the
+environment, for one batch or every batch; nothing happens where nothing is switched on.
+(No test here arms a kill: it would SIGKILL the test run.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_chkpt.errors import InjectedFailureError
+from spark_chkpt.testing import failpoints
+from spark_chkpt.testing.failpoints import FaultPoint, armed, enabled, failpoint
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in (failpoints.ENV, failpoints.FAIL_ENV, failpoints.STALL_ENV):
+        monkeypatch.delenv(env, raising=False)
+
+
+def test_nothing_happens_where_nothing_is_switched_on() -> None:
+    for point in FaultPoint:
+        failpoint(point, 3)
+        assert not armed(point, 3)
+
+
+def test_fail_at_raises_at_its_point_and_batch_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(failpoints.FAIL_ENV, "in-write@3")
+    failpoint(FaultPoint.IN_WRITE, 2)  # another batch
+    failpoint(FaultPoint.IN_COMMIT, 3)  # another point
+    failpoint(FaultPoint.IN_WRITE, 3, can_fail=False)  # a task that only stalls or dies
+    failpoint(FaultPoint.IN_WRITE, None)  # outside a streaming batch
+    with pytest.raises(InjectedFailureError, match="failing in-write of batch 3"):
+        failpoint(FaultPoint.IN_WRITE, 3)
+
+
+def test_fail_at_a_point_that_only_kills_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(failpoints.FAIL_ENV, "after-staging@1")
+    failpoint(FaultPoint.AFTER_STAGING, 1)
+
+
+def test_stall_writes_the_signal_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    signal_file = tmp_path / "stalled"
+    monkeypatch.setenv(failpoints.STALL_ENV, "after-intent@4")
+    monkeypatch.setenv(failpoints.STALL_SIGNAL_ENV, str(signal_file))
+    monkeypatch.setenv(failpoints.STALL_SECONDS_ENV, "0")
+    failpoint(FaultPoint.AFTER_INTENT, 4)
+    assert signal_file.read_text() == "after-intent@4\n"
+
+
+def test_a_test_switches_a_point_on_in_process() -> None:
+    seen: list[tuple[FaultPoint, int]] = []
+    with enabled(FaultPoint.AFTER_BARRIERS, lambda p, b: seen.append((p, b)), batch_id=7):
+        failpoint(FaultPoint.AFTER_BARRIERS, 6)
+        failpoint(FaultPoint.AFTER_BARRIERS, 7)
+        assert armed(FaultPoint.AFTER_BARRIERS, 7)
+    failpoint(FaultPoint.AFTER_BARRIERS, 7)  # switched off again
+    assert seen == [(FaultPoint.AFTER_BARRIERS, 7)]
+    with enabled(FaultPoint.IN_SAVEPOINT, "fail"), pytest.raises(InjectedFailureError):
+        failpoint(FaultPoint.IN_SAVEPOINT, 0)
