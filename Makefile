@@ -7,7 +7,10 @@ PYTEST_ARGS ?=
 
 .PHONY: setup test unit demo bench lint format broker clean
 
+# The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
+# `make setup` finds them there and fetches nothing.
 setup: $(STAMP)
+	$(BIN)/python -m spark_chkpt.jars fetch
 
 $(STAMP): setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'

@@ -49,3 +49,9 @@ class QueryIdentityError(ChkptError):
     """A sink already holds batch N of this app id with other source offsets: the
     checkpoint is not the one that wrote the table (a fresh checkpoint that reuses the
     app id, or a copy of a checkpoint running next to the original)."""
+
+
+class JvmArtifactError(ChkptError):
+    """A JVM artifact from Maven Central (the Kafka broker's jars, Spark's Kafka connector,
+    delta-spark) is not fetched, or fetching it failed; the message names the artifact and
+    the command."""
