@@ -1,0 +1,1 @@
+"""Running here: embedded brokers, the data generator, fail points."""
