@@ -22,12 +22,9 @@ $(STAMP): setup.cfg pyproject.toml
 
 # The whole suite, then the source's and the sink's Spark tests again with the
 # confluent-kafka client (SPARK_CHKPT_KAFKA_CLIENT is both formats' default).
-CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py \
-	--deselect tests/integration/test_alignment.py::test_a_recreated_topic_is_not_cut_by_the_old_topics_index \
-	--deselect tests/integration/test_kafka_source.py::test_recreated_topic_fails_with_data_loss \
-	--deselect tests/integration/test_kafka_source.py::test_recreated_topic_goes_on_without_fail_on_data_loss
-# Those tests pin kafka-python (see their docstrings: librdkafka crashes on the embedded
-# broker when a topic is deleted and created again), so the first pass ran them as is.
+# Both passes run on the real Kafka broker (tests/conftest.py); SPARK_CHKPT_TEST_BROKER=tansu
+# runs them on Tansu instead (docs/brokers.md).
+CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

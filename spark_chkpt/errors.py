@@ -55,3 +55,9 @@ class JvmArtifactError(ChkptError):
     """A JVM artifact from Maven Central (the Kafka broker's jars, Spark's Kafka connector,
     delta-spark) is not fetched, or fetching it failed; the message names the artifact and
     the command."""
+
+
+class ControlTopicConfigError(ChkptError):
+    """A control topic exists with a setting under which the broker would drop index
+    entries (compaction, a finite ``retention.bytes``, a ``retention.ms`` shorter than its
+    data topic's); the message names the topic, the setting and the fix."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError
@@ -26,6 +26,31 @@ def partition_count(*, bootstrap_servers: str, name: str) -> int:
         return len(consumer.partitions_for_topic(name) or ())
     finally:
         consumer.close()
+
+
+def topic_configs(
+    *, bootstrap_servers: str, names: Sequence[str], keys: Sequence[str]
+) -> dict[str, dict[str, str]] | None:
+    """``keys`` of each topic's configuration as the broker applies it (topic settings
+    and broker defaults alike); ``None`` from a broker without DescribeConfigs."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
+
+    admin = _admin(bootstrap_servers)
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names],
+            config_filter="all",
+        )
+    except (IncompatibleBrokerVersion, UnsupportedVersionError):
+        return None
+    finally:
+        admin.close()
+    topics = described.get("topic", {})
+    return {
+        name: {k: str(v["value"]) for k, v in topics.get(name, {}).items() if k in keys}
+        for name in names
+    }
 
 
 def topic_names(*, bootstrap_servers: str) -> set[str]:

@@ -326,9 +326,6 @@ def test_recreated_topic_fails_with_data_loss(
     producer: Any,
     tmp_path: Path,
 ) -> None:
-    """Reads with kafka-python whatever SPARK_CHKPT_KAFKA_CLIENT says: on the embedded
-    broker a librdkafka read task of a topic deleted and created again under a running
-    query crashes its Python worker (SIGSEGV inside librdkafka, no Python frame)."""
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(10)])
     df = source(
@@ -336,7 +333,6 @@ def test_recreated_topic_fails_with_data_loss(
         bootstrap_servers,
         subscribe=topic,
         startingOffsets="earliest",
-        **{"kafka.client": "kafka-python"},
     )
     assert len(drain_to_files(spark, df, tmp_path)) == 10
     delete_topic(bootstrap_servers=bootstrap_servers, name=topic)
@@ -353,9 +349,6 @@ def test_recreated_topic_goes_on_without_fail_on_data_loss(
     producer: Any,
     tmp_path: Path,
 ) -> None:
-    """Reads with kafka-python whatever SPARK_CHKPT_KAFKA_CLIENT says: on the embedded
-    broker a librdkafka read task of a topic deleted and created again under a running
-    query crashes its Python worker (SIGSEGV inside librdkafka, no Python frame)."""
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(10)])
     df = source(
@@ -364,7 +357,6 @@ def test_recreated_topic_goes_on_without_fail_on_data_loss(
         subscribe=topic,
         startingOffsets="earliest",
         failOnDataLoss="false",
-        **{"kafka.client": "kafka-python"},
     )
     assert len(drain_to_files(spark, df, tmp_path)) == 10
     delete_topic(bootstrap_servers=bootstrap_servers, name=topic)
