@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+BROKER_ARGS ?=
 
 .PHONY: setup test unit demo bench lint format broker clean
 
@@ -48,8 +49,9 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Tansu by default; BROKER_ARGS=--kafka runs the real Kafka broker (docs/brokers.md).
 broker: setup
-	$(BIN)/spark-chkpt broker
+	$(BIN)/spark-chkpt broker $(BROKER_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
