@@ -37,6 +37,8 @@ def test_partitions_added_under_a_running_query_are_read_every_record_once(
     producer: Any,
     tmp_path: Path,
 ) -> None:
+    from kafka import KafkaProducer
+
     topic = make_topic(partitions=2)
     produce(producer, topic, [b"before-%d" % i for i in range(10)], partitions=2)
     df = kafka_stream(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="4")
@@ -44,7 +46,10 @@ def test_partitions_added_under_a_running_query_are_read_every_record_once(
     try:
         query.processAllAvailable()
         add_partitions(bootstrap_servers=bootstrap_servers, name=topic, total=4)
-        produce(producer, topic, [b"after-%d" % i for i in range(20)], partitions=4)
+        # A new producer: the fixture's caches the topic's metadata of two partitions.
+        grown = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5)
+        produce(grown, topic, [b"after-%d" % i for i in range(20)], partitions=4)
+        grown.close()
         deadline = time.monotonic() + 90
         while spark.table(name).count() < 30 and time.monotonic() < deadline:
             query.processAllAvailable()
