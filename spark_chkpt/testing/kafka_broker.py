@@ -201,14 +201,17 @@ class EmbeddedKafka:
         """Format the storage unless an earlier start did (a restart keeps the data)."""
         if (self.data_dir / "logs" / "meta.properties").is_file():
             return
-        command = self._command(
-            "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)
+        command = self._command(  # "=": a random cluster id may start with "-"
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={_cluster_id()}",
+            f"--config={config}",
         )
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise BrokerError(
                 f"formatting the Kafka storage in {self.data_dir} failed (exit "
-                f"{done.returncode}): {' '.join(command[-5:])}\n"
+                f"{done.returncode}): {' '.join(command[-3:])}\n"
                 f"{(done.stdout + done.stderr)[-_LOG_TAIL:]}"
             )
 
