@@ -154,7 +154,10 @@ class ControlTopic(BarrierIndex):
             return []
         tp = TopicPartition(self.control_topic, 0)
         consumer.assign([tp])
-        consumer.seek(tp, self._position)
+        # The position moves only once the entries read are added: a read that fails
+        # half way (a broker gone, retried by the planner) is read again from the start.
+        position = self._position
+        consumer.seek(tp, position)
         read: list[IndexEntry] = []
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
         fetched = False
@@ -167,22 +170,18 @@ class ControlTopic(BarrierIndex):
                         record.value, topic=self.control_topic, partition=0, offset=record.offset
                     )
                 )
-            self._position = max(self._position, int(consumer.position(tp)))
+            position = max(position, int(consumer.position(tp)))
             highwater = consumer.highwater(tp)
-            if (
-                fetched
-                and not polled
-                and highwater is not None
-                and self._position >= int(highwater)
-            ):
+            if fetched and not polled and highwater is not None and position >= int(highwater):
                 break
             if deadline.expired():
                 raise ChkptError(
                     f"reading control topic {self.control_topic} timed out at "
-                    f"offset {self._position} (high watermark {highwater})"
+                    f"offset {position} (high watermark {highwater})"
                 )
         stale = self.stale
         kept = self.add(read)
+        self._position = position
         if self.stale > stale:
             log.warning(
                 "control topic %s holds %d entries of an earlier topic named %s (deleted "
