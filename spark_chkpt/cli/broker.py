@@ -1,4 +1,5 @@
-"""``spark-chkpt broker``: the embedded broker in the foreground."""
+"""``spark-chkpt broker [--kafka]``: an embedded broker (Tansu, or Apache Kafka) in the
+foreground."""
 
 from __future__ import annotations
 
@@ -12,11 +13,25 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+    from spark_chkpt.testing.kafka_broker import EmbeddedKafka
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with EmbeddedBroker(host=args.host, port=args.port) as broker:
+    if args.data_dir and not args.kafka:
+        print("spark-chkpt broker: --data-dir needs --kafka (Tansu keeps topics in memory)")
+        return 2
+    broker: EmbeddedKafka | EmbeddedBroker = (
+        EmbeddedKafka(host=args.host, port=args.port, data_dir=args.data_dir)
+        if args.kafka
+        else EmbeddedBroker(host=args.host, port=args.port)
+    )
+    kind = (
+        f"Apache Kafka (KRaft), data in {broker.data_dir}"
+        if isinstance(broker, EmbeddedKafka)
+        else "Kafka-protocol broker Tansu (in memory)"
+    )
+    with broker:
         for spec in args.topic:
             name, _, parts = spec.partition(":")
             create_topic(
@@ -27,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
             )
         print(broker.bootstrap_servers, flush=True)
         print(
-            f"# embedded Kafka-protocol broker (in memory); log: {broker.log_path}; "
-            "Ctrl-C stops it",
+            f"# embedded {kind}; log: {broker.log_path}; Ctrl-C stops it",
             file=sys.stderr,
             flush=True,
         )
@@ -42,6 +56,14 @@ def add_parser(sub: Any) -> None:
     )
     broker.add_argument("--host", default="127.0.0.1")
     broker.add_argument("--port", type=int, default=None, help="default: a free port")
+    broker.add_argument(
+        "--kafka",
+        action="store_true",
+        help="run the real Apache Kafka broker (jars from `make setup`) instead of Tansu",
+    )
+    broker.add_argument(
+        "--data-dir", default=None, help="with --kafka: keep the storage here (default: a temp dir)"
+    )
     broker.add_argument(
         "--topic",
         action="append",

@@ -3,8 +3,9 @@
     with EmbeddedBroker() as broker:
         create_topic(bootstrap_servers=broker.bootstrap_servers, name="events", partitions=4)
 
-Storage is in memory: stopping the broker loses every topic. Fault tests restart
-Spark, never the broker.
+Storage is in memory: stopping the broker loses every topic. The tests run on the real
+Kafka broker (:mod:`spark_chkpt.testing.kafka_broker`) unless SPARK_CHKPT_TEST_BROKER=tansu;
+``make demo``, ``make broker`` and the benchmark start this one (docs/brokers.md).
 """
 
 from __future__ import annotations

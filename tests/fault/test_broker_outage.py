@@ -1,5 +1,6 @@
-"""The broker freezes mid-run (SIGSTOP, then SIGCONT; never a restart: its storage is in
-memory). A pause within the clients' timeouts is waited out; a longer outage fails the
+"""The broker freezes mid-run (SIGSTOP of its process, the Kafka JVM or Tansu, then
+SIGCONT; a restart of the broker with its data kept is tests/fault/test_kafka_broker.py's
+business). A pause within the clients' timeouts is waited out; a longer outage fails the
 query with one error naming the broker and the timeout to raise, and a restart after the
 broker is back goes on. Every event ends in the Delta table exactly once."""
 
@@ -19,22 +20,24 @@ from deltalake import DeltaTable
 from spark_chkpt.kafka.client.topics import create_topic
 from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-from tests.helpers import user_env
+from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+from tests.helpers import embedded_broker, user_env
 
 pytestmark = pytest.mark.fault
 
 FIRST, SECOND = 3000, 1000
+Broker = EmbeddedKafka | EmbeddedBroker
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
+def broker() -> Iterator[Broker]:
     """A broker of this test's own: pausing the session's would stall other tests."""
-    with EmbeddedBroker() as own:
+    with embedded_broker() as own:
         yield own
 
 
 def job(
-    tmp_path: Path, broker: EmbeddedBroker, topic: str, *settings: str, trigger: str
+    tmp_path: Path, broker: Broker, topic: str, *settings: str, trigger: str
 ) -> subprocess.Popen[str]:
     command = [
         sys.executable,
@@ -96,7 +99,7 @@ def exactly_once(tmp_path: Path, count: int) -> None:
     )
 
 
-def test_a_pause_within_the_timeouts_is_waited_out(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_a_pause_within_the_timeouts_is_waited_out(broker: Broker, tmp_path: Path) -> None:
     servers = broker.bootstrap_servers
     create_topic(bootstrap_servers=servers, name="views", partitions=3)
     produce_page_views(bootstrap_servers=servers, topic="views", first=0, count=FIRST)
@@ -117,7 +120,7 @@ def test_a_pause_within_the_timeouts_is_waited_out(broker: EmbeddedBroker, tmp_p
 
 
 def test_an_outage_longer_than_the_timeouts_fails_clearly_and_a_restart_goes_on(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: Broker, tmp_path: Path
 ) -> None:
     servers = broker.bootstrap_servers
     create_topic(bootstrap_servers=servers, name="views", partitions=3)
@@ -151,7 +154,7 @@ def test_an_outage_longer_than_the_timeouts_fails_clearly_and_a_restart_goes_on(
 
 
 def test_an_outage_between_the_data_and_the_barriers_confirms_each_snapshot_once(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: Broker, tmp_path: Path
 ) -> None:
     """Kafka → A → Kafka → B → Delta. Stage A's commit of batch 2 has written its intent
     and stalls before the barriers (SPARK_CHKPT_STALL_AT); the broker freezes there, the

@@ -4,7 +4,6 @@ corrupt markers. The upstream is staged record by record with tests.helpers.Upst
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -23,8 +22,6 @@ pytestmark = pytest.mark.integration
 T0 = [b"t0-%d" % i for i in range(6)]  # snapshot 0, confirmed by barrier 0
 TX = [b"tx-%d" % i for i in range(3)]  # a failed attempt: no barrier names it
 T1 = [b"t1-%d" % i for i in range(3)]  # snapshot 1, in flight until barrier 1
-
-KAFKA_PYTHON = {"kafka.client": "kafka-python"}
 
 
 def names(values: list[bytes]) -> list[str]:
@@ -348,14 +345,8 @@ def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
     survives with the old topic's entries. The upstream job restarts (fresh checkpoint,
     same txnAppId) and writes snapshots 0 and 1 again: the old entries must neither make
     its commits look done nor cut the new topic. Entries carry the topic's Kafka id.
-
-    Both formats use kafka-python here, whatever SPARK_CHKPT_KAFKA_CLIENT says: on the
-    embedded broker (Tansu) a librdkafka consumer assigned to a topic that is deleted
-    segfaults (reproduced without Spark), and this test is about the index, not a client.
     """
-    from kafka.errors import TopicAlreadyExistsError
 
-    from spark_chkpt.errors import ChkptError
     from spark_chkpt.kafka.client.topics import create_topic, delete_topic
 
     first_in, second_in = make_topic(suffix="in1"), make_topic(suffix="in2")
@@ -366,14 +357,11 @@ def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
     produce(producer, second_in, new)
 
     def upstream_run(source: str, checkpoint: str) -> None:
-        df = kafka_stream(
-            spark, bootstrap_servers, source, maxOffsetsPerTrigger="5", **KAFKA_PYTHON
-        )
+        df = kafka_stream(spark, bootstrap_servers, source, maxOffsetsPerTrigger="5")
         query = (
             df.select("value")
             .writeStream.format("chkpt-kafka")
             .option("kafka.bootstrap.servers", bootstrap_servers)
-            .option("kafka.client", "kafka-python")
             .option("topic", data)
             .option("txnAppId", "recreated-upstream")
             .option("checkpointLocation", str(tmp_path / checkpoint))
@@ -384,28 +372,13 @@ def test_a_recreated_topic_is_not_cut_by_the_old_topics_index(
         assert query.exception() is None, query.exception()
 
     upstream_run(first_in, "up-1")
-    # Tansu creates a topic again as soon as a client still asks about it (a long-lived
-    # producer of an earlier query does, even with allow_auto_create_topics off). Either
-    # way the name then holds a new topic, with a new Kafka id, which is what this test
-    # needs: create it ourselves when we can, else take the broker's.
     old_id = _topic_id(bootstrap_servers, data)
     assert old_id is not None
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(ChkptError):  # re-created at once: the id below tells
-            delete_topic(bootstrap_servers=bootstrap_servers, name=data, timeout_s=5)
-        try:
-            create_topic(bootstrap_servers=bootstrap_servers, name=data, partitions=2)
-            break
-        except TopicAlreadyExistsError:
-            if _topic_id(bootstrap_servers, data) not in (None, old_id):
-                break
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    delete_topic(bootstrap_servers=bootstrap_servers, name=data)
+    create_topic(bootstrap_servers=bootstrap_servers, name=data, partitions=2)
     assert _topic_id(bootstrap_servers, data) not in (None, old_id)
     upstream_run(second_in, "up-2")
-    df = kafka_stream(spark, bootstrap_servers, data, **KAFKA_PYTHON)
+    df = kafka_stream(spark, bootstrap_servers, data)
     assert drain_to_files(spark, df, tmp_path) == names(new)
 
 

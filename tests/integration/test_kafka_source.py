@@ -219,8 +219,9 @@ def test_partitions_appearing_mid_stream_are_read_from_earliest(
     producer: Any,
     tmp_path: Path,
 ) -> None:
-    # Tansu has no CreatePartitions, so new partitions come from a new topic matching the
-    # subscribed pattern: the same path (a partition absent from the batch's start offset).
+    # A new topic matching the subscribed pattern: its partitions are absent from the
+    # batch's start offsets (partitions added to a topic with CreatePartitions are
+    # tests/integration/test_real_kafka.py's).
     first = make_topic(partitions=1, suffix="a")
     produce(producer, first, [b"a-%d" % i for i in range(5)])
     pattern = re.escape(first[:-1]) + "[ab]"
@@ -326,9 +327,6 @@ def test_recreated_topic_fails_with_data_loss(
     producer: Any,
     tmp_path: Path,
 ) -> None:
-    """Reads with kafka-python whatever SPARK_CHKPT_KAFKA_CLIENT says: on the embedded
-    broker a librdkafka read task of a topic deleted and created again under a running
-    query crashes its Python worker (SIGSEGV inside librdkafka, no Python frame)."""
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(10)])
     df = source(
@@ -336,7 +334,6 @@ def test_recreated_topic_fails_with_data_loss(
         bootstrap_servers,
         subscribe=topic,
         startingOffsets="earliest",
-        **{"kafka.client": "kafka-python"},
     )
     assert len(drain_to_files(spark, df, tmp_path)) == 10
     delete_topic(bootstrap_servers=bootstrap_servers, name=topic)
@@ -353,9 +350,6 @@ def test_recreated_topic_goes_on_without_fail_on_data_loss(
     producer: Any,
     tmp_path: Path,
 ) -> None:
-    """Reads with kafka-python whatever SPARK_CHKPT_KAFKA_CLIENT says: on the embedded
-    broker a librdkafka read task of a topic deleted and created again under a running
-    query crashes its Python worker (SIGSEGV inside librdkafka, no Python frame)."""
     topic = make_topic()
     produce(producer, topic, [b"%d" % i for i in range(10)])
     df = source(
@@ -364,7 +358,6 @@ def test_recreated_topic_goes_on_without_fail_on_data_loss(
         subscribe=topic,
         startingOffsets="earliest",
         failOnDataLoss="false",
-        **{"kafka.client": "kafka-python"},
     )
     assert len(drain_to_files(spark, df, tmp_path)) == 10
     delete_topic(bootstrap_servers=bootstrap_servers, name=topic)

@@ -24,6 +24,7 @@ BASE = {
     "spark_chkpt.options",
     "spark_chkpt.offsets",
     "spark_chkpt.version",
+    "spark_chkpt.jars",
     # The fail points' registry: the one module of testing/ the engine calls.
     "spark_chkpt.testing.failpoints",
 }

@@ -147,6 +147,10 @@ def test_kafka_settings_map_to_kafka_python_types() -> None:
         "sasl_plain_password": 's3cr\\"t',
         "isolation_level": "read_committed",
         "api_version": (2, 8, 0),
+        "reconnect_backoff_max_ms": 1000,  # the Java client's default, not kafka-python's
+    }
+    assert kafka_client_settings({"kafka.reconnect.backoff.max.ms": "5000"}, role="consumer") == {
+        "reconnect_backoff_max_ms": 5000
     }
 
 
@@ -202,7 +206,9 @@ def test_kafka_client_errors_name_the_option() -> None:
     with pytest.raises(ConfigError, match=r"librdkafka rejects.*fetch\.max\.bytes"):
         parse(**{"kafka.client": "confluent", "kafka.fetch.max.bytes": "1000"})
     # kafka.client is the sink's choice too now, parsed by parse_client, not a setting.
-    assert kafka_client_settings({"kafka.client": "confluent"}, role="producer") == {}
+    assert kafka_client_settings({"kafka.client": "confluent"}, role="producer") == {
+        "reconnect_backoff_max_ms": 1000
+    }
 
 
 def test_prefetch_records_defaults_to_one_arrow_batch_and_zero_turns_it_off() -> None:
@@ -351,6 +357,7 @@ def test_sink_settings_translate_to_librdkafka_with_exactly_once_fixed() -> None
         "socket.timeout.ms": 7000,
         "request.timeout.ms": 7000,
         "message.timeout.ms": 20000,
+        "reconnect.backoff.max.ms": 1000,
     }
     # kafka.max.block.ms bounds the wait on a full queue (the producer reads it itself).
     assert cfg.producer_settings["max_block_ms"] == 9000

@@ -11,11 +11,19 @@ waited out by the clients themselves; nothing here retries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerUnavailableError
+
+log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
+_REFUSED_RETRY_S = 0.5
 
 # (option a user sets, kafka-python setting, kafka-python's default) per kind of wait.
 _BOOTSTRAP = ("kafka.bootstrap.timeout.ms", "bootstrap_timeout_ms", 30_000)
@@ -87,6 +95,33 @@ def broker_calls(*, servers: str, settings: Mapping[str, Any], doing: str) -> It
         if error is None:
             raise
         raise error from e
+
+
+def refused(error: BaseException) -> bool:
+    """Whether ``error`` says the broker refused or dropped the connection (a broker
+    restarting or stopped), rather than a request that went unanswered (a paused broker,
+    which the clients' own timeouts wait out)."""
+    from kafka import errors as kafka_errors
+
+    classes = _classes(kafka_errors, "KafkaConnectionError", "NoBrokersAvailable")
+    return isinstance(error, classes)
+
+
+def retry_while_refused(call: Callable[[], _R], *, settings: Mapping[str, Any], doing: str) -> _R:
+    """``call()``, again every 0.5 s while the broker refuses connections, for up to the
+    request timeout (``kafka.request.timeout.ms``). kafka-python raises a refused
+    connection at once (a metadata refresh during a broker restart) where the Java
+    client retries; ``call`` must be safe to repeat (the driver's offset and index reads)."""
+    _, key, default = _REQUEST
+    deadline = Deadline.after(seconds=int(settings.get(key, default)) / 1000)
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            if not refused(e) or deadline.expired():
+                raise
+            log.warning("Kafka broker refused the connection while %s (%s): retrying", doing, e)
+            time.sleep(_REFUSED_RETRY_S)
 
 
 def delivery_timeout_s(settings: Mapping[str, Any]) -> float:

@@ -12,10 +12,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from spark_chkpt.alignment.barrier import IndexEntry
+from spark_chkpt.alignment.barrier import CONTROL_PREFIX, IndexEntry
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import ChkptError, ControlTopicConfigError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,14 @@ _ENSURED: set[tuple[str, str]] = set()
 
 
 def ensure_control_topic(*, bootstrap_servers: str, name: str) -> None:
-    """Create control topic ``name`` (one partition, infinite retention) unless it exists.
+    """Create control topic ``name`` (one partition, infinite retention) unless it exists,
+    and refuse one whose settings would let the broker drop index entries
+    (:func:`check_control_topic_config`).
 
     The sink calls this before any task produces (``streamWriter()``, and a write task for
     each topic named by a ``topic`` column), so a reader never mistakes a topic whose first
     snapshot is still in flight for a plain topic and reads unconfirmed records."""
-    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.kafka.client.topics import create_topic, topic_configs
 
     key = (bootstrap_servers, name)
     if key in _ENSURED:
@@ -49,7 +51,45 @@ def ensure_control_topic(*, bootstrap_servers: str, name: str) -> None:
         exist_ok=True,
         config=CONTROL_TOPIC_CONFIG,
     )
+    data = name.removeprefix(CONTROL_PREFIX)
+    configs = topic_configs(
+        bootstrap_servers=bootstrap_servers,
+        names=[name, data],
+        keys=["cleanup.policy", "retention.ms", "retention.bytes"],
+    )
+    if configs is not None:  # None: the broker has no DescribeConfigs (Tansu)
+        check_control_topic_config(name=name, config=configs[name], data_config=configs[data])
     _ENSURED.add(key)
+
+
+def check_control_topic_config(
+    *, name: str, config: Mapping[str, str], data_config: Mapping[str, str]
+) -> None:
+    """Raise unless control topic ``name`` keeps every entry as long as its data topic
+    keeps the records they describe: no compaction (entries of one snapshot share no key
+    to keep the last of), no ``retention.bytes``, a ``retention.ms`` of -1 or at least
+    the data topic's (``data_config``; empty when the data topic does not exist yet)."""
+    fix = f"set it back with kafka-configs --alter --entity-type topics --entity-name {name}"
+    policy = config.get("cleanup.policy", "delete")
+    if "compact" in policy.split(","):
+        raise ControlTopicConfigError(
+            f"control topic {name!r} has cleanup.policy={policy}: compaction drops index "
+            f"entries; it must be 'delete' ({fix} --add-config cleanup.policy=delete)"
+        )
+    size = int(config.get("retention.bytes", "-1"))
+    if size >= 0:
+        raise ControlTopicConfigError(
+            f"control topic {name!r} has retention.bytes={size}: the broker would drop the "
+            f"oldest index entries; it must be -1 ({fix} --add-config retention.bytes=-1)"
+        )
+    kept = int(config.get("retention.ms", "-1"))
+    data_kept = int(data_config.get("retention.ms", "-1"))
+    if kept >= 0 and (data_kept < 0 or kept < data_kept):
+        raise ControlTopicConfigError(
+            f"control topic {name!r} has retention.ms={kept}, shorter than its data topic's "
+            f"({data_kept}): entries would expire before the records they describe; it "
+            f"must be -1 or at least {data_kept} ({fix} --add-config retention.ms=-1)"
+        )
 
 
 class ControlTopic(BarrierIndex):
@@ -114,7 +154,10 @@ class ControlTopic(BarrierIndex):
             return []
         tp = TopicPartition(self.control_topic, 0)
         consumer.assign([tp])
-        consumer.seek(tp, self._position)
+        # The position moves only once the entries read are added: a read that fails
+        # half way (a broker gone, retried by the planner) is read again from the start.
+        position = self._position
+        consumer.seek(tp, position)
         read: list[IndexEntry] = []
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
         fetched = False
@@ -127,22 +170,18 @@ class ControlTopic(BarrierIndex):
                         record.value, topic=self.control_topic, partition=0, offset=record.offset
                     )
                 )
-            self._position = max(self._position, int(consumer.position(tp)))
+            position = max(position, int(consumer.position(tp)))
             highwater = consumer.highwater(tp)
-            if (
-                fetched
-                and not polled
-                and highwater is not None
-                and self._position >= int(highwater)
-            ):
+            if fetched and not polled and highwater is not None and position >= int(highwater):
                 break
             if deadline.expired():
                 raise ChkptError(
                     f"reading control topic {self.control_topic} timed out at "
-                    f"offset {self._position} (high watermark {highwater})"
+                    f"offset {position} (high watermark {highwater})"
                 )
         stale = self.stale
         kept = self.add(read)
+        self._position = position
         if self.stale > stale:
             log.warning(
                 "control topic %s holds %d entries of an earlier topic named %s (deleted "

@@ -7,7 +7,11 @@ Two broker behaviours are handled here rather than assumed away:
 * Some Kafka-protocol brokers (Tansu among them) answer ListOffsets(latest) with the
   base offset of the last record batch plus one, not the log end. A fetch response
   always carries the true high watermark, so :meth:`OffsetReader.latest` probes the
-  last batch of each non-empty partition and keeps the larger of the two numbers.
+  last batch of each non-empty partition and keeps the larger of the two numbers. On
+  Kafka the two agree. Under ``read_committed`` there is no probe: Kafka answers with
+  the last stable offset there, below the high watermark while a transaction is open,
+  and a plan up to the high watermark made the read wait for the transaction to end
+  (60 s in tests/integration/test_real_kafka.py, until the broker aborted it).
 * A time lookup with no match comes back as ``None`` from a Kafka broker and as
   ``timestamp == -1`` from others; both mean "no offset at or after that time".
 * Tansu also answered ListOffsets(earliest) with 2032 for a partition whose records
@@ -163,12 +167,15 @@ class OffsetReader:
         return first
 
     def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
-        """Log end offsets, corrected by the fetch high watermark (see module docstring)."""
+        """Log end offsets (last stable offsets under read_committed), corrected by the
+        fetch high watermark under read_uncommitted (see module docstring)."""
         tps = list(tps)
         if not tps:
             return {}
         listed = self.consumer.end_offsets([_ktp(tp) for tp in tps])
         ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
+        if self.consumer.config.get("isolation_level") == "read_committed":
+            return ends  # the last stable offsets (see the module docstring)
         begins = self._listed_earliest(tps)
         probe = [tp for tp in tps if ends[tp] > begins[tp]]
         if probe:

@@ -25,7 +25,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.kafka.client.outage import broker_calls
+from spark_chkpt.kafka.client.outage import broker_calls, retry_while_refused
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, topic_id_of
 from spark_chkpt.kafka.source.fetcher import ReadSpec
 from spark_chkpt.kafka.source.offset_reader import OffsetReader
@@ -53,19 +53,21 @@ def _on_broker(
 ) -> Callable[
     [Callable[Concatenate[SourcePlanner, _P], _R]], Callable[Concatenate[SourcePlanner, _P], _R]
 ]:
-    """A planner call whose broker outage leaves as one error naming broker and timeout."""
+    """A planner call whose broker outage leaves as one error naming broker and timeout;
+    a broker that refuses connections (restarting) is retried within the request timeout."""
 
     def wrap(
         method: Callable[Concatenate[SourcePlanner, _P], _R],
     ) -> Callable[Concatenate[SourcePlanner, _P], _R]:
         @functools.wraps(method)
         def call(self: SourcePlanner, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            settings = self.config.client_settings
             with broker_calls(
-                servers=self.config.bootstrap_servers,
-                settings=self.config.client_settings,
-                doing=doing,
+                servers=self.config.bootstrap_servers, settings=settings, doing=doing
             ):
-                return method(self, *args, **kwargs)
+                return retry_while_refused(
+                    lambda: method(self, *args, **kwargs), settings=settings, doing=doing
+                )
 
         return call
 
