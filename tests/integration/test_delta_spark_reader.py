@@ -54,9 +54,12 @@ def history(spark: SparkSession, path: Path) -> list[Any]:
     return sorted(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect(), key=lambda r: r.version)
 
 
-def to_delta(df: DataFrame, table: Path, chk: Path, **options: str) -> None:
+def to_delta(
+    df: DataFrame, table: Path, chk: Path, *, output_mode: str = "append", **options: str
+) -> None:
     writer = (
         df.writeStream.format("chkpt-delta")
+        .outputMode(output_mode)
         .option("path", str(table))
         .option("checkpointLocation", str(chk))
         .trigger(availableNow=True)
@@ -173,7 +176,7 @@ def test_chkpt_delta_complete_mode_reads_back(
         .count()
     )
     table = tmp_path / "table"
-    to_delta(counts, table, tmp_path / "chk", outputMode="complete")
+    to_delta(counts, table, tmp_path / "chk", output_mode="complete")
     got = delta(spark, table)
     expected = spark.createDataFrame([(str(k), 10) for k in range(4)], "k string, count long")
     assert_rows(got, expected)
