@@ -6,7 +6,9 @@ Two topics with a shared prefix, written once for the module: keys (some null), 
 and timestamp option has a known answer. Each case reads with both formats and asserts
 the DataFrames are equal (row order ignored); streams also compare their micro-batch
 boundaries (``maxOffsetsPerTrigger``), each row carrying its batch id. Where the two
-differ on purpose, the test pins the difference and docs/parity.md says why.
+differ on purpose, the test pins the difference and docs/parity.md says why. The
+timestamp cases need a Kafka broker: on the embedded Tansu broker they are skipped,
+saying why (``by_timestamp``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,10 +33,9 @@ pytestmark = pytest.mark.integration
 
 NATIVE, OURS = "kafka", "chkpt-kafka"
 STEP_MS = 1000
-# The records are produced one per record batch: on the embedded Tansu broker, Spark's
-# connector (the Java consumer) reads only the first record of a batch of several
-# (docs/parity.md); Kafka itself needs no such care.
-ONE_PER_BATCH = True
+# ONE_PER_BATCH: the records are produced one per record batch. On the embedded Tansu
+# broker Spark's connector (the Java consumer) reads only the first record of a batch
+# of several (docs/parity.md); Kafka needs no such care.
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,20 @@ class Topics:
     a: str  # 3 partitions, 45 records
     b: str  # 2 partitions, 10 records
     base_ms: int  # record i of a: base_ms + i * STEP_MS; of b: base_ms + i * STEP_MS + 500
+    tansu: bool  # the embedded Tansu broker: see by_timestamp
 
     def ts(self, i: int) -> int:
         return self.base_ms + i * STEP_MS
+
+
+def _is_tansu(servers: str) -> bool:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        return bool(admin.describe_cluster()["cluster_id"] == "tansu_cluster")
+    finally:
+        admin.close()
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +70,7 @@ def topics(bootstrap_servers: str) -> Iterator[Topics]:
         a=f"{prefix}-a",
         b=f"{prefix}-b",
         base_ms=(int(time.time()) - 3600) * 1000,
+        tansu=_is_tansu(bootstrap_servers),
     )
     create_topic(bootstrap_servers=bootstrap_servers, name=t.a, partitions=3)
     create_topic(bootstrap_servers=bootstrap_servers, name=t.b, partitions=2)
@@ -131,6 +144,19 @@ def streams(
     )
 
 
+def by_timestamp(t: Topics, read: Callable[[str], DataFrame]) -> DataFrame:
+    """A timestamp case: both formats' rows, compared; the reference the test checks
+    against the expected rows is format("kafka")'s. The embedded Tansu broker does not
+    find offsets by these timestamps (records produced with a CreateTime an hour back:
+    both clients get wrong offsets, docs/parity.md), so there the case cannot run."""
+    if t.tansu:
+        pytest.skip("the embedded Tansu broker cannot look offsets up by timestamp")
+    ours = read(OURS)
+    native = read(NATIVE)
+    assert_same(native, ours)
+    return native
+
+
 def offsets(df: DataFrame) -> list[tuple[str, int, int]]:
     return sorted((r.topic, r.partition, r.offset) for r in df.collect())
 
@@ -179,29 +205,35 @@ def test_assign_and_offset_json(
 def test_timestamps(spark: SparkSession, bootstrap_servers: str, topics: Topics) -> None:
     a = topics.a
     # Record i of topic a is at offset i // 3 of partition i % 3, at ts(i).
-    native, ours = both(
-        spark,
-        bootstrap_servers,
-        subscribe=a,
-        startingTimestamp=str(topics.ts(20)),
-        endingTimestamp=str(topics.ts(35)),
+    rows = by_timestamp(
+        topics,
+        lambda fmt: read(
+            spark,
+            fmt,
+            bootstrap_servers,
+            subscribe=a,
+            startingTimestamp=str(topics.ts(20)),
+            endingTimestamp=str(topics.ts(35)),
+        ),
     )
-    assert sorted(r.value for r in native.collect()) == sorted(b"a%d" % i for i in range(20, 35))
-    assert_same(native, ours)
+    assert sorted(r.value for r in rows.collect()) == sorted(b"a%d" % i for i in range(20, 35))
     by_ts = {"0": topics.ts(9), "1": topics.ts(31), "2": topics.ts(0)}
     until = {"0": topics.ts(40), "1": topics.ts(44) + 1, "2": topics.ts(6)}
-    native, ours = both(
-        spark,
-        bootstrap_servers,
-        subscribe=a,
-        startingOffsetsByTimestamp=json.dumps({a: by_ts}),
-        endingOffsetsByTimestamp=json.dumps({a: until}),
+    rows = by_timestamp(
+        topics,
+        lambda fmt: read(
+            spark,
+            fmt,
+            bootstrap_servers,
+            subscribe=a,
+            startingOffsetsByTimestamp=json.dumps({a: by_ts}),
+            endingOffsetsByTimestamp=json.dumps({a: until}),
+        ),
     )
     # partition 0: i = 9..39 step 3; 1: i = 31..43 step 3 (ts(44)+1 is past the end:
     # the latest offset); 2: i = 2, 5
-    got = sorted(int(bytes(r.value)[1:]) for r in native.collect())
+    got = sorted(int(bytes(r.value)[1:]) for r in rows.collect())
     assert got == sorted([*range(9, 40, 3), *range(31, 44, 3), 2, 5])
-    assert_same(native, ours)
 
 
 def test_min_partitions_and_headers(
@@ -255,30 +287,36 @@ def test_stream_pattern_offsets_and_headers(
     )
     assert native.count() == 10 + 15 + 0 + 3 + 5
     assert_same(native, ours)
-    native, ours = streams(
-        spark,
-        bootstrap_servers,
-        tmp_path / "ts",
-        assign=json.dumps({a: [1, 2]}),
-        startingTimestamp=str(topics.ts(30)),
+    rows = by_timestamp(
+        topics,
+        lambda fmt: stream(
+            spark,
+            fmt,
+            bootstrap_servers,
+            tmp_path / "ts" / fmt_dir(fmt),
+            assign=json.dumps({a: [1, 2]}),
+            startingTimestamp=str(topics.ts(30)),
+        ),
     )
-    assert offsets(native) == sorted(
+    assert offsets(rows) == sorted(
         [(a, 1, o) for o in range(10, 15)] + [(a, 2, o) for o in range(10, 15)]
     )
-    assert_same(native, ours)
-    native, ours = streams(
-        spark,
-        bootstrap_servers,
-        tmp_path / "by-ts",
-        subscribe=a,
-        startingOffsetsByTimestamp=json.dumps(
-            {a: {"0": topics.ts(42), "1": topics.ts(0), "2": topics.ts(44) + 1}}
+    rows = by_timestamp(
+        topics,
+        lambda fmt: stream(
+            spark,
+            fmt,
+            bootstrap_servers,
+            tmp_path / "by-ts" / fmt_dir(fmt),
+            subscribe=a,
+            startingOffsetsByTimestamp=json.dumps(
+                {a: {"0": topics.ts(42), "1": topics.ts(0), "2": topics.ts(44) + 1}}
+            ),
+            startingOffsetsByTimestampStrategy="latest",
+            maxOffsetsPerTrigger="7",
         ),
-        startingOffsetsByTimestampStrategy="latest",
-        maxOffsetsPerTrigger="7",
     )
-    assert offsets(native) == sorted([(a, 0, 14)] + [(a, 1, o) for o in range(15)])
-    assert_same(native, ours)
+    assert offsets(rows) == sorted([(a, 0, 14)] + [(a, 1, o) for o in range(15)])
 
 
 def _recreate(servers: str, topic: str, values: list[bytes]) -> None:

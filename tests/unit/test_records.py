@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+from pyspark.sql.datasource import InputPartition
+
+from spark_chkpt.connectors.kafka_source import KafkaBatchReader
 from spark_chkpt.kafka.consumer import Record
 from spark_chkpt.kafka.records import arrow_schema, to_record_batch
+from spark_chkpt.kafka.source_options import SourceConfig
 
 
 def test_a_record_without_headers_has_null_headers_as_in_spark() -> None:
@@ -26,3 +31,15 @@ def test_a_record_without_headers_has_null_headers_as_in_spark() -> None:
         None,
     ]
     assert batch.column(batch.schema.get_field_index("partition")).to_pylist() == [3, 3]
+
+
+def test_an_empty_batch_plan_reads_nothing() -> None:
+    """A batch read with nothing between its start and end plans no read task; Spark then
+    runs one task with its placeholder partition, which must read nothing (not fail)."""
+    config = SourceConfig.from_options(
+        {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}, streaming=False
+    )
+    reader = KafkaBatchReader(config=config)
+    assert list(reader.read(InputPartition(None))) == []
+    with pytest.raises(TypeError, match="cannot read"):
+        reader.read(InputPartition(3))
