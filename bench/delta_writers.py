@@ -20,8 +20,9 @@ merge (an update-mode count per ``user_id``, 10,000 keys, upserted per batch):
       ``spark.databricks.delta.write.txnAppId``/``txnVersion`` (Delta's idempotent DML).
 
 Each variant runs once to warm up, then ``--repeat`` times alternating; the fastest
-counts. Every table is checked against the expected rows (all records once; the counts
-of plain Python), and (B) and (E) are checked to skip a replayed batch.
+counts (``--repeat 0``: the one round counts, the first variant paying the warm-up).
+Every table is checked against the expected rows (all records once; the counts of
+plain Python), and (B) and (E) are checked to skip a replayed batch.
 """
 
 from __future__ import annotations
@@ -182,14 +183,15 @@ def run(*, records: int, per_trigger: int, repeat: int, workdir: Path) -> dict[s
     seconds: dict[str, float] = {}
     batches: dict[str, int] = {}
     keys = list(variants)
-    for round_no in range(repeat + 1):  # round 0 warms up
+    for round_no in range(repeat + 1):  # round 0 warms up (and counts when repeat=0)
         shift = round_no % len(keys)
         for key in keys[shift:] + keys[:shift]:
             name = f"{key[0]}{round_no}"
             print(f"[delta-writers] round {round_no}/{repeat}: {key}", flush=True)
             took, n = variants[key](name)
             _check(spark, key, workdir / name, records=records, per_user=per_user)
-            if round_no and (key not in seconds or took < seconds[key]):
+            print(f"[delta-writers] {key}: {took:.2f} s, {n} batches, checked", flush=True)
+            if (round_no or not repeat) and (key not in seconds or took < seconds[key]):
                 seconds[key], batches[key] = took, n
     # A replayed batch is skipped by the delta-spark writers, as by the project's.
     spark.conf.set("spark.chkpt.bench.app", "bench-B1")
