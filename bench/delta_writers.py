@@ -3,10 +3,11 @@ on the same data: where could Spark's own Delta writer replace hand-written Delt
 
     python -m spark_chkpt.bench.delta_writers [--records N] [--per-trigger T]
 
-Both halves read the benchmark's page views from the synthetic source (pre-built Arrow
-files, no Kafka, bench/synthetic.py), parse them as the Kafka -> Delta job does, and
-write one Delta commit per micro-batch carrying ``txn(appId, batchId)``, so a replayed
-batch is skipped by either writer:
+Both halves read the benchmark's page views (the generator's events, already
+parsed) from Parquet files, one file per micro-batch (Spark's file source: no Python
+source, no Kafka, so only the writers differ), and write one Delta commit per
+micro-batch carrying ``txn(appId, batchId)``, so a replayed batch is skipped by either
+writer:
 
 append:
   (A) ``chkpt-delta``: Parquet staged by the write tasks, one delta-rs commit in the driver
@@ -36,25 +37,34 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-TOPIC = "bench"
+
+def _write_input(folder: Path, *, records: int, per_trigger: int) -> str:
+    """The page views as Parquet, ``per_trigger`` events a file; the Spark DDL schema."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL, PageViews
+
+    views = PageViews(seed=1)
+    folder.mkdir(parents=True)
+    for n, first in enumerate(range(0, records, per_trigger)):
+        rows = [views.event(i) for i in range(first, min(records, first + per_trigger))]
+        for row in rows:
+            row["ts"] = dt.datetime.fromisoformat(str(row["ts"]))
+        table = pa.Table.from_pylist(rows)
+        table = table.set_column(
+            table.schema.get_field_index("duration_ms"),
+            "duration_ms",
+            table["duration_ms"].cast(pa.int32()),
+        )
+        pq.write_table(table, folder / f"part-{n:05d}.parquet")
+    return PAGE_VIEW_SCHEMA_DDL
 
 
-def _settings(synthetic: Path, per_trigger: int) -> dict[str, str]:
-    from spark_chkpt.local.generator import PAGE_VIEW_SCHEMA_DDL
-
-    return {
-        "source.path": str(synthetic),
-        "source.maxOffsetsPerTrigger": str(per_trigger),
-        "job.schema": PAGE_VIEW_SCHEMA_DDL,
-        "job.trigger": "availableNow",
-    }
-
-
-def _parsed(spark: Any, settings: dict[str, str]) -> Any:
-    from spark_chkpt.bench.synthetic import FORMAT
-    from spark_chkpt.jobs.kafka_to_delta import build_query_input
-
-    return build_query_input(spark, settings, source_format=FORMAT)
+def _stream(spark: Any, folder: Path, schema: str) -> Any:
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
 def _run(writer: Any) -> tuple[float, int]:
@@ -111,14 +121,12 @@ def run(*, records: int, per_trigger: int, repeat: int, workdir: Path) -> dict[s
 
     from spark_chkpt import DeltaUpsert
     from spark_chkpt.bench.query import bench_session
-    from spark_chkpt.bench.synthetic import write_partitions
     from spark_chkpt.local.generator import PageViews
 
     partitions = 2
-    synthetic = workdir / "synthetic"
-    write_partitions(folder=synthetic, topic=TOPIC, records=records, partitions=partitions)
+    folder = workdir / "input"
+    schema = _write_input(folder, records=records, per_trigger=per_trigger)
     spark = bench_session(partitions=partitions, connectors=True)
-    settings = _settings(synthetic, per_trigger)
     views = PageViews(seed=1)
     per_user = Counter(str(views.event(i)["user_id"]) for i in range(records))
 
@@ -128,7 +136,7 @@ def run(*, records: int, per_trigger: int, repeat: int, workdir: Path) -> dict[s
     def append_a(name: str) -> tuple[float, int]:
         path = str(workdir / name)
         return _run(
-            _parsed(spark, settings)
+            _stream(spark, folder, schema)
             .writeStream.format("chkpt-delta")
             .option("path", path)
             .option("checkpointLocation", chk(name))
@@ -137,21 +145,21 @@ def run(*, records: int, per_trigger: int, repeat: int, workdir: Path) -> dict[s
     def append_b(name: str) -> tuple[float, int]:
         spark.conf.set("spark.chkpt.bench.app", f"bench-{name}")
         return _run(
-            _parsed(spark, settings)
+            _stream(spark, folder, schema)
             .writeStream.foreachBatch(_txn_write(str(workdir / name)))
             .option("checkpointLocation", chk(name))
         )
 
     def append_c(name: str) -> tuple[float, int]:
         return _run(
-            _parsed(spark, settings)
+            _stream(spark, folder, schema)
             .writeStream.format("delta")
             .option("path", str(workdir / name))
             .option("checkpointLocation", chk(name))
         )
 
     def counts() -> Any:
-        return _parsed(spark, settings).groupBy("user_id").count()
+        return _stream(spark, folder, schema).groupBy("user_id").count()
 
     def merge_d(name: str) -> tuple[float, int]:
         upsert = DeltaUpsert(
