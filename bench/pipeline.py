@@ -18,6 +18,8 @@ On the embedded broker, with the same records (page-view JSON, about 200 bytes):
 cold: (b) and (f) as the first query of a fresh Spark session, each in a new process;
 k2k: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers, per sink client, and the aligned
     downstream read that must count every record once;
+native: Spark's own ``format("kafka")`` into delta-spark's sink (n) and into its Kafka sink
+    (nk), on the same topic (bench/native.py; ``--no-native`` leaves them out);
 latency: the job with ``processingTime=0`` while records arrive at 5,000 and 20,000/s,
     from a record's produce time to its Delta commit, p50 and p99; and at 5,000/s
     through ``chkpt-kafka`` → ``chkpt-kafka`` to the aligned downstream read's commit.
@@ -35,12 +37,13 @@ the targets' own code is in the modules beside it.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -183,6 +186,18 @@ def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
     )
 
 
+@contextlib.contextmanager
+def _broker(bootstrap_servers: str | None) -> Iterator[str]:
+    """The given broker, else an embedded one for the run."""
+    if bootstrap_servers:
+        yield bootstrap_servers
+        return
+    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
 def run(
     *,
     records: int,
@@ -196,19 +211,20 @@ def run(
     k2k_latency_rates: Sequence[int] = (5_000,),
     cold: bool = True,
     quix_python: str | None = None,
+    native: bool = True,
+    bootstrap_servers: str | None = None,
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
     from bench import batch_cost, kafka_to_kafka, latency
     from bench import cold as cold_runs
+    from bench import native as native_runs
     from bench.query import bench_session, run_query
     from bench.synthetic import FORMAT, write_partitions
-    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 
     result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
     synthetic = workdir / "synthetic"
-    with EmbeddedBroker() as broker:
-        servers = broker.bootstrap_servers
+    with _broker(bootstrap_servers) as servers:
         _prepare(
             servers=servers, records=records, partitions=partitions, client=client, result=result
         )
@@ -239,7 +255,7 @@ def run(
                     partitions=partitions,
                 )
 
-        spark = bench_session(partitions=partitions)
+        spark = bench_session(partitions=partitions, connectors=native)
         # Warm-up on the same data: JVM start, the JIT (the C2 compiler alone took about 5
         # CPU-seconds during a cold 300k run), Python workers and imports, so that no
         # measured run pays for them and the figures are a long-running job's.
@@ -306,6 +322,20 @@ def run(
                 sink_client=sink_client,
             )
             result.kafka_to_kafka.append(asdict(k2k))
+        if native:
+            print("[bench] Spark's own connectors: Kafka -> Delta, Kafka -> Kafka", flush=True)
+            result.native = asdict(
+                native_runs.measure(
+                    spark=spark,
+                    servers=servers,
+                    topic=TOPIC,
+                    kafka_settings=kafka_settings,
+                    records=records,
+                    partitions=partitions,
+                    per_trigger=per_trigger,
+                    workdir=workdir,
+                )
+            )
         print("[bench] per-batch fixed cost: 20 batches of 1,000 records", flush=True)
         result.batch_cost = batch_cost.measure(
             spark=spark, servers=servers, workdir=workdir, partitions=partitions, client=client
@@ -369,6 +399,9 @@ def _derive(result: Result, workdir: Path) -> None:
     if result.quix and result.kafka_to_kafka:
         fastest = min(k2k["upstream_s"] for k2k in result.kafka_to_kafka)
         result.ratios["k2k/quix"] = round(result.quix["seconds"] / fastest, 3)
+    from bench.native import ratios as native_ratios
+
+    native_ratios(result)
     for name in ("b", "c"):
         latencies, batches = _commit_latencies(workdir / name)
         result.batches[name] = batches
@@ -422,6 +455,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="kafka-python",
         help="the source's kafka.client, and the raw consumer (a) it is compared with",
     )
+    parser.add_argument(
+        "--no-native",
+        action="store_true",
+        help="skip Spark's own Kafka connector and delta-spark rows (n) and (nk)",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="run on this broker instead of an embedded one (it must not have a 'bench' "
+        "topic yet); Spark's own connector needs a Kafka broker, not the embedded Tansu",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -438,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         k2k_latency_rates=[int(r) for r in args.k2k_latency_rates.split(",") if r.strip()],
         cold=not args.no_cold,
         quix_python=args.quix_python,
+        native=not args.no_native,
+        bootstrap_servers=args.bootstrap_servers,
     )
     from bench.report import report
 

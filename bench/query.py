@@ -13,14 +13,16 @@ SESSION_CONF = {
 }
 
 
-def bench_session(*, partitions: int) -> Any:
-    """The benchmark's SparkSession (``local[*]``), with the synthetic source registered."""
+def bench_session(*, partitions: int, connectors: bool = False) -> Any:
+    """The benchmark's SparkSession (``local[*]``), with the synthetic source registered;
+    ``connectors``: with Spark's Kafka connector and delta-spark (bench/native.py)."""
     from bench.synthetic import SyntheticDataSource
     from spark_chkpt.session import build_session
 
     spark = build_session(
         app_name="spark-chkpt-bench",
         master="local[*]",
+        connectors=connectors,
         conf={**SESSION_CONF, "spark.sql.shuffle.partitions": str(partitions)},
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -52,8 +52,10 @@ def _rates(result: Result) -> list[str]:
 
 
 def report(result: Result) -> str:
+    from bench.native import report_lines
+
     r = result.ratios
-    lines = _rates(result)
+    lines = _rates(result) + report_lines(result)
     lines.append("")
     lines.append(f"warm (b)/(f) against the ceiling -> chkpt-delta = {r['b/f']:.2f}: ")
     lines[-1] += _target(r["b/f"], 0.8)

@@ -24,3 +24,4 @@ class Result:
     latency: list[dict[str, Any]] = field(default_factory=list)
     quix: dict[str, Any] = field(default_factory=dict)
     batch_cost: dict[str, Any] = field(default_factory=dict)
+    native: dict[str, Any] = field(default_factory=dict)  # bench/native.py's NativeRuns

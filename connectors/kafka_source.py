@@ -40,6 +40,10 @@ class KafkaInputPartition(InputPartition):
 
 
 def _read(planner: SourcePlanner, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if type(partition) is InputPartition and partition.value is None:
+        # A plan with no ranges (a batch read whose start equals its end): Spark still
+        # runs one task, with its placeholder partition. It reads nothing.
+        return iter(())
     if not isinstance(partition, KafkaInputPartition):
         raise InvalidTypeError(f"chkpt-kafka cannot read {partition!r}")
     return read_task(

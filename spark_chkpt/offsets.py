@@ -86,24 +86,39 @@ class OffsetRange:
 
 
 def split_ranges(ranges: Iterable[OffsetRange], *, min_partitions: int | None) -> list[OffsetRange]:
-    """Split offset ranges so there are at least ``min_partitions`` pieces (Spark's rule).
+    """Split offset ranges into about ``min_partitions`` pieces: Spark's rule, exactly
+    (``KafkaOffsetRangeCalculator.getRanges`` of Spark 4.2), so ``minPartitions`` gives
+    the read tasks ``format("kafka")`` gives.
 
-    Larger ranges get proportionally more pieces; empty ranges are dropped. Without
-    ``min_partitions``, or when there are already enough ranges, each range stays whole.
+    Empty ranges are dropped. Without ``min_partitions``, or when there are already that
+    many ranges, each range stays whole. Otherwise a range gets
+    ``round(size / total * min_partitions)`` pieces (at least one, rounding half up);
+    the ranges that stay whole are taken out of the sum and the count first, so the
+    others share what is left. Pieces are cut from the start with integer division
+    (the last ones take the remainder); the count can end up below or above
+    ``min_partitions`` by rounding, as in Spark.
     """
     nonempty = [r for r in ranges if r.size > 0]
     if not min_partitions or len(nonempty) >= min_partitions:
         return nonempty
+
+    def part_count(size: int, total: int, parts: int) -> int:
+        return max(math.floor(size / total * parts + 0.5), 1)  # Scala's math.round
+
     total = sum(r.size for r in nonempty)
+    whole = [r for r in nonempty if part_count(r.size, total, min_partitions) == 1]
+    split_total = total - sum(r.size for r in whole)
+    split_parts = max(min_partitions - len(whole), 1)
     pieces: list[OffsetRange] = []
     for r in nonempty:
-        parts = max(1, math.ceil(r.size / total * min_partitions))
-        parts = min(parts, r.size)
-        step, extra = divmod(r.size, parts)
-        start = r.start
-        for i in range(parts):
-            end = start + step + (1 if i < extra else 0)
-            pieces.append(OffsetRange(r.tp, start, end))
+        parts = 1 if r in whole else part_count(r.size, split_total, split_parts)
+        remaining, start = r.size, r.start
+        for part in range(parts):
+            this = remaining // (parts - part)
+            remaining -= this
+            end = min(start + this, r.end)
+            if end > start:
+                pieces.append(OffsetRange(r.tp, start, end))
             start = end
     return pieces
 
@@ -133,6 +148,31 @@ def allocate_limit(
             grant[tp] += 1
             left -= 1
     return {tp: end[tp] + grant[tp] for tp in latest}
+
+
+def rate_limit(
+    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], *, max_records: int
+) -> PartitionOffsets:
+    """``maxOffsetsPerTrigger`` as Spark's Kafka source applies it (``rateLimit`` of
+    Spark 4.2's ``KafkaMicroBatchStream``), so a plain topic's micro-batches end where
+    ``format("kafka")``'s do: each partition advances by ``max_records * lag / total``,
+    rounded down, or up to 1 when below 1 (a small partition is never starved). The batch
+    can so read a little less than ``max_records``, or more when many partitions each
+    get their 1. :func:`allocate_limit` (exactly ``max_records``) is the cut of topics
+    that carry barriers."""
+    lag = {tp: latest[tp] - start.get(tp, latest[tp]) for tp in latest}
+    total = sum(n for n in lag.values() if n > 0)
+    if total < 1:
+        return dict(latest)
+    end: PartitionOffsets = {}
+    for tp, until in latest.items():
+        if lag[tp] <= 0:
+            end[tp] = until
+            continue
+        share = max_records * (lag[tp] / total)
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        end[tp] = min(until, start[tp] + step)
+    return end
 
 
 def total_lag(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:

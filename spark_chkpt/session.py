@@ -4,7 +4,9 @@
 workers at an interpreter that can import spark_chkpt (:mod:`spark_chkpt.interpreter`),
 and makes RocksDB with changelog checkpointing the state store (:data:`STATE_STORE_DEFAULTS`,
 the same two lines as ``conf/spark-defaults.conf``) unless the caller's ``conf`` or
-spark-submit's settings name another.
+spark-submit's settings name another. With ``connectors=True`` the session also has
+Spark's own Kafka connector (``format("kafka")``) and delta-spark (``format("delta")``,
+Delta's SQL extension and catalog): the jars ``make setup`` fetched (:mod:`spark_chkpt.jars`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ STATE_STORE_DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
 
+# delta-spark's session settings (what `configure_spark_with_delta_pip` sets besides the jars).
+DELTA_SETTINGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def connector_settings() -> dict[str, str]:
+    """``spark.jars`` with Spark's Kafka connector and delta-spark, and Delta's extension and
+    catalog. Raises :class:`~spark_chkpt.errors.JvmArtifactError` (naming the artifacts and
+    ``make setup``) when the jars were not fetched."""
+    from spark_chkpt.jars import spark_jars
+
+    return {"spark.jars": spark_jars(), **DELTA_SETTINGS}
+
 
 def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
     """Read a ``spark-defaults.conf``-style file: ``key value`` or ``key=value`` lines."""
@@ -43,7 +60,11 @@ def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def build_session(
-    *, app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None
+    *,
+    app_name: str,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    connectors: bool = False,
 ) -> SparkSession:
     """``getOrCreate`` a session with the project's formats registered.
 
@@ -51,6 +72,10 @@ def build_session(
     settings of :data:`STATE_STORE_DEFAULTS` apply where neither ``conf`` nor the
     launching spark-submit sets them. A query restarted from a checkpoint keeps the
     provider it was started with: Spark records it in ``offsets/N``.
+
+    ``connectors``: add :func:`connector_settings` (Spark's Kafka connector, delta-spark).
+    They take effect only when this call starts the JVM; ``conf`` wins over them, and
+    under spark-submit, pass the jars with ``--jars``/``--packages`` instead.
     """
     from pyspark.sql import SparkSession
 
@@ -63,6 +88,8 @@ def build_session(
         builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
     defaults = {k: v for k, v in STATE_STORE_DEFAULTS.items() if k not in (conf or {})}
     settings = dict(conf or {})
+    if connectors and not launched_by_submit:
+        settings = {**connector_settings(), **settings}
     if not launched_by_submit:
         settings = {**defaults, **settings}
     for key, value in settings.items():

@@ -1,5 +1,6 @@
 """Shared fixtures: the broker (the real Kafka broker, embedded; Tansu with
-SPARK_CHKPT_TEST_BROKER=tansu; or KAFKA_BOOTSTRAP_SERVERS), one SparkSession, and a
+SPARK_CHKPT_TEST_BROKER=tansu; or KAFKA_BOOTSTRAP_SERVERS), one SparkSession (with
+Spark's Kafka connector and delta-spark: ``make setup`` fetched them), and a
 uniquely named topic per test."""
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ def spark():  # type: ignore[no-untyped-def]
     session = build_session(
         app_name="spark-chkpt-tests",
         master="local[2]",
+        connectors=True,
         conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
             "spark.python.worker.reuse": "true",
+            # delta-spark replays a table's log in 50 tasks by default; two slots here
+            "spark.databricks.delta.snapshotPartitions": "2",
         },
     )
     session.sparkContext.setLogLevel("ERROR")

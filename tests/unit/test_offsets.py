@@ -14,6 +14,7 @@ from spark_chkpt.offsets import (
     TopicPartition,
     allocate_limit,
     from_json,
+    rate_limit,
     split_ranges,
     to_json,
 )
@@ -61,8 +62,23 @@ def test_split_covers_each_range_exactly(spans: list[tuple[int, int]], min_parts
         assert mine[0].start == r.start and mine[-1].end == r.end
         assert all(a.end == b.start for a, b in itertools.pairwise(mine))
         assert all(p.size > 0 for p in mine)
-    if sum(r.size for r in ranges) >= min_parts:
-        assert len(pieces) >= min(min_parts, sum(1 for r in ranges if r.size))
+    assert len(pieces) >= sum(1 for r in ranges if r.size)
+
+
+def test_split_follows_sparks_rounding() -> None:
+    """Spark 4.2's numbers (tests/integration/test_kafka_parity.py compares the tasks
+    with format("kafka")): 3 x 15 records at minPartitions=7 is 2 pieces each, 6 in all,
+    the smaller piece first; a range too small to split is left out of the share."""
+    ranges = [OffsetRange(TopicPartition("t", p), 0, 15) for p in range(3)]
+    pieces = split_ranges(ranges, min_partitions=7)
+    assert [(p.tp.partition, p.start, p.end) for p in pieces] == [
+        (0, 0, 7), (0, 7, 15), (1, 0, 7), (1, 7, 15), (2, 0, 7), (2, 7, 15),
+    ]  # fmt: skip
+    skewed = [OffsetRange(A0, 0, 1000), OffsetRange(A1, 0, 10)]
+    pieces = split_ranges(skewed, min_partitions=4)
+    # A1 rounds to one piece, so A0 alone shares the other 3 of the 4 (not round(3.96))
+    assert [p.size for p in pieces if p.tp == A0] == [333, 333, 334]
+    assert [p.size for p in pieces if p.tp == A1] == [10]
 
 
 def test_limit_is_shared_in_proportion_to_lag() -> None:
@@ -96,3 +112,36 @@ def test_limit_never_exceeds_budget_or_lag(parts: dict[int, tuple[int, int]], li
     read = sum(end[tp] - start[tp] for tp in start)
     assert read == min(limit, sum(latest[tp] - start[tp] for tp in start))
     assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
+
+
+def test_rate_limit_is_sparks_rounding() -> None:
+    """Spark 4.2's rateLimit: shares rounded down, a share below 1 rounded up; the
+    parity test's streams (3 x 15 and 2 x 5 records, 20 per trigger) end batch 0 at
+    5 per partition of the first topic and 1 of the second: 17 records, not 20."""
+    start = {A0: 0, A1: 0, TopicPartition("a", 2): 0, B0: 0, TopicPartition("b", 1): 0}
+    latest = {A0: 15, A1: 15, TopicPartition("a", 2): 15, B0: 5, TopicPartition("b", 1): 5}
+    end = rate_limit(start, latest, max_records=20)
+    assert end == {A0: 5, A1: 5, TopicPartition("a", 2): 5, B0: 1, TopicPartition("b", 1): 1}
+    many = {TopicPartition("t", p): 10 for p in range(8)}
+    tiny = rate_limit(dict.fromkeys(many, 0), many, max_records=3)
+    assert set(tiny.values()) == {1}  # 8 > 3: every partition gets its 1, as in Spark
+    assert rate_limit({A0: 3}, {A0: 10}, max_records=1000) == {A0: 10}
+    assert rate_limit({A0: 10, A1: 4}, {A0: 10, A1: 4}, max_records=5) == {A0: 10, A1: 4}
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, 7), st.tuples(st.integers(0, 10**6), st.integers(0, 10**4)), min_size=1
+    ),
+    st.integers(1, 50_000),
+)
+def test_rate_limit_stays_within_lag_and_moves(
+    parts: dict[int, tuple[int, int]], limit: int
+) -> None:
+    start = {TopicPartition("t", p): s for p, (s, _) in parts.items()}
+    latest = {TopicPartition("t", p): s + lag for p, (s, lag) in parts.items()}
+    end = rate_limit(start, latest, max_records=limit)
+    assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
+    lag = sum(latest[tp] - start[tp] for tp in start)
+    read = sum(end[tp] - start[tp] for tp in start)
+    assert read == lag if lag <= limit else 0 < read <= max(limit, len(start))

@@ -2,7 +2,8 @@
 
 Spark's schema: ``key binary, value binary, topic string, partition int, offset long,
 timestamp timestamp, timestampType int`` and, with ``includeHeaders``, ``headers
-array<struct<key: string, value: binary>>``.
+array<struct<key: string, value: binary>>``, null for a record without headers (as
+Spark's connector gives it, not an empty array).
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ def to_record_batch(
     if len(schema) > 7:
         columns.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in (r.headers or ())] for r in records],
+                [
+                    [{"key": k, "value": v} for k, v in r.headers] if r.headers else None
+                    for r in records
+                ],
                 type=schema.field("headers").type,
             )
         )

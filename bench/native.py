@@ -1,0 +1,189 @@
+"""Spark's own connectors on the benchmark's topic, in the same run as the chkpt formats.
+
+(n) Kafka → Delta: the job's query (the same JSON parse, ``Trigger.AvailableNow``, the
+    same ``maxOffsetsPerTrigger``) with Spark's ``format("kafka")`` source and
+    delta-spark's streaming sink, which is exactly once through its own
+    ``txn(queryId, batchId)`` in the Delta log: the row a user compares (b) with.
+(nk) Kafka → Kafka: ``format("kafka")`` → ``format("kafka")`` copying key and value,
+    at least once (Spark's Kafka sink has no transactions); compared with the chkpt-kafka
+    → chkpt-kafka copy (exactly once, with barriers) of the same run.
+
+Both need the session to have the connectors' jars (``make setup``). Each run checks
+what it wrote: (n)'s table must hold every record once, (nk)'s topic at least every
+record. On the embedded Tansu broker Spark's Java consumer reads only the first record
+of each record batch, so the check fails there, naming the cause: run the benchmark on
+a Kafka broker (``--bootstrap-servers``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TANSU_NOTE = (
+    "the embedded Tansu broker serves Spark's Java consumer only the first record of each "
+    "record batch: run the benchmark on a Kafka broker (--bootstrap-servers)"
+)
+
+
+@dataclass
+class NativeRuns:
+    kafka_to_delta_s: float
+    kafka_to_delta_batches: int
+    kafka_to_kafka_s: float
+    kafka_to_kafka_rows: int  # what the copy holds: >= records (at least once)
+
+
+def _native_settings(kafka_settings: dict[str, str]) -> dict[str, str]:
+    """The chkpt-kafka source settings without the options only chkpt-kafka knows."""
+    return {k: v for k, v in kafka_settings.items() if k != "source.kafka.client"}
+
+
+def kafka_to_delta(
+    *, spark: Any, kafka_settings: dict[str, str], records: int, workdir: Path, name: str
+) -> tuple[float, int]:
+    """(n): seconds and micro-batches; raises unless the table holds ``records`` rows."""
+    from bench.query import run_query
+
+    seconds, phases, _ = run_query(
+        spark=spark,
+        settings=_native_settings(kafka_settings),
+        workdir=workdir,
+        name=name,
+        source_format="kafka",
+        sink_format="delta",
+    )
+    rows = spark.read.format("delta").load(str(workdir / name)).count()
+    if rows != records:
+        raise RuntimeError(
+            f"native Kafka -> Delta ({name}) wrote {rows} of {records} rows"
+            + (f"; {TANSU_NOTE}" if rows < records else "")
+        )
+    return seconds, int(phases["batches"])
+
+
+def kafka_to_kafka(
+    *,
+    spark: Any,
+    servers: str,
+    topic: str,
+    records: int,
+    partitions: int,
+    per_trigger: int,
+    workdir: Path,
+    name: str,
+) -> tuple[float, int]:
+    """(nk): seconds and the rows the copy holds; raises if it holds fewer than
+    ``records``."""
+    from spark_chkpt.kafka.client.topics import create_topic
+
+    out = f"bench-{name}-out"
+    create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+        .load()
+        .select("key", "value")
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("topic", out)
+        .option("checkpointLocation", str(workdir / f"chk-{name}"))
+        .queryName(f"bench_{name}")
+        .trigger(availableNow=True)
+    )
+    started = time.monotonic()
+    running = query.start()
+    running.awaitTermination()
+    seconds = time.monotonic() - started
+    if running.exception() is not None:
+        raise RuntimeError(f"native Kafka -> Kafka ({name}) failed: {running.exception()}")
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", out)
+        .load()
+        .count()
+    )
+    if rows < records:
+        raise RuntimeError(
+            f"native Kafka -> Kafka ({name}) copied {rows} of {records} records; {TANSU_NOTE}"
+        )
+    return seconds, rows
+
+
+def measure(
+    *,
+    spark: Any,
+    servers: str,
+    topic: str,
+    kafka_settings: dict[str, str],
+    records: int,
+    partitions: int,
+    per_trigger: int,
+    workdir: Path,
+) -> NativeRuns:
+    """(n) after a warm-up of Spark's Kafka source and delta-spark's sink on the same
+    data (the chkpt rows had theirs), then (nk)."""
+    kafka_to_delta(
+        spark=spark,
+        kafka_settings=kafka_settings,
+        records=records,
+        workdir=workdir,
+        name="native-warmup",
+    )
+    delta_s, batches = kafka_to_delta(
+        spark=spark, kafka_settings=kafka_settings, records=records, workdir=workdir, name="n"
+    )
+    k2k_s, rows = kafka_to_kafka(
+        spark=spark,
+        servers=servers,
+        topic=topic,
+        records=records,
+        partitions=partitions,
+        per_trigger=per_trigger,
+        workdir=workdir,
+        name="nk",
+    )
+    return NativeRuns(
+        kafka_to_delta_s=delta_s,
+        kafka_to_delta_batches=batches,
+        kafka_to_kafka_s=k2k_s,
+        kafka_to_kafka_rows=rows,
+    )
+
+
+def ratios(result: Any) -> None:
+    """(b)/(n) and chkpt k2k/(nk), records/s over records/s (above 1: chkpt is faster)."""
+    native = result.native
+    if not native:
+        return
+    result.ratios["b/n"] = round(native["kafka_to_delta_s"] / result.seconds["b_exactly_once"], 3)
+    if result.kafka_to_kafka:
+        fastest = min(k2k["upstream_s"] for k2k in result.kafka_to_kafka)
+        result.ratios["k2k/nk"] = round(native["kafka_to_kafka_s"] / fastest, 3)
+
+
+def report_lines(result: Any) -> list[str]:
+    native = result.native
+    if not native:
+        return []
+    n, nk = native["kafka_to_delta_s"], native["kafka_to_kafka_s"]
+    return [
+        f"{'(n) native kafka -> delta-spark sink, exactly once':<50}{n:>9.2f}"
+        f"{round(result.records / n):>12,}",
+        f"{'(nk) native kafka -> kafka sink, at least once':<50}{nk:>9.2f}"
+        f"{round(result.records / nk):>12,}",
+        f"against Spark's own connectors: (b)/(n) = {result.ratios['b/n']:.2f}"
+        + (
+            f"   chkpt k2k (fastest sink client)/(nk) = {result.ratios['k2k/nk']:.2f}"
+            if "k2k/nk" in result.ratios
+            else ""
+        )
+        + f"   (n) {native['kafka_to_delta_batches']} batches, (nk) copied "
+        f"{native['kafka_to_kafka_rows']:,} rows",
+    ]
