@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit demo bench lint format broker clean
+.PHONY: setup test unit demo bench lint format broker clean docs docs-serve wheel
 
 setup: $(STAMP)
 
@@ -14,7 +14,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required (java not on PATH)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	@touch $(STAMP)
 
 # The whole suite, then the source's and the sink's Spark tests again with the
@@ -51,5 +51,18 @@ format: setup
 broker: setup
 	$(BIN)/spark-chkpt broker
 
+# The docs site (mkdocs.yml, docs/): built into site/, strict, as CI builds it.
+docs: setup
+	$(BIN)/mkdocs build --strict
+
+DOCS_PORT ?= 8000
+docs-serve: setup
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# The wheel users install (dist/), built with `build` in an isolated environment.
+wheel: setup
+	rm -rf dist
+	$(BIN)/python -m build --wheel --outdir dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache
