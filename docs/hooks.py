@@ -116,11 +116,11 @@ def options_table(ref: gen_ref.OptionsRef) -> str:
             default = "not set"
         else:
             default = show_default(getattr(config, field), field)
-        kind = "—" if field is None else f"`{fields[field].type}`"
+        parsed = "" if field is None else f"<br><small>parsed as `{fields[field].type}`</small>"
         if field is not None:
             seen_fields.add(field)
-        rows.append(f"| `{name}` | {default} | {kind} | {cell(meaning)} |")
-    head = "| option | default | parsed as | meaning |\n|---|---|---|---|\n"
+        rows.append(f"| `{name}` | {default} | {cell(meaning)}{parsed} |")
+    head = "| option | default | meaning |\n|---|---|---|\n"
     source = f"\n\n<small>Generated from `{ref.config.replace(':', '.')}`.</small>\n"
     return head + "\n".join(rows) + source
 
@@ -144,8 +144,9 @@ def arguments_table(name: str) -> str:
     rows = []
     for p in params:
         default = "**required**" if p.default is inspect.Parameter.empty else f"`{p.default!r}`"
-        rows.append(f"| `{p.name}` | {default} | `{p.annotation}` | {cell(text[p.name])} |")
-    head = "| argument | default | type | meaning |\n|---|---|---|---|\n"
+        kind = f"<br><small>type `{p.annotation}`</small>"
+        rows.append(f"| `{p.name}` | {default} | {cell(text[p.name])}{kind} |")
+    head = "| argument | default | meaning |\n|---|---|---|\n"
     return head + "\n".join(rows) + f"\n\n<small>Generated from `{target.replace(':', '.')}`.</small>\n"
 
 
