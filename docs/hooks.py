@@ -121,8 +121,14 @@ def options_table(ref: gen_ref.OptionsRef) -> str:
             seen_fields.add(field)
         rows.append(f"| `{name}` | {default} | {cell(meaning)}{parsed} |")
     head = "| option | default | meaning |\n|---|---|---|\n"
-    source = f"\n\n<small>Generated from `{ref.config.replace(':', '.')}`.</small>\n"
-    return head + "\n".join(rows) + source
+    source = f"<small>Generated from `{ref.config.replace(':', '.')}`.</small>"
+    return reference_table(head + "\n".join(rows), source)
+
+
+def reference_table(table: str, note: str) -> str:
+    """A generated table, in a block the stylesheet keeps option names unbroken in."""
+    return f'<div class="chkpt-ref" markdown>\n\n{table}\n\n{note}\n\n</div>\n'
+
 
 
 def _snake(name: str) -> str:
@@ -147,7 +153,8 @@ def arguments_table(name: str) -> str:
         kind = f"<br><small>type `{p.annotation}`</small>"
         rows.append(f"| `{p.name}` | {default} | {cell(text[p.name])}{kind} |")
     head = "| argument | default | meaning |\n|---|---|---|\n"
-    return head + "\n".join(rows) + f"\n\n<small>Generated from `{target.replace(':', '.')}`.</small>\n"
+    note = f"<small>Generated from `{target.replace(':', '.')}`.</small>"
+    return reference_table(head + "\n".join(rows), note)
 
 
 class _Captured(Exception):
