@@ -53,11 +53,11 @@ broker: setup
 
 # The docs site (mkdocs.yml, docs/): built into site/, strict, as CI builds it.
 docs: setup
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 DOCS_PORT ?= 8000
 docs-serve: setup
-	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 # The wheel users install (dist/), built with `build` in an isolated environment.
 wheel: setup

@@ -32,7 +32,7 @@ import yaml
 from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gen_ref  # noqa: E402  (docs/ is not a package)
+import gen_ref  # docs/ is not a package: found through sys.path
 
 MARKER = re.compile(r"^<!-- gen:(\w+)\s*(.*?)\s*-->$", re.MULTILINE)
 DESCRIPTIONS = Path(__file__).resolve().parent / "reference" / "options.yml"
@@ -128,7 +128,6 @@ def options_table(ref: gen_ref.OptionsRef) -> str:
 def reference_table(table: str, note: str) -> str:
     """A generated table, in a block the stylesheet keeps option names unbroken in."""
     return f'<div class="chkpt-ref" markdown>\n\n{table}\n\n{note}\n\n</div>\n'
-
 
 
 def _snake(name: str) -> str:

@@ -55,5 +55,7 @@ for record in store_records(checkpoint_location=f"{WORK}/chk/events"):
 # --8<-- [end:records]
 
 table = DeltaTable(f"{WORK}/tables/events").to_pyarrow_table()
-ids = set(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+ids = set(
+    zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
+)
 print(f"rows {table.num_rows} unique {len(ids)}")

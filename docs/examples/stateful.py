@@ -95,6 +95,8 @@ print(f"state of snapshot {snap.batch_id}: {snap.keys} keys, {snap.rows[:2]} ...
 for name in ("pv_complete", "pv_upsert", "pv_windowed"):
     table = DeltaTable(f"{WORK}/tables/{name}").to_pyarrow_table()
     counts: dict[str, int] = {}
-    for app, count in zip(table.column("app").to_pylist(), table.column("count").to_pylist()):
+    for app, count in zip(
+        table.column("app").to_pylist(), table.column("count").to_pylist(), strict=True
+    ):
         counts[app] = counts.get(app, 0) + count
     print(f"{name} {sum(counts.values())} {sorted(counts.items())}")

@@ -46,11 +46,8 @@ def make_targets() -> set[str]:
 
 def section(path: Path, name: str) -> str:
     text = path.read_text()
-    match = re.search(
-        rf"^[ \t]*# --8<-- \[start:{re.escape(name)}\]\n(.*?)^[ \t]*# --8<-- \[end:{re.escape(name)}\]",
-        text,
-        re.MULTILINE | re.DOTALL,
-    )
+    start, end = (rf"^[ \t]*# --8<-- \[{edge}:{re.escape(name)}\]" for edge in ("start", "end"))
+    match = re.search(rf"{start}\n(.*?){end}", text, re.MULTILINE | re.DOTALL)
     assert match, f"{path.name} has no section {name!r}"
     return match.group(1)
 
