@@ -196,7 +196,7 @@ def _commands(
 
 
 def cli_reference() -> str:
-    os.environ["COLUMNS"] = "100"  # argparse wraps its help to the terminal's width
+    os.environ["COLUMNS"] = "86"  # argparse wraps to this width: the code block's, at 1280 px
     out = []
     for program, target in gen_ref.CLI.items():
         parser = parser_of(load(target))
@@ -243,3 +243,12 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         raise PluginError(f"{page.file.src_path}: unknown generated part {kind!r}")
 
     return MARKER.sub(render, markdown)
+
+
+ROLE = re.compile(r":(?:class|mod|meth|func|attr|exc|data):(<code>)~?")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Docstrings use Sphinx roles (``:class:`X```), which mkdocstrings leaves as text:
+    keep the code, drop the role."""
+    return ROLE.sub(r"\1", html)
