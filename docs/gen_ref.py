@@ -101,6 +101,10 @@ CLI: dict[str, str] = {
     "spark-chkpt-two-stage": "spark_chkpt.jobs.two_stage:main",
 }
 
+# The programs ``spark-chkpt`` dispatches to (its subcommands demo, bench): a function
+# returning name -> entry point.
+PROGRAMS = "spark_chkpt.cli:programs"
+
 # The Python API pages: mkdocstrings renders each object (``::: path``).
 API: dict[str, tuple[str, ...]] = {
     "Registering the formats": ("spark_chkpt.register",),

@@ -214,7 +214,7 @@ def cli_reference() -> str:
 
 def _programs() -> dict[str, Callable[..., Any]]:
     """The programs ``spark-chkpt`` dispatches to (entry points ``spark_chkpt.programs``)."""
-    found = load("spark_chkpt.cli:programs")()
+    found = load(gen_ref.PROGRAMS)()
     return {name: ep.load() for name, ep in found.items()}
 
 
