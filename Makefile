@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
 
-.PHONY: setup test unit demo bench lint format broker clean
+.PHONY: setup test unit demo bench lint format broker clean docs docs-serve wheel
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
@@ -18,13 +18,13 @@ $(STAMP): setup.cfg pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required (java not on PATH)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	@touch $(STAMP)
 
 # The whole suite, then the source's and the sink's Spark tests again with the
 # confluent-kafka client (SPARK_CHKPT_KAFKA_CLIENT is both formats' default).
 # Both passes run on the real Kafka broker (tests/conftest.py); SPARK_CHKPT_TEST_BROKER=tansu
-# runs them on Tansu instead (docs/brokers.md).
+# runs them on Tansu instead (docs/reference/brokers.md).
 CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py
 
 test: setup
@@ -49,9 +49,22 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Tansu by default; BROKER_ARGS=--kafka runs the real Kafka broker (docs/brokers.md).
+# Tansu by default; BROKER_ARGS=--kafka runs the real Kafka broker (docs/reference/brokers.md).
 broker: setup
 	$(BIN)/spark-chkpt broker $(BROKER_ARGS)
 
+# The docs site (mkdocs.yml, docs/): built into site/, strict, as CI builds it.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+DOCS_PORT ?= 8000
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# The wheel users install (dist/), built with `build` in an isolated environment.
+wheel: setup
+	rm -rf dist
+	$(BIN)/python -m build --wheel --outdir dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache

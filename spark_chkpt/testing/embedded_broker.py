@@ -5,7 +5,7 @@
 
 Storage is in memory: stopping the broker loses every topic. The tests run on the real
 Kafka broker (:mod:`spark_chkpt.testing.kafka_broker`) unless SPARK_CHKPT_TEST_BROKER=tansu;
-``make demo``, ``make broker`` and the benchmark start this one (docs/brokers.md).
+``make demo``, ``make broker`` and the benchmark start this one (docs/reference/brokers.md).
 """
 
 from __future__ import annotations

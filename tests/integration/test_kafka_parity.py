@@ -6,7 +6,7 @@ Two topics with a shared prefix, written once for the module: keys (some null), 
 and timestamp option has a known answer. Each case reads with both formats and asserts
 the DataFrames are equal (row order ignored); streams also compare their micro-batch
 boundaries (``maxOffsetsPerTrigger``), each row carrying its batch id. Where the two
-differ on purpose, the test pins the difference and docs/parity.md says why. The
+differ on purpose, the test pins the difference and docs/reference/parity.md says why. The
 timestamp cases need a Kafka broker: on the embedded Tansu broker they are skipped,
 saying why (``by_timestamp``).
 """
@@ -35,7 +35,7 @@ NATIVE, OURS = "kafka", "chkpt-kafka"
 STEP_MS = 1000
 # ONE_PER_BATCH: the records are produced one per record batch. On the embedded Tansu
 # broker Spark's connector (the Java consumer) reads only the first record of a batch
-# of several (docs/parity.md); Kafka needs no such care.
+# of several (docs/reference/parity.md); Kafka needs no such care.
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def by_timestamp(t: Topics, read: Callable[[str], DataFrame]) -> DataFrame:
     """A timestamp case: both formats' rows, compared; the reference the test checks
     against the expected rows is format("kafka")'s. The embedded Tansu broker does not
     find offsets by these timestamps (records produced with a CreateTime an hour back:
-    both clients get wrong offsets, docs/parity.md), so there the case cannot run."""
+    both clients get wrong offsets, docs/reference/parity.md), so there the case cannot run."""
     if t.tansu:
         pytest.skip("the embedded Tansu broker cannot look offsets up by timestamp")
     ours = read(OURS)
@@ -335,7 +335,7 @@ def test_fail_on_data_loss_when_a_topic_is_recreated(
 ) -> None:
     """Both fail with failOnDataLoss=true. Without it both go on; Spark skips what the new
     topic holds below the old end offset, chkpt-kafka reads it from the start (see
-    docs/parity.md). Read with kafka-python: librdkafka crashes a worker on a topic
+    docs/reference/parity.md). Read with kafka-python: librdkafka crashes a worker on a topic
     deleted and created again."""
     topic = f"parity-loss-{uuid.uuid4().hex[:6]}"
     _recreate(bootstrap_servers, topic, [b"%d" % i for i in range(10)])

@@ -272,7 +272,7 @@ class SourcePlanner:
         self._latest = latest
         end = latest
         if max_rows is not None:
-            # Spark's rule, so batch boundaries are format("kafka")'s (docs/parity.md)
+            # Spark's rule, so batch boundaries are format("kafka")'s (docs/reference/parity.md)
             end = rate_limit(effective, latest, max_records=max_rows)
         end, meta = self._align(effective, latest, end, max_rows)
         if self._waits_for_more(effective, end, read_all=read_all):
