@@ -295,7 +295,9 @@ def record_filters(
     confirmed = frozenset(a for e in ahead for a in e.attempts)
     filters = {}
     for tp, until in end.items():
-        missing = frozenset(a for e in entries if tp.partition not in e.positions for a in e.attempts)
+        missing = frozenset(
+            a for e in entries if tp.partition not in e.positions for a in e.attempts
+        )
         if mode in ("aligned", "unaligned"):
             bound = until
         else:

@@ -42,8 +42,12 @@ def _write_task(
     try:
         for p in range(partitions):
             for _ in range(10):
-                producer.send(topic, value=str(first).encode(), partition=p,
-                              headers=[(ATTEMPT_HEADER, attempt.encode())])  # fmt: skip
+                producer.send(
+                    topic,
+                    value=str(first).encode(),
+                    partition=p,
+                    headers=[(ATTEMPT_HEADER, attempt.encode())],
+                )
                 first += 1
             counts[p] = 10
         producer.flush()
@@ -78,8 +82,12 @@ def _commit(
 def _read_all(bootstrap_servers: str, topic: str, alignment: str) -> list[int]:
     """A fresh downstream query: batches from the earliest offset until one is empty."""
     config = SourceConfig.from_options(
-        {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic,
-         "startingOffsets": "earliest", "alignment": alignment}  # fmt: skip
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "subscribe": topic,
+            "startingOffsets": "earliest",
+            "alignment": alignment,
+        }
     )
     planner = SourcePlanner(config=config)
     ids: list[int] = []

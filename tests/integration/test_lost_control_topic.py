@@ -43,8 +43,9 @@ def _snapshot(producer: Any, topic: str, snapshot: int, attempt: str, ids: range
     """A's write tasks' records of ``attempt``, then (if ``snapshot`` >= 0) its commit:
     the barrier record and the control topic's complete entry."""
     for i in ids:
-        producer.send(topic, value=str(i).encode(), partition=0,
-                      headers=[(ATTEMPT_HEADER, attempt.encode())])  # fmt: skip
+        producer.send(
+            topic, value=str(i).encode(), partition=0, headers=[(ATTEMPT_HEADER, attempt.encode())]
+        )
     producer.flush()
     if snapshot < 0:
         return
@@ -69,8 +70,11 @@ def _job_b_reads(bootstrap_servers: str, topic: str) -> list[int]:
     """A fresh job B: one batch from the earliest offset, planned and read as Spark's
     source does (``aligned``, the default)."""
     config = SourceConfig.from_options(
-        {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic,
-         "startingOffsets": "earliest"}  # fmt: skip
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "subscribe": topic,
+            "startingOffsets": "earliest",
+        }
     )
     planner = SourcePlanner(config=config)
     try:
@@ -104,8 +108,6 @@ def test_a_deleted_control_topic_fails_the_reader_then_its_recreation_reads_once
 
     # The way back: the control topic created again, empty (A's next commit does it too);
     # A replays batch 1 with a new attempt; B reads each committed record once.
-    create_topic(
-        bootstrap_servers=bootstrap_servers, name=control, config=CONTROL_TOPIC_CONFIG
-    )
+    create_topic(bootstrap_servers=bootstrap_servers, name=control, config=CONTROL_TOPIC_CONFIG)
     _snapshot(producer, topic, 1, "a-1-1", range(10, 15))
     assert _job_b_reads(bootstrap_servers, topic) == list(range(15))

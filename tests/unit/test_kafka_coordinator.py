@@ -290,7 +290,7 @@ def test_barriers_reach_a_partition_added_after_the_producer_read_its_metadata(
     query.commit(0, a)
 
     assert sorted(producer.barriers()) == [0, 1, 2, 3, 4]
-    intent, complete = producer.entries()
+    _, complete = producer.entries()
     assert complete.positions == {0: 2, 1: 0, 2: 0, 3: 5, 4: 0}
     assert producer._metadata.updates == 1
 

@@ -68,9 +68,7 @@ def test_a_delete_on_a_null_key_deletes_its_row(tmp_path: Path) -> None:
     assert table.rows() == [("a", 1)]
 
 
-@pytest.mark.parametrize(
-    "key", ["new", "a", None], ids=["new key", "key in the table", "null key"]
-)
+@pytest.mark.parametrize("key", ["new", "a", None], ids=["new key", "key in the table", "null key"])
 def test_a_key_twice_in_one_batch_is_refused_before_anything_is_written(
     tmp_path: Path, key: str | None
 ) -> None:

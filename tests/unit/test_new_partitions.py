@@ -73,7 +73,9 @@ class Upstream:
         return {tp(p): len(self.logs[p]) for p in range(partitions)}
 
 
-def read(log: list[tuple[object, ...]], begin: int, end: int, rule: RecordFilter | None) -> list[int]:
+def read(
+    log: list[tuple[object, ...]], begin: int, end: int, rule: RecordFilter | None
+) -> list[int]:
     """One read task's range, as the fetcher filters it."""
     confirmed = rule.confirmed if rule is not None else frozenset()
     until = rule.confirm_until if rule is not None else -1
@@ -142,7 +144,9 @@ def committed_ids(up: Upstream) -> list[int]:
     return sorted(int(r[2]) for log in up.logs.values() for r in log if r[0] == "rec")  # type: ignore[call-overload]
 
 
-def run(mode: AlignmentMode, *, force_unaligned: bool = False, listed_late: bool = False) -> tuple[list[int], list[int]]:
+def run(
+    mode: AlignmentMode, *, force_unaligned: bool = False, listed_late: bool = False
+) -> tuple[list[int], list[int]]:
     """Two partitions; snapshot 0; a third partition is added; snapshots 1 and 2 are
     committed by a barrier producer whose metadata still lists two partitions (the cached
     one, ``metadata.max.age.ms``), snapshot 3 by one that lists three. The downstream

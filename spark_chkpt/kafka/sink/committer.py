@@ -374,7 +374,7 @@ def fresh_partitions(producer: Any, topic: str, written: set[int], *, timeout_s:
     while True:
         done = threading.Event()
         future = producer._metadata.request_update()
-        future.add_both(lambda *_: done.set())
+        future.add_both(lambda *_, event=done: event.set())
         producer._sender.wakeup()
         done.wait(max(0.0, deadline.remaining()))
         known = set(producer.partitions_for(topic))
