@@ -117,8 +117,10 @@ class SourcePlanner:
 
     def barrier_entries(self, topic: str, *, refresh: bool = True) -> list[IndexEntry] | None:
         """The topic's complete barrier index entries; None for a topic without barriers
-        (no control topic), read like Spark's source reads any topic. ``refresh=False``
-        reuses what this reader already read, if it has read the index at all."""
+        (no control topic), read like Spark's source reads any topic (its read tasks
+        refuse the sink's records if they meet any: see ``ReadSpec.missing_control``).
+        ``refresh=False`` reuses what this reader already read, if it has read the index
+        at all."""
         index = self._indexes.get(topic)
         if index is not None and not refresh:
             return index.complete()
