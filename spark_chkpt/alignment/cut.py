@@ -158,7 +158,7 @@ def plan_topic(
             mode="aligned",
             end=end,
             filters=record_filters(
-                topic=topic, mode="aligned", begin=begin, end=end, entries=ahead
+                topic=topic, mode="aligned", begin=begin, end=end, entries=entries
             ),
             app_id=app_id,
             snapshots=tuple(e.snapshot_id for e in chosen),
@@ -187,7 +187,7 @@ def plan_topic(
         mode="at-least-once",
         end=end,
         filters=record_filters(
-            topic=topic, mode="at-least-once", begin=begin, end=end, entries=ahead
+            topic=topic, mode="at-least-once", begin=begin, end=end, entries=entries
         ),
         app_id=app_id,
         snapshots=covered,
@@ -246,7 +246,9 @@ def _plan_unaligned(
         topic=topic,
         mode="unaligned",
         end=end,
-        filters=record_filters(topic=topic, mode="unaligned", begin=begin, end=end, entries=ahead),
+        filters=record_filters(
+            topic=topic, mode="unaligned", begin=begin, end=end, entries=entries
+        ),
         app_id=app_id,
         snapshots=covered,
         barriers=_barriers(ahead, begin, end, topic),
@@ -281,6 +283,11 @@ def record_filters(
     aligned, unaligned: every tagged record in the range must be confirmed by a barrier
     (the range ends right after one on each partition);
     at-least-once: only those before the last known barrier (later ones are in flight).
+
+    A partition added to the topic after the upstream's barrier producer last read its
+    metadata gets its first barrier some snapshots later; its records before that barrier
+    belong to those snapshots too. So on a partition an entry does not list, the entry's
+    attempts are confirmed as well (an attempt in any entry was committed).
     """
     if mode == "none":
         return {}
@@ -288,6 +295,9 @@ def record_filters(
     confirmed = frozenset(a for e in ahead for a in e.attempts)
     filters = {}
     for tp, until in end.items():
+        missing = frozenset(
+            a for e in entries if tp.partition not in e.positions for a in e.attempts
+        )
         if mode in ("aligned", "unaligned"):
             bound = until
         else:
@@ -300,7 +310,7 @@ def record_filters(
                 default=-1,
             )
             bound = last + 1
-        filters[tp] = RecordFilter(confirmed=confirmed, confirm_until=bound)
+        filters[tp] = RecordFilter(confirmed=confirmed | missing, confirm_until=bound)
     return filters
 
 

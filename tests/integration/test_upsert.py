@@ -18,11 +18,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_chkpt import DeltaUpsert
-from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.errors import DuplicateKeyError, QueryIdentityError
 from spark_chkpt.metrics.reporter import store_records
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
-from tests.helpers import kafka_stream
+from tests.helpers import kafka_stream, produce
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +156,45 @@ def test_another_querys_checkpoint_is_refused(
     running = json.loads((tmp_path / "chk" / "metadata").read_text())["id"]
     assert running in message
     assert not table.exists()  # nothing written
+
+
+def test_null_keys_are_one_row_and_a_duplicate_key_refuses_its_batch(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue 24, hole 5: groupBy("app").count() with null apps keeps one row for
+    app=None across batches (it gained a row per batch). The duplicate-key rule: a
+    batch holding a key twice fails the query once, naming the key, with nothing
+    written."""
+    topic = make_topic(partitions=1)
+    apps = [None if i % 3 == 0 else f"app{i % 2}" for i in range(90)]
+    produce(producer, topic, [json.dumps({"app": a}).encode() for a in apps])
+    table, chk = tmp_path / "counts", tmp_path / "chk"
+    upsert = DeltaUpsert(path=str(table), keys=["app"], checkpoint_location=str(chk))
+    counts = (
+        kafka_stream(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="30")
+        .selectExpr("from_json(CAST(value AS STRING), 'app string').app AS app")
+        .groupBy("app")
+        .count()
+    )
+    run(counts, upsert, chk)
+    assert len(store_records(checkpoint_location=str(chk))) == 3
+    rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    assert sorted((r["app"] or "", r["count"]) for r in rows) == sorted(
+        (a or "", n) for a, n in Counter(apps).items()
+    )
+
+    plain = tmp_path / "plain"
+    twice = DeltaUpsert(path=str(plain), keys=["app"], checkpoint_location=str(tmp_path / "c2"))
+    rows_df = kafka_stream(spark, bootstrap_servers, topic).selectExpr(
+        "from_json(CAST(value AS STRING), 'app string').app AS app", "offset"
+    )
+    with pytest.raises(StreamingQueryException) as info:
+        run(rows_df, twice, tmp_path / "c2")
+    message = str(info.value)
+    assert DuplicateKeyError.__name__ in message and "app='app1' (30 rows)" in message
+    assert "app=None (30 rows)" in message and "Nothing was written" in message
+    assert not (plain / "_delta_log").exists()

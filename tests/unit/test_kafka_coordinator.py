@@ -58,15 +58,41 @@ class Future:
         return self
 
 
+class FakeMetadata:
+    """kafka-python's cluster metadata as the producer caches it: ``partitions`` is the
+    broker's count, ``known`` what the producer last fetched; ``request_update`` fetches."""
+
+    def __init__(self) -> None:
+        self.partitions = self.known = PARTITIONS
+        self.updates = 0
+
+    def request_update(self) -> Any:
+        self.updates += 1
+        self.known = self.partitions
+        return Done()
+
+
+class Done:
+    def add_both(self, callback: Any, *args: Any) -> None:
+        callback(*args)
+
+
+class FakeSender:
+    def wakeup(self) -> None:
+        pass
+
+
 class FakeProducer:
     """Records every send per topic-partition; offsets count from 0 per partition."""
 
     def __init__(self) -> None:
         self.log: dict[tuple[str, int], list[Sent]] = defaultdict(list)
         self.flushes = 0
+        self._metadata = FakeMetadata()
+        self._sender = FakeSender()
 
     def partitions_for(self, topic: str) -> set[int]:
-        return set(range(PARTITIONS))
+        return set(range(self._metadata.known))
 
     def send(
         self,
@@ -247,6 +273,26 @@ def test_first_commit_writes_intent_one_barrier_per_partition_complete_and_recor
     assert (record.batch_id, record.rows, record.attempts) == (0, 10, ["t0-a", "t1-a"])
     assert record.source_offsets == [offsets(0)]
     assert query.stored(0) == record
+
+
+def test_barriers_reach_a_partition_added_after_the_producer_read_its_metadata(
+    tmp_path: Path, producer: FakeProducer
+) -> None:
+    """Issue 24, hole 3: the barrier producer is cached per process; its metadata lists
+    3 partitions after the topic grew to 5. A write task (a fresh producer) wrote to
+    partition 3; partition 4 got no record. Both get barrier 0: the committer reads the
+    metadata anew and adds the partitions the tasks wrote to."""
+    producer._metadata.partitions = 5
+    query = Query(tmp_path)
+    query.plan(0)
+    a = produced(producer, 0, "t0-a", {0: 2, 3: 5})
+
+    query.commit(0, a)
+
+    assert sorted(producer.barriers()) == [0, 1, 2, 3, 4]
+    _, complete = producer.entries()
+    assert complete.positions == {0: 2, 1: 0, 2: 0, 3: 5, 4: 0}
+    assert producer._metadata.updates == 1
 
 
 def test_commit_that_finds_an_intent_resumes_with_the_intents_attempts_not_its_own(

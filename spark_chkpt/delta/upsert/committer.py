@@ -46,7 +46,10 @@ the staged files to delta-rs ``batch_size`` rows at a time, one file and one bat
 ahead. delta-rs itself hashes the whole source (the batch's rows, in Arrow) as the join's
 build side and streams the table's files past it, rewriting those that hold matched keys,
 so the driver needs memory for one batch of the aggregate's output (the changed keys),
-never for the table. Keys must be unique within a batch (an aggregate's are).
+never for the table. Keys must be unique within a batch (an aggregate's are): a batch
+that holds a key twice is refused before anything is written
+(:class:`~spark_chkpt.errors.DuplicateKeyError` naming the key), whether the key is new or
+in the table. Null keys match null keys.
 
 (Over 400 lines: ``DeltaUpsert`` (its arguments checked together, its steps' helpers
 and error messages) and :class:`UpsertCommitter`, the hooks it gives the shared commit
@@ -327,6 +330,9 @@ class DeltaUpsert:
     ) -> MergeFigures:
         """One Delta commit with ``txn(app_id, batch_id)``: the table's creation, or the
         MERGE (an empty append when nothing was staged)."""
+        if staged.create:  # the MERGE checks its own source
+            files = [f.path for f in staged.files]
+            self.merger.check_unique(files, schema=staged.schema, version=batch_id)
         if staged.create or not staged.files:
             inserted = sum(f.rows for f in staged.files) if staged.create else 0
             figures = MergeFigures(

@@ -20,7 +20,11 @@ Facts about delta-rs (``deltalake`` 1.6) this module relies on, each checked her
   MERGE's commit, like an append's.
 * Two source rows matching one target row fail with "MERGE matched a target row with
   multiple source rows"; two source rows with the same new key are both inserted
-  (no error): keys must be unique within a batch.
+  (no error). So :meth:`KeyedMerge.check_unique` refuses a batch that holds a key twice
+  before delta-rs runs: one rule whether the key is new or in the table.
+* ``t.k = s.k`` is never true for NULL keys (a null key would be inserted again by every
+  batch, and its delete would delete nothing); the predicate matches with
+  ``t.k IS NOT DISTINCT FROM s.k``, which delta-rs's SQL (DataFusion) accepts.
 * The merge's figures come back from ``execute()`` and sit in the commit's
   ``commitInfo.operationMetrics``.
 """
@@ -129,6 +133,39 @@ class KeyedMerge:
                 f"({', '.join(current.names)}). Nothing was written."
             )
 
+    def check_unique(self, files: Sequence[str], *, schema: pa.Schema, version: int) -> None:
+        """Raise :class:`DuplicateKeyError` naming the keys that the staged ``files``
+        (paths relative to the table root) hold more than once (null keys equal each
+        other), before anything is written. Only the key columns are read."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        if not files:
+            return
+        paths = [self.target.location.child(f).path for f in files]
+        keys = (
+            ds.dataset(paths, schema=schema, format="parquet", filesystem=self.target.location.fs)
+            .to_table(columns=list(self.keys))
+            .group_by(list(self.keys), use_threads=False)
+            .aggregate([([], "count_all")])
+        )
+        repeated = keys.filter(pc.greater(keys["count_all"], 1))
+        if not repeated.num_rows:
+            return
+        shown = [
+            ", ".join(f"{k}={row[k]!r}" for k in self.keys) + f" ({row['count_all']} rows)"
+            for row in repeated.slice(0, 5).to_pylist()
+        ]
+        more = f" and {repeated.num_rows - 5} more" if repeated.num_rows > 5 else ""
+        raise DuplicateKeyError(
+            f"Delta table {self.target.uri}: batch {version} holds {repeated.num_rows} key(s) "
+            f"more than once: {'; '.join(shown)}{more}. An upsert takes one row per key "
+            f"({', '.join(self.keys)}) and a batch's row order does not say which wins. "
+            "Reduce the batch to one row per key before the upsert, e.g. aggregate by the "
+            f"keys, or foreachBatch(lambda df, n: upsert(df.dropDuplicates({list(self.keys)!r}"
+            "), n)) to keep any one. Nothing was written."
+        )
+
     # -- the commit --------------------------------------------------------------------
 
     def merge(
@@ -147,8 +184,9 @@ class KeyedMerge:
 
         The source streams in batches of ``batch_size`` rows, one file at a time.
         ``schema`` decides whether the delete column is there (files staged without it
-        only upsert). Raises :class:`DuplicateKeyError` when a key repeats; other errors
-        (commit conflicts among them) are delta-rs's own.
+        only upsert). Keys match null-safely. Raises :class:`DuplicateKeyError` when a
+        key repeats (:meth:`check_unique`, before delta-rs runs); other errors (commit
+        conflicts among them) are delta-rs's own.
         """
         import pyarrow.dataset as ds
         from deltalake import CommitProperties, Transaction
@@ -160,7 +198,10 @@ class KeyedMerge:
             .scanner(batch_size=batch_size, batch_readahead=1, fragment_readahead=1)
             .to_reader()
         )
-        on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in self.keys)
+        self.check_unique(files, schema=schema, version=version)
+        on = " AND ".join(
+            f"{TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)}" for k in self.keys
+        )
         props = CommitProperties(
             custom_metadata=dict(metadata),
             app_transactions=[

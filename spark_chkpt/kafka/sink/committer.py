@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
-from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
@@ -208,7 +210,10 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             barrier = Barrier(
                 app_id=self.app_id, snapshot_id=batch.batch_id, attempts=intent.attempts
             )
-            positions = self._write_barriers(batch.producer, topic=topic, barrier=barrier)
+            written = set(intent.counts) | set(_counts(batch.outputs, topic))
+            positions = self._write_barriers(
+                batch.producer, topic=topic, barrier=barrier, written=written
+            )
             failpoint(FaultPoint.AFTER_BARRIERS, batch.batch_id)
             batch.completed[topic] = self._entry(
                 batch, "complete", topic=topic, index=index, intent=intent, positions=positions
@@ -270,13 +275,19 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         )
         return entry
 
-    def _write_barriers(self, producer: Any, *, topic: str, barrier: Barrier) -> dict[int, int]:
+    def _write_barriers(
+        self, producer: Any, *, topic: str, barrier: Barrier, written: set[int]
+    ) -> dict[int, int]:
         """Step 4: barrier ``barrier`` into every partition of ``topic``, acknowledged;
-        returns each partition's barrier offset. With ``between-barriers`` armed, each
-        barrier is flushed on its own and the kill comes after the first one."""
+        returns each partition's barrier offset. The partitions come from metadata read
+        now (the producer is cached per process and its metadata may predate partitions
+        added to the topic) and from the write tasks' acknowledged counts (``written``):
+        a partition a task wrote to always gets its barrier. With ``between-barriers``
+        armed, each barrier is flushed on its own and the kill comes after the first one."""
         split = armed(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
         futures = {}
-        for partition in sorted(producer.partitions_for(topic)):
+        wait = delivery_timeout_s(self.settings.producer_settings)
+        for partition in sorted(fresh_partitions(producer, topic, written, timeout_s=wait)):
             futures[partition] = producer.send(
                 topic,
                 key=BARRIER_KEY,
@@ -288,7 +299,6 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 flush_within(producer, settings=self.settings.producer_settings)
                 failpoint(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
         flush_within(producer, settings=self.settings.producer_settings)
-        wait = delivery_timeout_s(self.settings.producer_settings)
         return {p: int(f.get(timeout=wait).offset) for p, f in futures.items()}
 
     def _record_of(self, batch: KafkaBatch, sources: Sequence[Any]) -> SnapshotRecord:
@@ -351,6 +361,33 @@ def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:
         )
         for s in sources
     )
+
+
+def fresh_partitions(producer: Any, topic: str, written: set[int], *, timeout_s: float) -> set[int]:
+    """``topic``'s partitions from a metadata request sent now by the kafka-python
+    ``producer`` (its own ``partitions_for`` answers from metadata up to
+    ``metadata.max.age.ms`` old), asked again until they include ``written``; raises
+    :class:`ChkptError` if they still do not after ``timeout_s``."""
+    import threading
+
+    deadline = Deadline.after(seconds=timeout_s)
+    while True:
+        done = threading.Event()
+        future = producer._metadata.request_update()
+        future.add_both(lambda *_, event=done: event.set())
+        producer._sender.wakeup()
+        done.wait(max(0.0, deadline.remaining()))
+        known = set(producer.partitions_for(topic))
+        if written <= known:
+            return known
+        if deadline.expired():
+            raise ChkptError(
+                f"chkpt-kafka: write tasks wrote to partition(s) "
+                f"{sorted(written - known)} of topic {topic}, which its metadata does not list "
+                f"after {timeout_s:.0f}s; no barrier can confirm their records. Nothing was "
+                "committed: Spark retries the batch."
+            )
+        time.sleep(0.1)
 
 
 def _counts(outputs: Sequence[ProducedOutput], topic: str) -> dict[int, int]:

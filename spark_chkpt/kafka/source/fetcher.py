@@ -33,7 +33,12 @@ from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.alignment.cut import RecordFilter
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import DataLossError, KafkaReadError, OffsetOutOfRangeError
+from spark_chkpt.errors import (
+    AlignmentError,
+    DataLossError,
+    KafkaReadError,
+    OffsetOutOfRangeError,
+)
 from spark_chkpt.kafka.client.consumer import RangeConsumer, build_consumer
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.client.pool import POOL, ConsumerPool
@@ -59,6 +64,9 @@ class ReadSpec:
     range: OffsetRange
     markers: bool = False  # the topic carries barriers: never emit them
     filter: RecordFilter | None = None  # drop unconfirmed tagged records before its bound
+    # Read as plain though its alignment is not "none": its control topic (this name) was
+    # not listed. A tagged record or a barrier then means the control topic is gone.
+    missing_control: str | None = None
 
 
 @dataclass
@@ -319,6 +327,8 @@ class RangeFetcher:
             split = bisect.bisect_left(records, end, key=lambda r: r.offset)
             channel.ahead, records = records[split:], records[:split]
         if not spec.markers:
+            if spec.missing_control is not None:
+                _refuse_without_control(spec, records)
             # A topic read as plain may still carry barriers its reader cannot place (the
             # control topic is invisible to it): they are never rows.
             if any(r.headers and is_barrier(r.headers) for r in records):
@@ -438,6 +448,31 @@ class RangeFetcher:
                     partition=channel.tp.partition,
                     schema=self._schema,
                 )
+
+
+def _refuse_without_control(spec: ReadSpec, records: Sequence[Any]) -> None:
+    """A topic planned as plain because its control topic was not listed must not hold
+    the chkpt-kafka sink's records: the sink creates the control topic before any task
+    writes, so a tagged record or a barrier means it was deleted (or is hidden from this
+    reader), and reading on would take failed upstream attempts' records as data."""
+    for record in records:
+        headers = record.headers
+        if headers and (is_barrier(headers) or attempt_of(headers) is not None):
+            what = "a barrier record" if is_barrier(headers) else "a record tagged chkpt.attempt"
+            raise AlignmentError(
+                f"chkpt-kafka: topic {spec.range.tp.topic} holds {what} (partition "
+                f"{spec.range.tp.partition}, offset {record.offset}), written by the "
+                f"chkpt-kafka sink, but its control topic {spec.missing_control} does not "
+                "exist: it was deleted (or this reader may not see it, or the upstream "
+                "query names another controlTopic). Without it this reader cannot tell "
+                "committed records from a failed upstream attempt's, and would read those "
+                f"twice. Create {spec.missing_control} again (one partition, retention.ms=-1"
+                "; restarting the upstream query creates it), then restart this query: "
+                "barriers written after that confirm their attempts, and the barrier records "
+                "already in the topic confirm theirs. Or set option controlTopic to the "
+                "upstream's control topic; or, to read every record including failed "
+                "attempts' (at least once), set alignment=none."
+            )
 
 
 def _unconfirmed(record: Any, confirmed: frozenset[str], seen: set[str], keep_until: int) -> bool:

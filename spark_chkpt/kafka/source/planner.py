@@ -119,8 +119,10 @@ class SourcePlanner:
 
     def barrier_entries(self, topic: str, *, refresh: bool = True) -> list[IndexEntry] | None:
         """The topic's complete barrier index entries; None for a topic without barriers
-        (no control topic), read like Spark's source reads any topic. ``refresh=False``
-        reuses what this reader already read, if it has read the index at all."""
+        (no control topic), read like Spark's source reads any topic (its read tasks
+        refuse the sink's records if they meet any: see ``ReadSpec.missing_control``).
+        ``refresh=False`` reuses what this reader already read, if it has read the index
+        at all."""
         index = self._indexes.get(topic)
         if index is not None and not refresh:
             return index.complete()
@@ -169,22 +171,35 @@ class SourcePlanner:
         pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
         specs = self._read_specs(first, end, modes or {})
         return [
-            [ReadSpec(range=r, markers=specs[r.tp][0], filter=specs[r.tp][1]) for r in group]
+            [
+                ReadSpec(
+                    range=r,
+                    markers=specs[r.tp][0],
+                    filter=specs[r.tp][1],
+                    missing_control=specs[r.tp][2],
+                )
+                for r in group
+            ]
             for group in _group(pieces, self.config.per_task(len(pieces)))
         ]
 
     def _read_specs(
         self, begin: PartitionOffsets, end: PartitionOffsets, modes: Mapping[str, str]
-    ) -> dict[TopicPartition, tuple[bool, RecordFilter | None]]:
-        """Per partition: does its topic carry barriers, and which records to drop."""
-        specs: dict[TopicPartition, tuple[bool, RecordFilter | None]] = {}
+    ) -> dict[TopicPartition, tuple[bool, RecordFilter | None, str | None]]:
+        """Per partition: does its topic carry barriers, which records to drop, and (for
+        a topic read as plain whose alignment is not ``none``) the control topic whose
+        absence the read task must refuse if the topic holds the sink's records."""
+        specs: dict[TopicPartition, tuple[bool, RecordFilter | None, str | None]] = {}
         for topic in sorted({tp.topic for tp in end}):
             tps = [tp for tp in end if tp.topic == topic]
             # latestOffset just read the index up to (at least) this batch's end; a
             # replay in a new process has no index yet and reads it.
             entries = self.barrier_entries(topic, refresh=False)
             if entries is None:
-                specs.update({tp: (False, None) for tp in tps})
+                control = None
+                if self.config.alignment != "none":
+                    control = self.config.control_topic or control_topic_for(topic)
+                specs.update({tp: (False, None, control) for tp in tps})
                 continue
             mode = modes.get(topic, self.config.alignment)
             filters = record_filters(
@@ -194,7 +209,7 @@ class SourcePlanner:
                 end={tp: end[tp] for tp in tps},
                 entries=entries,
             )
-            specs.update({tp: (True, filters.get(tp)) for tp in tps})
+            specs.update({tp: (True, filters.get(tp), None) for tp in tps})
         return specs
 
     def _data_loss(self, message: str) -> None:
