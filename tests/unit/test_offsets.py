@@ -144,4 +144,6 @@ def test_rate_limit_stays_within_lag_and_moves(
     assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
     lag = sum(latest[tp] - start[tp] for tp in start)
     read = sum(end[tp] - start[tp] for tp in start)
-    assert read == lag if lag <= limit else 0 < read <= max(limit, len(start))
+    # Spark rounds a share below 1 up to 1: each partition can add at most one record over
+    # its share (4 partitions of lags 1, 1, 1, 3 at limit 4 read 1 + 1 + 1 + 2 = 5).
+    assert read == lag if lag <= limit else 0 < read <= limit + len(start)
