@@ -188,13 +188,15 @@ def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _broker(bootstrap_servers: str | None) -> Iterator[str]:
-    """The given broker, else an embedded one for the run."""
+    """The given broker, else the real Apache Kafka broker (embedded) for the run: Spark's
+    own connector, which the native rows run, needs Kafka (bench/native.py), and every
+    row must read the same topic on the same broker."""
     if bootstrap_servers:
         yield bootstrap_servers
         return
-    from spark_chkpt.testing.embedded_broker import EmbeddedBroker
+    from spark_chkpt.testing.kafka_broker import EmbeddedKafka
 
-    with EmbeddedBroker() as broker:
+    with EmbeddedKafka() as broker:
         yield broker.bootstrap_servers
 
 
