@@ -21,6 +21,7 @@ removes a name when its fix merges.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,7 +38,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
-    consumes,
     initialize,
     invariant,
     precondition,
@@ -92,7 +92,7 @@ VISIBLE_AFTER = {FaultPoint.AFTER_DELTA_COMMIT, FaultPoint.AFTER_SNAPSHOT}
 LETTERS_AFTER = VISIBLE_AFTER | {FaultPoint.AFTER_DEAD_LETTERS}
 
 
-class Crash(BaseException):  # noqa: N818 - not an error: the process "dies" here
+class Crash(BaseException):
     """The driver process dies at a fail point (raised through ``except Exception``)."""
 
 
@@ -348,20 +348,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         try:
             messages = []
             for task, part in enumerate(sorted(ranges)):
-                if retry_task and task == 0:
-                    failures = iter([True])
-
-                    def fail_once(point: FaultPoint, batch_id: int) -> None:
-                        if next(failures, False):
-                            raise InjectedFailureError("task attempt 0 fails")
-
-                    with failpoints.enabled(FaultPoint.IN_WRITE, fail_once, batch_id=batch):
-                        try:
-                            writer.write(
-                                iter([self._rows(ranges, part)]), batch_id=batch, task=task
-                            )
-                        except InjectedFailureError:
-                            pass  # Spark retries the task
+                if retry_task and task == 0 and crash_at is not FaultPoint.IN_WRITE:
+                    # the task's first attempt fails half-way; Spark runs it again
+                    with (
+                        failpoints.enabled(FaultPoint.IN_WRITE, "fail", batch_id=batch),
+                        contextlib.suppress(InjectedFailureError),
+                    ):
+                        writer.write(iter([self._rows(ranges, part)]), batch_id=batch, task=task)
                 staged, letters = writer.write(
                     iter([self._rows(ranges, part)]), batch_id=batch, task=task
                 )
@@ -639,10 +632,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         app_id = SparkDriver(query.checkpoint).query_id()
         fresh = self._folder("fresh")
         SparkDriver(fresh).start(str(uuid.uuid4()))
-        try:
+        with contextlib.suppress(ChkptError):  # refused: what the rule wants
             self._run(query, checkpoint=fresh, limit=limit)
-        except ChkptError:
-            pass
         shutil.rmtree(query.checkpoint)
         recover_checkpoint(
             table_uri=str(query.table), checkpoint_location=str(query.checkpoint), app_id=app_id
@@ -656,10 +647,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         query = self.main
         if not query.old_checkpoints:
             return
-        try:
+        with contextlib.suppress(ChkptError):  # refused: what the rule wants
             self._run(query, checkpoint=query.old_checkpoints[-1], limit=limit)
-        except (ChkptError, Crash):
-            pass
 
     # -- the invariant -------------------------------------------------------------------------
 
