@@ -30,6 +30,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +48,7 @@ from hypothesis.stateful import (
 from spark_chkpt.delta.sink import committer as delta_committer
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.sink.writer import DeltaWriter
+from spark_chkpt.delta.upsert.committer import DeltaUpsert
 from spark_chkpt.errors import ChkptError, InjectedFailureError
 from spark_chkpt.recovery.rebuild import recover_checkpoint
 from spark_chkpt.savepoint.manifest import create_savepoint
@@ -65,6 +67,8 @@ KNOWN_HOLES: frozenset[str] = frozenset(
         "dead-letters-before-refusal",  # hole 4: a refused start commits its dead letters
         "stale-writer",  # fencing: the old checkpoint runs on after a rewind
         "rewind-dead-letters",  # found here: a rewind leaves the dead-letter table as is
+        "upsert-null-keys",  # hole 5: DeltaUpsert inserts a null key's row every batch
+        "upsert-identity",  # hole 6: DeltaUpsert on a fresh checkpoint goes ahead
     }
 )
 UNFIXED = KNOWN_HOLES - set(os.environ.get("SPARK_CHKPT_SIM_ENABLE", "").split(","))
@@ -194,6 +198,49 @@ class SparkDriver:
         (self.location / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
 
 
+# -- DeltaUpsert's batch without Spark ----------------------------------------------------
+
+
+class FakeBatchFrame:
+    """What :class:`DeltaUpsert` uses of ``foreachBatch``'s DataFrame: its schema,
+    ``mapInArrow`` (the real staging task runs on each "partition" here), the ``noop``
+    write of a replay, and the session's local properties (none: no query id check)."""
+
+    def __init__(self, parts: list[pa.RecordBatch]) -> None:
+        from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+        self.parts = parts
+        self.schema = StructType(
+            [
+                StructField("key", StringType()),
+                StructField("value", LongType()),
+                StructField("_delete", BooleanType()),
+            ]
+        )
+        context = SimpleNamespace(getLocalProperty=lambda name: None)
+        self.sparkSession = SimpleNamespace(sparkContext=context)
+        noop = SimpleNamespace(save=lambda: None)
+        self.write = SimpleNamespace(format=lambda name: SimpleNamespace(mode=lambda m: noop))
+
+    def mapInArrow(self, task: Any, ddl: str) -> Any:
+        rows = [row for part in self.parts for out in task(iter([part])) for row in out.to_pylist()]
+        return SimpleNamespace(collect=lambda: rows)
+
+
+UPSERT_INPUT = pa.schema([("key", pa.string()), ("value", pa.int64()), ("_delete", pa.bool_())])
+
+
+def upsert_row(record: int, *, null_keys: bool) -> tuple[str | None, int, bool]:
+    """The upsert query's row of a source record: its key, value and delete flag."""
+    key = None if null_keys and record % 7 == 3 else f"k{record % 5}"
+    return key, record, record % 6 == 5
+
+
+def reduce_batch(rows: list[tuple[str | None, int, bool]]) -> dict[str | None, tuple[int, bool]]:
+    """One row per key (the last), as an aggregate's output has."""
+    return {key: (value, delete) for key, value, delete in rows}
+
+
 # -- the model -------------------------------------------------------------------------------
 
 
@@ -286,6 +333,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         SparkDriver(query.checkpoint).start(str(uuid.uuid4()))
         self.queries.append(query)
+        self.upsert = Query(
+            name="upsert",
+            table=self._folder("counts"),
+            dead=self._folder("unused"),
+            checkpoint=self._folder("checkpoint"),
+            base={},
+            base_batch=-1,
+        )
+        SparkDriver(self.upsert.checkpoint).start(str(uuid.uuid4()))
+        self.null_keys = "upsert-null-keys" not in UNFIXED
 
     @property
     def main(self) -> Query:
@@ -420,6 +477,51 @@ class ProtocolMachine(RuleBasedStateMachine):
         if visible:
             self._record(query, batch, ranges, visible=True)
 
+    def _upsert(self, checkpoint: Path, *, limit: int, crash_at: FaultPoint | None) -> None:
+        """One micro-batch of a ``foreachBatch(DeltaUpsert(...))`` query."""
+        query = self.upsert
+        spark = SparkDriver(checkpoint)
+        batch, start, planned = spark.next_batch()
+        if planned is None:
+            planned = {p: min(n, start.get(p, 0) + limit) for p, n in self.kafka.ends().items()}
+            spark.plan(batch, planned)
+        ranges = {p: (start.get(p, 0), e) for p, e in planned.items() if e > start.get(p, 0)}
+        parts = []
+        for p, (a, b) in sorted(ranges.items()):
+            rows = [upsert_row(r, null_keys=self.null_keys) for r in self.kafka.logs[p][a:b]]
+            reduced = reduce_batch(rows)  # keys are unique in a batch: across "tasks" too
+            for earlier in parts:
+                reduced = {k: v for k, v in reduced.items() if k not in earlier}
+            parts.append(reduced)
+        batches = [
+            pa.record_batch(
+                [
+                    pa.array(list(part), pa.string()),
+                    pa.array([v for v, _ in part.values()], pa.int64()),
+                    pa.array([d for _, d in part.values()], pa.bool_()),
+                ],
+                schema=UPSERT_INPUT,
+            )
+            for part in parts
+        ]
+        upsert = DeltaUpsert(
+            path=str(query.table), keys=["key"], checkpoint_location=str(checkpoint)
+        )
+        if crash_at is not None:
+            failpoints.enable(crash_at, crash, batch_id=batch)
+        try:
+            upsert(FakeBatchFrame(batches), batch)  # type: ignore[arg-type]
+        except Crash:
+            if crash_at in VISIBLE_AFTER and checkpoint == query.checkpoint:
+                self._record(query, batch, ranges, visible=True)
+            return
+        finally:
+            if crash_at is not None:
+                failpoints.disable(crash_at)
+        spark.commit_log(batch)
+        if checkpoint == query.checkpoint:
+            self._record(query, batch, ranges, visible=True)
+
     # -- the rules ------------------------------------------------------------------------------
 
     @rule(count=st.integers(1, 6), bad=st.integers(0, 2))
@@ -462,6 +564,34 @@ class ProtocolMachine(RuleBasedStateMachine):
             retry_task=retry_task,
             speculative=speculative,
         )
+
+    @rule(
+        limit=st.integers(1, 4),
+        crash_at=st.none()
+        | st.sampled_from(
+            [
+                FaultPoint.IN_WRITE,
+                FaultPoint.AFTER_STAGING,
+                FaultPoint.AFTER_DELTA_COMMIT,
+                FaultPoint.AFTER_SNAPSHOT,
+            ]
+        ),
+    )
+    def upsert_batch(self, limit: int, crash_at: FaultPoint | None) -> None:
+        """A batch of the keyed upsert query (deletes, and null keys once hole 5 is
+        fixed), maybe crashing at a fail point."""
+        self._upsert(self.upsert.checkpoint, limit=limit, crash_at=crash_at)
+
+    @precondition(lambda self: "upsert-identity" not in UNFIXED)
+    @rule(limit=st.integers(1, 4))
+    def upsert_fresh_start(self, limit: int) -> None:
+        """The upsert query's checkpoint is lost and it starts on a new one: refused."""
+        if not self.upsert.batches():
+            return
+        fresh = self._folder("fresh")
+        SparkDriver(fresh).start(str(uuid.uuid4()))
+        with contextlib.suppress(ChkptError):  # refused: what the rule wants
+            self._upsert(fresh, limit=limit, crash_at=None)
 
     @rule(rows=st.integers(1, 3))
     def other_writer(self, rows: int) -> None:
@@ -656,6 +786,27 @@ class ProtocolMachine(RuleBasedStateMachine):
     def tables_hold_the_committed_offsets_once(self) -> None:
         for query in self.queries:
             self._check(query)
+        self._check_upsert()
+
+    def _check_upsert(self) -> None:
+        query = self.upsert
+        expected: dict[str | None, int] = {}
+        for event in query.batches():
+            rows = [
+                upsert_row(r, null_keys=self.null_keys) for r in self.kafka.records(event.ranges)
+            ]
+            for key, (value, delete) in reduce_batch(rows).items():
+                if delete:
+                    expected.pop(key, None)
+                else:
+                    expected[key] = value
+        rows = []
+        if DeltaTable.is_deltatable(str(query.table)):
+            rows = DeltaTable(str(query.table)).to_pyarrow_table(columns=["key", "value"])
+            rows = rows.to_pylist()
+        held = sorted(((r["key"], r["value"]) for r in rows), key=repr)
+        assert held == sorted(expected.items(), key=repr), "upsert: the table's rows"
+        self._check_checkpoint(query)
 
     def _check(self, query: Query) -> None:
         good: Counter[int] = Counter()
@@ -676,6 +827,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             bad.update(r for r in self.kafka.records(event.ranges) if r in self.kafka.poison)
         assert Counter(ids_of(query.table)) == good, f"{query.name}: the table's rows"
         assert Counter(ids_of(query.dead)) == bad, f"{query.name}: the dead letters"
+        self._check_checkpoint(query)
+
+    def _check_checkpoint(self, query: Query) -> None:
+        """The checkpoint resumes where the table's generation ends (or re-runs the
+        batch the table holds last, with the same offsets)."""
         spark = SparkDriver(query.checkpoint)
         if not spark.exists():
             return
