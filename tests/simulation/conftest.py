@@ -19,7 +19,7 @@ SUPPRESSED = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.dat
 settings.register_profile(
     "ci",
     max_examples=2000,
-    stateful_step_count=8,
+    stateful_step_count=12,
     deadline=None,
     database=None,
     suppress_health_check=SUPPRESSED,

@@ -486,13 +486,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             planned = {p: min(n, start.get(p, 0) + limit) for p, n in self.kafka.ends().items()}
             spark.plan(batch, planned)
         ranges = {p: (start.get(p, 0), e) for p, e in planned.items() if e > start.get(p, 0)}
-        parts = []
+        # One row per key (the last), in the "task" of the partition it came from last.
+        last: dict[str | None, tuple[int, int, bool]] = {}
         for p, (a, b) in sorted(ranges.items()):
-            rows = [upsert_row(r, null_keys=self.null_keys) for r in self.kafka.logs[p][a:b]]
-            reduced = reduce_batch(rows)  # keys are unique in a batch: across "tasks" too
-            for earlier in parts:
-                reduced = {k: v for k, v in reduced.items() if k not in earlier}
-            parts.append(reduced)
+            for r in self.kafka.logs[p][a:b]:
+                key, value, delete = upsert_row(r, null_keys=self.null_keys)
+                last.pop(key, None)
+                last[key] = (p, value, delete)
+        parts = [{k: (v, d) for k, (q, v, d) in last.items() if q == p} for p in sorted(ranges)]
         batches = [
             pa.record_batch(
                 [
@@ -524,16 +525,14 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- the rules ------------------------------------------------------------------------------
 
-    @rule(count=st.integers(1, 6), bad=st.integers(0, 2))
-    def produce(self, count: int, bad: int) -> None:
-        self.kafka.produce(count, min(bad, count) if self.poison else 0)
-
     @precondition(lambda self: len(self.kafka.logs) < 4)
     @rule()
     def add_partition(self) -> None:
         self.kafka.add_partition()
 
     @rule(
+        new=st.integers(0, 6),
+        bad=st.integers(0, 2),
         which=st.integers(0, 3),
         limit=st.integers(1, 4),
         crash_at=st.none() | st.sampled_from(CRASH_POINTS),
@@ -543,6 +542,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     )
     def run_batch(
         self,
+        new: int,
+        bad: int,
         which: int,
         limit: int,
         crash_at: FaultPoint | None,
@@ -552,7 +553,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     ) -> None:
         """Plan, stage and commit a batch (a restart first if the last run crashed);
         maybe crash at a fail point, fail the commit, retry a task or run a speculative
-        copy of one."""
+        copy of one. First ``new`` records reach the topic, ``bad`` of them malformed."""
+        self.kafka.produce(new, min(bad, new) if self.poison else 0)
         query = self.queries[which % len(self.queries)]
         if crash_at is FaultPoint.IN_ABORT and not fail_commit:
             crash_at = None  # the abort runs only after a failed commit
@@ -566,6 +568,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
 
     @rule(
+        new=st.integers(0, 6),
         limit=st.integers(1, 4),
         crash_at=st.none()
         | st.sampled_from(
@@ -577,9 +580,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             ]
         ),
     )
-    def upsert_batch(self, limit: int, crash_at: FaultPoint | None) -> None:
+    def upsert_batch(self, new: int, limit: int, crash_at: FaultPoint | None) -> None:
         """A batch of the keyed upsert query (deletes, and null keys once hole 5 is
-        fixed), maybe crashing at a fail point."""
+        fixed), maybe crashing at a fail point; first ``new`` records reach the topic."""
+        self.kafka.produce(new, 0)
         self._upsert(self.upsert.checkpoint, limit=limit, crash_at=crash_at)
 
     @precondition(lambda self: "upsert-identity" not in UNFIXED)
