@@ -315,6 +315,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         for point in FaultPoint:
             failpoints.disable(point)
         shutil.rmtree(self.root, ignore_errors=True)
+        progress = os.environ.get("SPARK_CHKPT_SIM_PROGRESS")
+        if progress:  # a long run counts its schedules in this file (one line each)
+            with open(progress, "a") as out:
+                out.write(f"{len(self.queries)} {len(self.main.events)}\n")
 
     def _folder(self, kind: str) -> Path:
         self.counter += 1
