@@ -703,7 +703,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         query = point.query
         query.old_checkpoints.append(query.checkpoint)
         query.checkpoint = folder
-        query.events = list(point.events)
+        later = query.batches()[-1].batch_id > point.batch_id if query.batches() else False
+        if later or point.generation != query.generation:
+            # The table goes back to snapshot N's commit: what came after it, other
+            # writers' rows too (with a warning today), is undone.
+            query.events = list(point.events)
+        # else: nothing of this query after N, so the table stays as it is (other
+        # writers' rows after N stay)
         query.letters = list(point.letters)
         query.generation += 1
 
