@@ -274,7 +274,7 @@ class Query:
     generation: int = 0
     old_checkpoints: list[Path] = field(default_factory=list)
     restores: list[tuple[SavepointModel, Path]] = field(default_factory=list)
-    vacuumed: bool = False
+    vacuums: int = 0  # VACUUMs so far: a savepoint taken before one cannot rewind
 
     def batches(self) -> list[BatchEvent]:
         return [e for e in self.events if isinstance(e, BatchEvent)]
@@ -295,6 +295,7 @@ class SavepointModel:
     generation: int
     events: tuple[BatchEvent | OtherEvent, ...]
     letters: tuple[BatchEvent, ...]
+    vacuums: int
 
 
 # -- the machine -------------------------------------------------------------------------------
@@ -631,7 +632,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             DeltaTable(str(query.table)).vacuum(
                 retention_hours=0, enforce_retention_duration=False, dry_run=False
             )
-            query.vacuumed = True  # older versions are gone: no rewind to before this
+            query.vacuums += 1  # older versions' files are gone: no rewind to before this
 
     @rule(target=savepoints, crash_in=st.booleans())
     def savepoint(self, crash_in: bool) -> SavepointModel | Any:
@@ -660,7 +661,6 @@ class ProtocolMachine(RuleBasedStateMachine):
             for i, e in enumerate(query.events)
             if isinstance(e, BatchEvent) and e.batch_id == last
         )
-        query.vacuumed = False
         return SavepointModel(
             location=point.location,
             query=query,
@@ -668,11 +668,12 @@ class ProtocolMachine(RuleBasedStateMachine):
             generation=query.generation,
             events=tuple(query.events[: upto + 1]),
             letters=tuple(b for b in query.letters if b.batch_id <= last),
+            vacuums=query.vacuums,
         )
 
     def _restorable(self, point: SavepointModel, *, same_generation: bool = True) -> bool:
         query = point.query
-        if query.vacuumed:
+        if point.vacuums != query.vacuums:
             return False
         if "rewind-dead-letters" in self.unfixed and self.poison:
             return False
