@@ -57,8 +57,8 @@ from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.testing import failpoints
 from spark_chkpt.testing.failpoints import FaultPoint
 
-# The holes of issue 24 this branch has not fixed yet: the operations that show them are
-# off. Remove a name when its fix merges (the simulation then runs the operation).
+# The holes of issue 24 the simulation found (each has a schedule in HOLES below). The
+# operations that show a hole are off until its name is in FIXED.
 # SPARK_CHKPT_SIM_ENABLE=<name>,<name> turns some on for one run (to see a fix work, or a
 # hole's minimal schedule).
 KNOWN_HOLES: frozenset[str] = frozenset(
@@ -72,7 +72,14 @@ KNOWN_HOLES: frozenset[str] = frozenset(
         "upsert-identity",  # hole 6: DeltaUpsert on a fresh checkpoint goes ahead
     }
 )
-UNFIXED = KNOWN_HOLES - set(os.environ.get("SPARK_CHKPT_SIM_ENABLE", "").split(","))
+# The holes whose fixes have merged: their operations run in every schedule, and their
+# schedules below must pass (no longer xfail).
+FIXED: frozenset[str] = frozenset(
+    {
+        "upsert-null-keys",  # KeyedMerge matches keys with IS NOT DISTINCT FROM
+    }
+)
+UNFIXED = (KNOWN_HOLES - FIXED) - set(os.environ.get("SPARK_CHKPT_SIM_ENABLE", "").split(","))
 
 TOPIC = "events"
 OTHER_IDS = 1_000_000_000  # ids of another writer's rows
@@ -882,7 +889,7 @@ TestProtocol = ProtocolMachine.TestCase
 # -- the known holes' schedules ------------------------------------------------------------
 # Each hole's schedule (what the machine finds once the hole's operation is switched on),
 # run as it is: strict xfail while the hole is in UNFIXED, so the test turns red the day
-# the fix merges and the name is still listed (remove it from KNOWN_HOLES then).
+# the fix merges and the name is still listed (add it to FIXED then).
 
 BATCH = {"fail_commit": False, "retry_task": False, "speculative": None, "crash_at": None}
 
