@@ -262,3 +262,41 @@ def test_complete_mode_on_a_table_another_query_writes_is_refused(run: Run) -> N
         )
     assert APP_ID in str(caught.value)
     assert run.ids() == ids_of(0)
+
+
+# -- hole 6: DeltaUpsert's identity rules ----------------------------------------------------
+
+
+class Frame:
+    """What the upsert's checks read of a batch DataFrame before anything is staged (its
+    schema); staging (``mapInArrow``) needs Spark and is never reached when refused."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+        self.schema = StructType(
+            [
+                StructField("id", LongType()),
+                StructField("app", StringType()),
+                StructField("ts", TimestampType()),
+            ]
+        )
+
+
+def test_upsert_from_a_new_query_id_on_a_table_of_the_same_partitions_is_refused(
+    run: Run, tmp_path: Path
+) -> None:
+    from spark_chkpt.delta.upsert.committer import DeltaUpsert, UpsertCommitter
+
+    for b in range(2):
+        run.step(b, ids_of(b))
+    fresh = tmp_path / "lost-and-new"
+    (fresh / "offsets").mkdir(parents=True)
+    (fresh / "metadata").write_text(json.dumps({"id": OTHER_APP}))
+    run.on(fresh).plan(0, {"events": {"0": 10}})
+    upsert = DeltaUpsert(path=str(run.table), keys=["app"], checkpoint_location=str(fresh))
+    before = run.delta().version()
+    with pytest.raises(QueryIdentityError) as caught:
+        UpsertCommitter(upsert=upsert, app_id=OTHER_APP).commit(batch_id=0, batch_df=Frame())
+    assert APP_ID in str(caught.value) and "events-0" in str(caught.value)
+    assert run.delta().version() == before
