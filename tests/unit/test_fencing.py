@@ -300,3 +300,30 @@ def test_upsert_from_a_new_query_id_on_a_table_of_the_same_partitions_is_refused
         UpsertCommitter(upsert=upsert, app_id=OTHER_APP).commit(batch_id=0, batch_df=Frame())
     assert APP_ID in str(caught.value) and "events-0" in str(caught.value)
     assert run.delta().version() == before
+
+
+def test_a_rewind_between_the_old_writers_checks_and_its_commit_fences_it_on_retry(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old query still running through a rewind, at the worst moment: its commit
+    passed the fence and read the table, then the rewind committed. Its commit
+    conflicts (same app id's txn), and the retry is fenced."""
+    for b in range(3):
+        run.step(b, ids_of(b))
+    point = run.savepoint(1)
+    old = run.coordinator()
+    run.plan(3, {"events": {"0": 40}})
+    output = run.stage(3, ids_of(3))
+    checked = old.already_committed
+    raced: list[Any] = []
+
+    def rewound_meanwhile(batch: Any, plan: Any) -> Any:
+        found = checked(batch, plan)
+        if not raced:
+            raced.append(rewind(run, point, "x"))
+        return found
+
+    monkeypatch.setattr(old, "already_committed", rewound_meanwhile)
+    with pytest.raises(FencedError):
+        old.commit(messages=[output], batch_id=3, schema=SCHEMA)
+    assert raced and run.ids() == ids_of(0) + ids_of(1)
