@@ -5,15 +5,16 @@ planned source offsets to ``<checkpointLocation>/offsets/N``. Batch N is snapsho
 Executors stage their output (phase 1: Parquet files for Delta, tagged records for
 Kafka); the sink's driver-side ``commit(messages, N)`` hands it to a coordinator, whose
 :meth:`SnapshotCoordinator.commit` completes the snapshot in five steps. A sink supplies
-only the hooks (``begin``, ``prepare``, ``already_committed``, ``discard``,
-``make_visible``, ``completed``, ``release``):
+only the hooks (``begin``, ``sink_generation``, ``prepare``, ``already_committed``,
+``discard``, ``make_visible``, ``completed``, ``release``):
 
 1. **plan**: the sink's start (``begin``: fail points, orphan cleanup), then Spark's plan
    for the batch, the source offsets it covers (:meth:`SnapshotCoordinator.plan`); then
    the **fence** (:mod:`spark_chkpt.snapshot.epoch`): the sink's generation of the app id
    (``sink_generation``) must not be newer than the checkpoint's, else
-   :class:`~spark_chkpt.errors.FencedError` before anything is visible (checked again at
-   the start of step 3, so a retried commit sees a restore that happened meanwhile);
+   :class:`~spark_chkpt.errors.FencedError` before anything is visible (checked again
+   before each retry of step 3: a restore that committed meanwhile made the commit
+   conflict, and the retry sees its generation);
 2. **prepare**: what must precede the commit, once (DeltaUpsert: the batch's schema
    checked, earlier staged files deleted; Kafka: the barrier producer). Nothing here
    may become visible: a later step can still refuse the batch;
