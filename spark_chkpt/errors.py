@@ -94,6 +94,12 @@ class QueryIdentityError(ChkptError):
     app id, or a copy of a checkpoint running next to the original)."""
 
 
+class FencedError(ChkptError):
+    """A writer of an older generation (epoch: the query id plus a restore generation)
+    tried to commit to a sink that a rewind, restore, fork or ``recover`` has since moved
+    to a newer one. Nothing of the attempt became visible."""
+
+
 class CommitFailureReason(str, Enum):
     """Why phase 2 of a snapshot failed (Flink: ``CheckpointFailureReason``)."""
 

@@ -153,6 +153,9 @@ class IndexEntry:
     # The snapshot's source offsets (Spark's offsets/N, topic-partition offsets only):
     # which run of (app, snapshot) wrote the entry. None in entries written before it.
     sources: tuple[Any, ...] | None = None
+    # The writer's generation of the app id (fencing; 0: a fresh checkpoint's, or an
+    # entry written before generations were).
+    generation: int = 0
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -171,6 +174,7 @@ class IndexEntry:
                 "created_ms": self.created_ms,
                 **({"topic_id": self.topic_id} if self.topic_id else {}),
                 **({} if self.sources is None else {"sources": list(self.sources)}),
+                **({"generation": self.generation} if self.generation else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -196,6 +200,7 @@ class IndexEntry:
             topic_id = doc.get("topic_id")
             if topic_id is not None and not isinstance(topic_id, str):
                 raise InvalidTypeError(f"field 'topic_id' is {topic_id!r}")
+            generation = int(doc.get("generation") or 0)
             raw_sources = doc.get("sources")
             if raw_sources is not None and not isinstance(raw_sources, list):
                 raise InvalidTypeError(f"field 'sources' is {raw_sources!r}")
@@ -213,4 +218,5 @@ class IndexEntry:
             offset=offset,
             topic_id=topic_id,
             sources=None if raw_sources is None else tuple(raw_sources),
+            generation=generation,
         )

@@ -10,6 +10,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.recovery.rebuild import recover_checkpoint
+    from spark_chkpt.snapshot.epoch import read_epoch
 
     snapshot = recover_checkpoint(
         table_uri=args.table, checkpoint_location=args.checkpoint, app_id=args.app_id
@@ -17,7 +18,9 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"checkpoint {args.checkpoint} written: query {snapshot.app_id} resumes at batch "
         f"{snapshot.batch_id + 1}, after Delta version {snapshot.table_version}, from "
-        f"{json.dumps(snapshot.record.source_offsets)}"
+        f"{json.dumps(snapshot.record.source_offsets)}; generation "
+        f"{read_epoch(checkpoint_location=args.checkpoint).generation} (a query still "
+        "running on the lost checkpoint is fenced)"
     )
     return 0
 

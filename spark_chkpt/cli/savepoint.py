@@ -132,10 +132,12 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         checkpoint_location=args.checkpoint,
         mode=args.mode,
         table=args.table,
+        discard_other_writers=[w.strip() for w in args.discard_other_writers.split(",") if w],
     )
     print(
         f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
-        f"{result.query_id} resumes at batch {result.resumes_at}"
+        f"{result.query_id} resumes at batch {result.resumes_at}, generation "
+        f"{result.generation} (writers of older generations are fenced)"
     )
     if result.restore_version is not None:
         print(
@@ -192,5 +194,12 @@ def add_parser(sub: Any) -> None:
         "--table",
         default=None,
         help="rewind: the table (default: the manifest's); fork: the new table, checked to differ",
+    )
+    restore.add_argument(
+        "--discard-other-writers",
+        default="",
+        metavar="APP_ID,...",
+        help="rewind: the other writers (app ids; no-app-id for commits without one) whose "
+        "commits after the snapshot the rewind may undo (default: none, refused)",
     )
     restore.set_defaults(run=_savepoint_restore)

@@ -106,6 +106,61 @@ def check_replay(
     return commit, record
 
 
+def other_writers(table: Any) -> dict[str, tuple[int, SnapshotRecord]]:
+    """Per app id, the Delta version and snapshot record of its newest commit in the
+    table's history (the writers whose commits carry a record)."""
+    newest: dict[str, tuple[int, SnapshotRecord]] = {}
+    for entry in table.history():  # newest first
+        text = entry.get(SNAPSHOT_KEY)
+        if not text:
+            continue
+        try:
+            record = SnapshotRecord.from_json(text)
+        except (ValueError, TypeError):
+            continue
+        newest.setdefault(record.app_id, (int(entry["version"]), record))
+    return newest
+
+
+def refuse_overlap(
+    *, target: DeltaTarget, table: Any, app_id: str, sources: Sequence[Any], writer: str
+) -> None:
+    """This app id's first commit to a table that holds snapshots of another query
+    reading the same topic-partitions: its checkpoint was lost or replaced (a new query
+    id, a changed app id, a fork started on the original table), and it would write what
+    the table has again. Refuse, naming the recovery."""
+    mine = partitions_of(sources)
+    if not mine:
+        return
+    uri = target.uri
+    for other, (version, record) in sorted(other_writers(table).items()):
+        shared = mine & partitions_of(record.source_offsets)
+        if other == app_id or not shared:
+            continue
+        raise QueryIdentityError(
+            f"{writer}: {uri} already holds snapshots of query {other} (last: batch "
+            f"{record.batch_id}, Delta version {version}, query name "
+            f"{record.query_name!r}) reading the same topic-partitions "
+            f"({', '.join(sorted(shared)[:5])}); this query ({app_id}) writes to it "
+            "for the first time and would write that data again. If the checkpoint was "
+            f"lost: spark-chkpt recover --table {uri} --checkpoint <new folder> --app-id "
+            f"{other}, then start the query on the new folder. If two queries must write "
+            "the same partitions, set the sink option otherWriters=allow (chkpt-delta). "
+            "Nothing was committed."
+        )
+
+
+def partitions_of(sources: Sequence[Any]) -> set[str]:
+    """``topic-partition`` names a batch's source offsets cover (Kafka-shaped sources)."""
+    names: set[str] = set()
+    for source in sources:
+        if isinstance(source, dict):
+            for topic, parts in source.items():
+                if topic != META_KEY and isinstance(parts, dict):
+                    names.update(f"{topic}-{p}" for p in parts)
+    return names
+
+
 def positions(sources: Sequence[Any]) -> list[Any]:
     """Each source's end offsets without the alignment report (``__chkpt__``): what two
     plans of one batch must share."""

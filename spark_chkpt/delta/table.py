@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -41,6 +41,7 @@ from spark_chkpt.errors import (
     SchemaMismatchError,
 )
 from spark_chkpt.fs import Location, resolve
+from spark_chkpt.snapshot.epoch import generation_app_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +67,7 @@ class TxnCommit:
 
     version: int
     info: dict[str, Any]
+    txns: dict[str, int] = field(default_factory=dict)  # every txn it set (commit_at)
 
 
 class DeltaTarget:
@@ -186,6 +188,58 @@ class DeltaTarget:
             partition_by=list(partition_by) or None,
             commit_properties=props,
         )
+
+    def generation(self, table: Any | None, *, app_id: str) -> int | None:
+        """The generation of ``app_id`` the table records (:mod:`spark_chkpt.snapshot.epoch`;
+        None: none recorded, a table no restore or recover of the app id touched)."""
+        if table is None:
+            return None
+        version = table.transaction_version(generation_app_id(app_id))
+        return int(version) if version is not None else None
+
+    def start_generation(
+        self, table: Any, *, app_id: str, generation: int, metadata: Mapping[str, Any]
+    ) -> None:
+        """An empty commit that records ``generation`` of ``app_id`` (``recover``, or a
+        rewind with nothing to roll back): from it on, writers of older generations of
+        the app id are fenced."""
+        from deltalake import CommitProperties, Transaction
+
+        table.create_write_transaction(
+            [],
+            "append",
+            table.schema(),
+            partition_by=list(table.metadata().partition_columns) or None,
+            commit_properties=CommitProperties(
+                custom_metadata=dict(metadata),
+                app_transactions=[
+                    Transaction(
+                        app_id=generation_app_id(app_id),
+                        version=generation,
+                        last_updated=int(time.time() * 1000),
+                    )
+                ],
+            ),
+        )
+
+    def commit_at(self, version: int) -> TxnCommit | None:
+        """The commit of Delta ``version`` (its commitInfo and txn versions by app id), or
+        None when its JSON commit is gone."""
+        try:
+            text = self.location.child("_delta_log", f"{version:020d}.json").read_text()
+        except FileNotFoundError:
+            return None
+        info: dict[str, Any] = {}
+        txns: dict[str, int] = {}
+        for line in text.splitlines():
+            if '"commitInfo"' not in line and '"txn"' not in line:
+                continue
+            action = json.loads(line)
+            if isinstance(action.get("commitInfo"), dict):
+                info = dict(action["commitInfo"])
+            elif isinstance(action.get("txn"), dict):
+                txns[str(action["txn"].get("appId"))] = int(action["txn"]["version"])
+        return TxnCommit(version=version, info=info, txns=txns)
 
     def find_txn_commit(self, table: Any, *, app_id: str, txn_version: int) -> TxnCommit | None:
         """The commit whose ``txn`` action set ``app_id`` to ``txn_version``, or None.

@@ -10,6 +10,11 @@ Spark reads on restart) and ``commits/N``. A query
 started on it resumes at batch N+1 from exactly where the table ends, and its commits
 go on under the same ``txn(appId)``: nothing read twice, nothing skipped.
 
+A recover starts a new generation of the query's app id (:mod:`spark_chkpt.snapshot.epoch`):
+one above the table's, written to the new checkpoint (``chkpt/epoch.json``) and then to
+the table (an empty commit carrying ``txn(<appId>#generation, g)``). From then on the
+"lost" checkpoint, should it still run somewhere, is fenced.
+
 Only stateless queries can be recovered this way: the keyed state of a stateful query
 lives in the lost folder (Spark fails to load it and says so; use a savepoint).
 """
@@ -23,8 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import RecoveryError
 from spark_chkpt.fs import Location, qualify, resolve
+from spark_chkpt.snapshot.epoch import StartedBy, write_epoch
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 
@@ -120,6 +127,9 @@ def recover_checkpoint(
     record = snapshot.record
     batch = record.batch_id
     entry = offset_log_entry(sources=record.source_offsets)
+    target = DeltaTarget(uri=table_uri, storage_options=storage_options)
+    table = target.open()
+    generation = (target.generation(table, app_id=record.app_id) or 0) + 1
     write_checkpoint(
         checkpoint_location=checkpoint_location,
         query_id=record.app_id,
@@ -130,6 +140,17 @@ def recover_checkpoint(
         previous_offsets=entry if batch > 0 else None,
         commit='v1\n{"nextBatchWatermarkMs":0}',
         record=record,
+        generation=(generation, "recover", table_uri),
+    )
+    target.start_generation(
+        table,
+        app_id=record.app_id,
+        generation=generation,
+        metadata={
+            "chkpt.generation": json.dumps(
+                {"recover": checkpoint_location, "generation": generation}
+            )
+        },
     )
     log.warning(
         "recovered %s from %s: query %s resumes at batch %d after Delta version %d, from %s",
@@ -153,6 +174,7 @@ def write_checkpoint(
     commit: str,
     record: SnapshotRecord | None,
     before_metadata: Callable[[Location], None] | None = None,
+    generation: tuple[int, StartedBy, str] | None = None,
 ) -> None:
     """Write a Spark checkpoint at ``checkpoint_location`` (which must hold none) whose
     query ``query_id`` resumes at batch ``batch_id + 1``: ``offsets/N-1`` (Spark reads
@@ -176,6 +198,9 @@ def write_checkpoint(
         SnapshotStore(checkpoint_location=qualify(checkpoint_location)).put(record)
     if before_metadata is not None:
         before_metadata(root)
+    if generation is not None:
+        number, started_by, source = generation
+        write_epoch(root, generation=number, started_by=started_by, source=source)
     root.child("metadata").write_atomic(json.dumps({"id": query_id}))
 
 

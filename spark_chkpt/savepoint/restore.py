@@ -19,22 +19,32 @@ The protocol (``# Step N`` in the body):
 
 1. the savepoint: complete (its manifest) and whole (every file it lists, by size);
 2. the mode against the sink: a rewind needs the table (the manifest's, or ``table``,
-   which must then be the same), the table must hold snapshot N's commit, and no other
-   query may have committed to it after N (their batches would be lost);
-3. the checkpoint: ``chkpt/restore.json`` first (what is being restored), then Spark's
-   files through :func:`spark_chkpt.recovery.rebuild.write_checkpoint`, the state
-   copied before ``metadata``, which comes last;
-4. rewind only: the table restore. It comes after the checkpoint: a crash between the
-   two leaves a checkpoint at N over a table at M > N, whose batches N + 1 ... M are
-   replays the sink recognises (same offsets) or refuses (other offsets), never
-   duplicates; running the restore again finishes it.
+   which must then be the same); the table must hold snapshot N's own commit (the
+   manifest's Delta version, whose source offsets are the savepoint's: not batch N of a
+   later timeline); no other writer may have committed to it after N (their commits
+   would be undone) unless ``discard_other_writers`` names each of them. The new
+   generation (:mod:`spark_chkpt.snapshot.epoch`): one above the table's for a rewind,
+   1 for a fork's new query id;
+3. a restore run again on its folder finishes an unfinished one, and is refused once the
+   query ran on the folder past N (it would roll the table back under that query);
+4. the checkpoint: ``chkpt/restore.json`` first (what is being restored), then Spark's
+   files and the epoch (``chkpt/epoch.json``) through
+   :func:`spark_chkpt.recovery.rebuild.write_checkpoint`, the state copied before
+   ``metadata``, which comes last;
+5. rewind only: the table restore, carrying the new generation (writers of older ones,
+   the old checkpoint restarted or still running, are fenced from then on; a rewind
+   with nothing to undo records the generation in an empty commit). It comes after the
+   checkpoint: a crash between the two leaves a checkpoint at N over a table at
+   M > N, whose batches N + 1 ... M are replays the sink recognises (same offsets)
+   or refuses (other offsets), never duplicates; running the restore again finishes it.
 
 Spark's own state checks (the state schema of each operator, the number of
 partitions) run when the query starts: :func:`explain_start_error` turns them into a
 sentence naming the savepoint.
 
 (Over 400 lines: rewind and fork share every check and step but the table's; the
-error messages that name the way out take the rest.)
+checks that keep a rewind on the savepoint's own timeline, and the error messages that
+name the way out, take the rest.)
 """
 
 from __future__ import annotations
@@ -43,11 +53,12 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.replay import describe_offsets, positions
+from spark_chkpt.delta.table import DeltaTarget, TxnCommit
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
@@ -57,7 +68,8 @@ from spark_chkpt.savepoint.manifest import (
     load_savepoint,
     verify_files,
 )
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+from spark_chkpt.snapshot.epoch import generation_app_id, writer_of
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR
 
 log = logging.getLogger(__name__)
@@ -66,6 +78,7 @@ RestoreMode = Literal["rewind", "fork"]
 RESTORE_FILE = "chkpt/restore.json"
 REWIND_KEY = "chkpt.rewind"  # commitInfo of a rewind's restore commit
 _SPARK_LOGS = ("metadata", "offsets/", "commits/", f"{STORE_DIR}/")
+NO_APP_ID = "no-app-id"  # names, in --discard-other-writers, commits without any txn
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,7 @@ class RestoreResult:
     rolled_back_from: int | None = None  # the table's version before the rewind
     restore_version: int | None = None  # the restore commit's version (None: nothing to undo)
     others_rolled_back: int = 0  # commits without any txn after N that the rewind undid
+    generation: int = 0  # the new checkpoint's generation (snapshot/epoch.py)
 
 
 def restore_savepoint(
@@ -91,9 +105,12 @@ def restore_savepoint(
     mode: RestoreMode,
     table: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    discard_other_writers: Sequence[str] = (),
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
-    the same savepoint) from the savepoint at ``savepoint``; see the module docstring."""
+    the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
+    ``discard_other_writers`` names the other writers (app ids, or ``no-app-id``) whose
+    commits after N a rewind may undo."""
     if mode not in ("rewind", "fork"):
         raise SavepointError(f"restore mode {mode!r}: rewind or fork")
     # Step 1
@@ -105,8 +122,9 @@ def restore_savepoint(
     target: DeltaTarget | None = None
     if mode == "rewind":
         target = _rewind_target(point, table, storage_options)
-        _check_table(point, target)
+        state = _check_table(point, target, discard_other_writers)
         query_id = manifest.query_id
+        generation = (target.generation(state.table, app_id=state.app_id) or 0) + 1
     else:
         if table is not None and sink is not None and _same(table, sink.target):
             raise SavepointError(
@@ -114,7 +132,8 @@ def restore_savepoint(
                 "new table (or restore with mode rewind to roll that table back)"
             )
         query_id = str(uuid.uuid4())
-    # Step 3
+        generation = 1
+    # Steps 3 and 4
     location = qualify(checkpoint_location)
     root = resolve(location)
     marker = {
@@ -138,6 +157,9 @@ def restore_savepoint(
         )
     if previous is not None:
         query_id = str(previous["query_id"])
+        generation = int(previous.get("generation", generation))
+        if root.child("metadata").exists():
+            _refuse_moved_on(root, location, manifest.batch_id)
     if previous is None or not root.child("metadata").exists():
         if previous is None and checkpoint_in_use(root) is not None:
             raise SavepointError(
@@ -146,9 +168,9 @@ def restore_savepoint(
             )
         _clear_partial(root)
         root.child(*RESTORE_FILE.split("/")).write_atomic(
-            json.dumps({**marker, "query_id": query_id}, indent=2) + "\n"
+            json.dumps({**marker, "query_id": query_id, "generation": generation}, indent=2) + "\n"
         )
-        _write(point, location, query_id, mode)
+        _write(point, location, query_id, mode, generation)
     result = RestoreResult(
         checkpoint_location=location,
         mode=mode,
@@ -156,10 +178,11 @@ def restore_savepoint(
         query_id=query_id,
         resumes_at=manifest.batch_id + 1,
         table=target.uri if target is not None else None,
+        generation=generation,
     )
-    # Step 4
+    # Step 5
     if target is not None:
-        result = _rewind_table(point, target, result)
+        result = _rewind_table(point, target, result, discard_other_writers, generation)
     log.warning(
         "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
         point.location,
@@ -171,7 +194,28 @@ def restore_savepoint(
     return result
 
 
-def _write(point: Savepoint, location: str, query_id: str, mode: RestoreMode) -> None:
+def _refuse_moved_on(root: Location, location: str, batch: int) -> None:
+    """A restore run again on a folder its query already ran from (hole 1 of issue 24):
+    rolling the table back under it would lose the batches it committed since."""
+    later = [
+        int(i.base_name)
+        for i in root.child("offsets").list()
+        if i.base_name.isdigit() and int(i.base_name) > batch
+    ]
+    if later:
+        raise SavepointError(
+            f"{location} already holds this restore, and the query ran on it to batch "
+            f"{max(later)}: running the restore again would roll the table back to "
+            f"snapshot {batch} under it and lose batches {batch + 1}..{max(later)}. To go "
+            f"on, start the query on {location}. To go back to snapshot {batch} again, "
+            "restore into an empty folder (a query still running on this one is then "
+            "fenced). Nothing was changed."
+        )
+
+
+def _write(
+    point: Savepoint, location: str, query_id: str, mode: RestoreMode, generation: int
+) -> None:
     """Spark's files from the savepoint's checkpoint copy, the state before metadata."""
     manifest = point.manifest
     source = resolve(point.checkpoint)
@@ -196,6 +240,7 @@ def _write(point: Savepoint, location: str, query_id: str, mode: RestoreMode) ->
         commit=source.child("commits", str(batch)).read_text(),
         record=record,
         before_metadata=copy_rest,
+        generation=(generation, mode, point.location),
     )
 
 
@@ -241,9 +286,13 @@ class _TableState:
     plain: int
 
 
-def _check_table(point: Savepoint, target: DeltaTarget) -> _TableState:
-    """Step 2 of a rewind (again at step 4): the table holds snapshot N's commit and no
-    other query committed after it."""
+def _check_table(
+    point: Savepoint, target: DeltaTarget, discard_other_writers: Sequence[str] = ()
+) -> _TableState:
+    """Step 2 of a rewind (again at step 4): the table holds snapshot N's own commit
+    (the manifest's Delta version, from the savepoint's source offsets: not a commit of
+    batch N on a later timeline), and no other writer committed after it, unless
+    ``discard_other_writers`` names each of them."""
     manifest = point.manifest
     batch = manifest.batch_id
     app_id = manifest.sink.app_id if manifest.sink is not None else manifest.query_id
@@ -251,48 +300,98 @@ def _check_table(point: Savepoint, target: DeltaTarget) -> _TableState:
     if table is None:
         raise SavepointError(f"{target.uri} is not a Delta table: nothing to rewind")
     done = table.transaction_version(app_id)
-    commit = target.find_txn_commit(table, app_id=app_id, txn_version=batch)
-    if commit is None or done is None or done < batch:
-        raise SavepointError(
-            f"{target.uri} does not hold snapshot {batch} of query {app_id} (its txn is "
-            f"{done}; the commit that set it to {batch} is not in the log): it is not the "
-            "table this savepoint's query wrote, or its history was cleaned up"
-        )
+    commit = _snapshot_commit(point, target, table, app_id)
     current = int(table.version())
     others, plain = _commits_after(target, commit.version, current, app_id)
-    if others:
+    if plain:
+        others.add(NO_APP_ID)
+    undone = sorted(others - set(discard_other_writers))
+    if undone:
         raise SavepointError(
             f"{target.uri}: after snapshot {batch} (Delta version {commit.version}) other "
-            f"queries committed to the table ({', '.join(sorted(others))}); rolling it back "
-            "would lose their batches. Rewind is for a table one query writes; restore "
-            "with --mode fork instead."
+            f"writers committed to the table ({', '.join(undone)}; {NO_APP_ID}: commits "
+            "without an app id); rolling it back would undo their commits. Restore with "
+            "--mode fork instead, or, to undo them on purpose, name them: "
+            f"--discard-other-writers {','.join(sorted(others))}. Nothing was changed."
         )
     return _TableState(
         table=table,
         app_id=app_id,
         snapshot_version=commit.version,
         current=current,
-        done=done,
+        done=done if done is not None else -1,
         plain=plain,
     )
 
 
-def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) -> RestoreResult:
-    """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)``."""
+def _snapshot_commit(point: Savepoint, target: DeltaTarget, table: Any, app_id: str) -> TxnCommit:
+    """The commit that made snapshot N visible, checked against the savepoint's offsets."""
+    manifest = point.manifest
+    batch = manifest.batch_id
+    version = manifest.sink.table_version if manifest.sink is not None else None
+    if version is not None:
+        commit = target.commit_at(version)
+        if commit is not None and commit.txns.get(app_id) != batch:
+            commit = None
+    else:
+        commit = target.find_txn_commit(table, app_id=app_id, txn_version=batch)
+    if commit is None:
+        where = f"Delta version {version}" if version is not None else "the commit that set it"
+        raise SavepointError(
+            f"{target.uri} does not hold snapshot {batch} of query {app_id} ({where} is "
+            "not in the log, or does not set its txn to it): it is not the table this "
+            "savepoint's query wrote, or its history was cleaned up"
+        )
+    text = commit.info.get(SNAPSHOT_KEY)
+    if text:
+        record = SnapshotRecord.from_json(text)
+        if positions(record.source_offsets) != positions(manifest.source_offsets):
+            raise SavepointError(
+                f"{target.uri}: its commit of batch {batch} (Delta version "
+                f"{commit.version}) came from source offsets "
+                f"{describe_offsets(record.source_offsets)}, but savepoint "
+                f"{manifest.savepoint_id} holds batch {batch} from "
+                f"{describe_offsets(manifest.source_offsets)}: that commit belongs to "
+                "another timeline (a rewind ran the batch again with other boundaries). "
+                "Nothing was changed."
+            )
+    return commit
+
+
+def _rewind_table(
+    point: Savepoint,
+    target: DeltaTarget,
+    result: RestoreResult,
+    discard_other_writers: Sequence[str],
+    generation: int,
+) -> RestoreResult:
+    """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)`` and the new
+    generation ``txn(<appId>#generation, g)``, which fences the writers of older ones."""
     from deltalake import CommitProperties, Transaction
 
     manifest = point.manifest
     batch = manifest.batch_id
-    state = _check_table(point, target)
-    if state.done == batch:  # nothing of this app after N (a stop with savepoint): keep it
+    state = _check_table(point, target, discard_other_writers)
+    rewind_info = {
+        "savepoint": manifest.savepoint_id,
+        "batch_id": batch,
+        "from_version": state.current,
+        "to_version": state.snapshot_version,
+        "generation": generation,
+    }
+    if state.done == batch and _at_snapshot(target, state):
+        # Nothing of this app after N (a stop with savepoint): keep the table, but
+        # record the new generation so that writers of older ones are fenced.
+        if (target.generation(state.table, app_id=state.app_id) or 0) < generation:
+            target.start_generation(
+                state.table,
+                app_id=state.app_id,
+                generation=generation,
+                metadata={REWIND_KEY: json.dumps(rewind_info)},
+            )
         return replace(result, rolled_back_from=state.current)
     record = manifest.snapshot_record()
-    metadata: dict[str, Any] = {
-        "chkpt.batchId": batch,
-        REWIND_KEY: json.dumps(
-            {"savepoint": manifest.savepoint_id, "batch_id": batch, "from_version": state.current}
-        ),
-    }
+    metadata: dict[str, Any] = {"chkpt.batchId": batch, REWIND_KEY: json.dumps(rewind_info)}
     if record is not None:
         metadata[SNAPSHOT_KEY] = replace(record, table_version=state.snapshot_version).to_json()
     try:
@@ -303,7 +402,12 @@ def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) 
                 app_transactions=[
                     Transaction(
                         app_id=state.app_id, version=batch, last_updated=int(time.time() * 1000)
-                    )
+                    ),
+                    Transaction(
+                        app_id=generation_app_id(state.app_id),
+                        version=generation,
+                        last_updated=int(time.time() * 1000),
+                    ),
                 ],
             ),
         )
@@ -317,7 +421,8 @@ def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) 
     after = target.open()
     if state.plain:
         log.warning(
-            "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id",
+            "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id "
+            "(named by --discard-other-writers)",
             target.uri,
             batch,
             state.plain,
@@ -328,6 +433,21 @@ def _rewind_table(point: Savepoint, target: DeltaTarget, result: RestoreResult) 
         restore_version=int(after.version()) if after is not None else None,
         others_rolled_back=state.plain,
     )
+
+
+def _at_snapshot(target: DeltaTarget, state: _TableState) -> bool:
+    """Whether the app's newest commit of batch N is snapshot N's own (or a rewind's
+    restore to it), not batch N of a later timeline."""
+    latest = target.find_txn_commit(state.table, app_id=state.app_id, txn_version=state.done)
+    if latest is None:
+        return False
+    if latest.version == state.snapshot_version:
+        return True
+    try:
+        rewound = json.loads(latest.info.get(REWIND_KEY) or "{}")
+    except ValueError:
+        return False
+    return isinstance(rewound, dict) and rewound.get("to_version") == state.snapshot_version
 
 
 def _commits_after(
@@ -347,7 +467,7 @@ def _commits_after(
             if '"txn"' in line:
                 txn = json.loads(line).get("txn")
                 if isinstance(txn, dict):
-                    apps.add(str(txn.get("appId")))
+                    apps.add(writer_of(str(txn.get("appId"))))
         if not apps:
             plain += 1
         others |= apps - {app_id}

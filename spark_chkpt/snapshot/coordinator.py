@@ -5,13 +5,19 @@ planned source offsets to ``<checkpointLocation>/offsets/N``. Batch N is snapsho
 Executors stage their output (phase 1: Parquet files for Delta, tagged records for
 Kafka); the sink's driver-side ``commit(messages, N)`` hands it to a coordinator, whose
 :meth:`SnapshotCoordinator.commit` completes the snapshot in five steps. A sink supplies
-only the hooks (``begin``, ``prepare``, ``already_committed``, ``discard``,
-``make_visible``, ``completed``, ``release``):
+only the hooks (``begin``, ``sink_generation``, ``prepare``, ``already_committed``,
+``discard``, ``make_visible``, ``completed``, ``release``):
 
 1. **plan**: the sink's start (``begin``: fail points, orphan cleanup), then Spark's plan
-   for the batch, the source offsets it covers (:meth:`SnapshotCoordinator.plan`);
-2. **prepare**: what must precede the commit, once (Delta: the dead letters' own commit;
-   DeltaUpsert: the batch's schema checked, earlier staged files deleted);
+   for the batch, the source offsets it covers (:meth:`SnapshotCoordinator.plan`); then
+   the **fence** (:mod:`spark_chkpt.snapshot.epoch`): the sink's generation of the app id
+   (``sink_generation``) must not be newer than the checkpoint's, else
+   :class:`~spark_chkpt.errors.FencedError` before anything is visible (checked again
+   before each retry of step 3: a restore that committed meanwhile made the commit
+   conflict, and the retry sees its generation);
+2. **prepare**: what must precede the commit, once (DeltaUpsert: the batch's schema
+   checked, earlier staged files deleted; Kafka: the barrier producer). Nothing here
+   may become visible: a later step can still refuse the batch;
 3. **idempotency**: the sink says whether batch N is already in it
    (``already_committed``; Delta: ``txn(appId) >= N``; Kafka: a ``complete`` index
    entry). If so, this attempt's output is discarded (``discard``) and
@@ -49,6 +55,7 @@ from spark_chkpt.errors import (
 )
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
+from spark_chkpt.snapshot.epoch import Epoch, check_fence, read_epoch
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
@@ -66,6 +73,7 @@ class Batch:
 
     batch_id: int
     attempts: Sequence[str] = ()  # the attempts a duplicate's record names
+    epoch: Epoch = field(default_factory=Epoch)  # the checkpoint's, read at step 1
     started: float = field(default_factory=time.monotonic)
 
 
@@ -116,6 +124,8 @@ class SnapshotCoordinator(Generic[B]):
             # Step 1
             self.begin(batch)
             plan = self.plan(batch_id)
+            batch.epoch = read_epoch(checkpoint_location=self.checkpoint.uri)
+            self.fence(batch)
             # Step 2
             self.prepare(batch, plan)
             record = retry_conflicts(
@@ -129,6 +139,8 @@ class SnapshotCoordinator(Generic[B]):
 
     def _complete(self, batch: B, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
         # Step 3
+        if retry:
+            self.fence(batch)
         earlier = self.already_committed(batch, plan)
         if earlier is not None:
             self.discard(batch)
@@ -146,7 +158,22 @@ class SnapshotCoordinator(Generic[B]):
         # Step 5
         return self.finish(self.completed(batch, record))
 
+    def fence(self, batch: B) -> None:
+        """Step 1's end: refuse a writer older than the sink's generation of the app id."""
+        check_fence(
+            writer=self.sink,
+            target=self.target_name,
+            app_id=self.app_id,
+            checkpoint=self.checkpoint.uri,
+            mine=batch.epoch,
+            theirs=self.sink_generation(batch),
+        )
+
     # -- the hooks -------------------------------------------------------------------------
+
+    def sink_generation(self, batch: B) -> int | None:
+        """The generation of this app id the sink records (None: it records none)."""
+        return None
 
     def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> B:
         """The sink's :class:`Batch` of one commit call."""

@@ -352,3 +352,45 @@ def test_stop_with_savepoint_loses_nothing(
         )
     )
     assert event_ids(tmp_path / "table") == list(range(events))
+
+
+def test_restore_run_twice_and_the_old_checkpoint_lose_nothing(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """Issue 24, hole 1 and fencing, as a user runs them: rewind to snapshot 1, run the
+    query on the new folder to its end, run the same restore command again (refused:
+    the query moved on), then start the old checkpoint by mistake (fenced). Every event
+    ends in the table once."""
+    events, per_batch = 4000, 1000
+    topic = make_topic(partitions=2)
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=events)
+    work = tmp_path / "shell"
+    work.mkdir()
+    finish(start(job("kafka_to_delta", tmp_path, bootstrap_servers, topic, per_batch=per_batch),
+                 tmp_path))  # fmt: skip
+    made = cli(work, "savepoint", "create", str(tmp_path / "chk"), "--dir", str(tmp_path / "sp"),
+               "--batch", "1")  # fmt: skip
+    assert made.returncode == 0, made.stderr[-2000:]
+    restore = ("savepoint", "restore", made.stdout.strip(), "--checkpoint",
+               str(tmp_path / "chk2"), "--mode", "rewind")  # fmt: skip
+    first = cli(work, *restore)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "resumes at batch 2, generation 1" in first.stdout
+    assert len(event_ids(tmp_path / "table")) == 2 * per_batch
+    finish(start(job("kafka_to_delta", tmp_path, bootstrap_servers, topic, checkpoint="chk2",
+                     per_batch=per_batch), tmp_path))  # fmt: skip
+    assert event_ids(tmp_path / "table") == list(range(events))
+
+    again = cli(work, *restore)
+    assert again.returncode != 0 and "ran on it to batch 3" in again.stderr, again.stderr[-2000:]
+    assert event_ids(tmp_path / "table") == list(range(events))
+
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=events, count=500)
+    stale = run(job("kafka_to_delta", tmp_path, bootstrap_servers, topic, per_batch=per_batch),
+                tmp_path)  # fmt: skip
+    assert stale.returncode != 0 and "FencedError" in stale.stderr, stale.stderr[-3000:]
+    assert "generation 0" in stale.stderr and "generation 1" in stale.stderr
+    assert event_ids(tmp_path / "table") == list(range(events))
+    finish(start(job("kafka_to_delta", tmp_path, bootstrap_servers, topic, checkpoint="chk2",
+                     per_batch=per_batch), tmp_path))  # fmt: skip
+    assert event_ids(tmp_path / "table") == list(range(events + 500))

@@ -195,7 +195,9 @@ def test_rewind_checks(tmp_path: Path, ran: tuple[Path, Path]) -> None:
             table=str(table),
         )
     commit_batch(table, 0, app="another-query")  # another query writes the table
-    with pytest.raises(SavepointError, match=r"other queries committed.*another-query"):
+    with pytest.raises(
+        SavepointError, match=r"other writers committed.*another-query.*discard-other-writers"
+    ):
         restore_savepoint(
             savepoint=point.location, checkpoint_location=str(tmp_path / "c"), mode="rewind"
         )

@@ -36,7 +36,8 @@ LAYERS = {
     "spark_chkpt.state": set(),
     "spark_chkpt.kafka.client": set(),
     "spark_chkpt.snapshot": {"spark_chkpt.state"},
-    "spark_chkpt.recovery": {"spark_chkpt.snapshot"},
+    # A recover reads the table's records and starts a new generation in it.
+    "spark_chkpt.recovery": {"spark_chkpt.snapshot", "spark_chkpt.delta"},
     "spark_chkpt.kafka.sink": {
         "spark_chkpt.alignment",
         "spark_chkpt.kafka.client",
@@ -49,11 +50,7 @@ LAYERS = {
         "spark_chkpt.kafka.sink.control_topic",
     },
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
-    "spark_chkpt.delta.sink": {
-        "spark_chkpt.delta",
-        "spark_chkpt.snapshot",
-        "spark_chkpt.recovery",
-    },
+    "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.savepoint": {
         "spark_chkpt.delta",

@@ -588,3 +588,28 @@ def test_between_barriers_kill_point_leaves_one_barrier_and_the_rerun_writes_all
     crash_at("between-barriers@9")
     query.commit(3, produced(producer, 3, "t0-c", {0: 1}))
     assert [len(found) for found in producer.barriers().values()] == [3, 2, 2]
+
+
+def test_a_writer_of_an_older_generation_is_fenced_before_any_entry_or_barrier(
+    tmp_path: Path, producer: FakeProducer
+) -> None:
+    """Issue 24: the control topic records each writer's generation; a checkpoint of an
+    older one (the app id's checkpoint before a restore) commits nothing."""
+    from spark_chkpt.errors import FencedError
+    from spark_chkpt.fs import resolve
+    from spark_chkpt.snapshot.epoch import write_epoch
+
+    restored = Query(tmp_path / "restored")
+    write_epoch(resolve(str(restored.checkpoint)), generation=2, started_by="fork", source="sp")
+    restored.plan(0)
+    restored.commit(0, produced(producer, 0, "t0-a", {0: 1}))
+    assert [e.generation for e in producer.entries()] == [2, 2]
+    written = kinds(producer)
+
+    old = Query(tmp_path / "old")
+    old.plan(1)
+    with pytest.raises(FencedError) as info:
+        old.commit(1, produced(producer, 1, "t0-b", {0: 1}))
+    assert "generation 0" in str(info.value) and "generation 2" in str(info.value)
+    assert kinds(producer) == written  # no entry, no barrier
+    assert old.stored(1) is None

@@ -20,14 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.replay import check_replay
+from spark_chkpt.delta.replay import check_replay, other_writers, refuse_overlap
 from spark_chkpt.delta.sink.dead_letters import DeadLetters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.errors import QueryIdentityError
-from spark_chkpt.offsets import META_KEY
-from spark_chkpt.recovery.rebuild import table_snapshots
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
@@ -98,14 +96,18 @@ class DeltaBatch(Batch):
 class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
     """Completes snapshots of one query into one Delta table.
 
-    The steps of :meth:`commit`: 1. the plan, after this process's orphans are cleaned;
-    2. the batch's dead letters in their own table (``deadLetterPath``); 3. idempotency:
-    ``txn(appId) >= N`` means an earlier attempt committed the batch, if that commit's
-    source offsets are this plan's (else :class:`QueryIdentityError`): this attempt's
-    staged files are deleted; 4. one Delta commit with the add actions (a column the
-    table lacks fails the batch naming it, unless mergeSchema adds it), ``txn(appId, N)``
-    and the snapshot record in commitInfo; in complete mode the same commit removes
-    every file the table had; 5. the record to the store (newest N kept).
+    The steps of :meth:`commit`: 1. the plan, after this process's orphans are cleaned,
+    and the fence (the table's generation of the app id, ``txn(<appId>#generation)``);
+    3. idempotency: ``txn(appId) >= N`` means an earlier attempt committed the batch, if
+    that commit's source offsets are this plan's (else :class:`QueryIdentityError`):
+    this attempt's staged files are deleted; a first commit of the app id to a table
+    another query fills from the same partitions, or a complete-mode query on a table
+    other queries write, is refused; 4. the batch's dead letters in their own table
+    (``deadLetterPath``), only now that nothing can refuse the batch, then one Delta
+    commit with the add actions (a column the table lacks fails the batch naming it,
+    unless mergeSchema adds it), ``txn(appId, N)`` and the snapshot record in
+    commitInfo; in complete mode the same commit removes every file the table had;
+    5. the record to the store (newest N kept).
     """
 
     sink = "chkpt-delta"
@@ -167,13 +169,8 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
         failpoint(FaultPoint.IN_COMMIT, batch.batch_id)
         self.clean_orphans_once(in_progress=batch.files)
 
-    def prepare(self, batch: DeltaBatch, plan: BatchPlan) -> None:
-        if self.dead_letters is None:
-            return
-        batch.dead_letters = self.dead_letters.commit(
-            batch.outputs, batch_id=batch.batch_id, schema=batch.dead_letter_schema
-        )
-        failpoint(FaultPoint.AFTER_DEAD_LETTERS, batch.batch_id)
+    def sink_generation(self, batch: DeltaBatch) -> int | None:
+        return self.target.generation(self.target.open(), app_id=self.app_id)
 
     def already_committed(self, batch: DeltaBatch, plan: BatchPlan) -> Committed | None:
         batch.table = table = self.target.open()
@@ -189,8 +186,17 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
                 sources=plan.sources,
             )
             return Committed(record=lambda: record)
-        if done is None and table is not None and self.settings.refuse_other_writers:
-            self._refuse_overlap(plan.sources)
+        if done is None and table is not None:
+            if self.settings.refuse_other_writers:
+                refuse_overlap(
+                    target=self.target,
+                    table=table,
+                    app_id=self.app_id,
+                    sources=plan.sources,
+                    writer=self.sink,
+                )
+            if self.settings.complete:
+                self._refuse_complete_over_others(table)
         return None
 
     def discard(self, batch: DeltaBatch) -> None:
@@ -205,13 +211,21 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
         )
 
     def make_visible(self, batch: DeltaBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
-        """The schema (new columns added with mergeSchema), then one Delta commit."""
+        """The schema (new columns added with mergeSchema), the dead letters' own commit
+        (after every check that may refuse the batch: a refused batch commits none),
+        then one Delta commit."""
         schema, table, files = batch.schema, batch.table, batch.files
         if table is not None:
             schema_plan = self.target.check_schema(table, schema, merge=self.settings.merge_schema)
             if schema_plan.new_columns:
                 self.target.add_columns(table, schema, schema_plan.new_columns)
                 table = self.target.open()
+        if self.dead_letters is not None:
+            # Idempotent (its own txn(appId, N)): a retry after a conflict finds it done.
+            batch.dead_letters = self.dead_letters.commit(
+                batch.outputs, batch_id=batch.batch_id, schema=batch.dead_letter_schema
+            )
+            failpoint(FaultPoint.AFTER_DEAD_LETTERS, batch.batch_id)
         record = replace(
             self.record(
                 batch_id=batch.batch_id,
@@ -261,29 +275,16 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
 
     # -- the rest ----------------------------------------------------------------------------
 
-    def _refuse_overlap(self, sources: Sequence[Any]) -> None:
-        """This query's first commit to a table that holds snapshots of another query
-        reading the same topic-partitions: its checkpoint was lost or replaced, and it
-        would write what the table has again. Refuse, naming the recovery."""
-        mine = _partitions_of(sources)
-        if not mine:
-            return
-        uri = self.settings.table_uri
-        snapshots = table_snapshots(table_uri=uri, storage_options=self.settings.storage_options)
-        for other, snapshot in sorted(snapshots.items()):
-            shared = mine & _partitions_of(snapshot.record.source_offsets)
-            if other == self.app_id or not shared:
-                continue
+    def _refuse_complete_over_others(self, table: Any) -> None:
+        """outputMode("complete") replaces every file of the table on each commit: on a
+        table other queries write it would remove their rows. Refused, naming them."""
+        others = sorted(a for a in other_writers(table) if a != self.app_id)
+        if others:
             raise QueryIdentityError(
-                f"chkpt-delta: {uri} already holds snapshots of query {other} (last: batch "
-                f"{snapshot.batch_id}, Delta version {snapshot.table_version}, query name "
-                f"{snapshot.record.query_name!r}) reading the same topic-partitions "
-                f"({', '.join(sorted(shared)[:5])}); this query ({self.app_id}) writes to it "
-                "for the first time and would write that data again. If the checkpoint was "
-                f"lost: spark-chkpt recover --table {uri} --checkpoint <new folder> --app-id "
-                f"{other}, then start the query on the new folder. If two queries must write "
-                "the same partitions, set the sink option otherWriters=allow. Nothing was "
-                "committed."
+                f"chkpt-delta: outputMode('complete') replaces the whole table "
+                f"{self.settings.table_uri} on every batch, but other queries write to it "
+                f"({', '.join(others)}): their rows would be removed. Write this query to "
+                "a table of its own. Nothing was committed."
             )
 
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
@@ -304,14 +305,3 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
             return None
         commit = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
         return commit.version if commit is not None else None
-
-
-def _partitions_of(sources: Sequence[Any]) -> set[str]:
-    """``topic-partition`` names a batch's source offsets cover (Kafka-shaped sources)."""
-    names: set[str] = set()
-    for source in sources:
-        if isinstance(source, dict):
-            for topic, parts in source.items():
-                if topic != META_KEY and isinstance(parts, dict):
-                    names.update(f"{topic}-{p}" for p in parts)
-    return names

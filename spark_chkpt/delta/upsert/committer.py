@@ -13,11 +13,14 @@ The protocol of one call (``# Step N`` in the body):
 
 1. **identity**: the running query (Spark's ``sql.streaming.queryId``) must be the one
    whose ``checkpoint_location`` was given; the app id is that query id (or ``app_id``);
-   Spark's plan for the batch is read from ``offsets/N``.
+   Spark's plan for the batch is read from ``offsets/N``; a checkpoint of an older
+   generation than the table's (:mod:`spark_chkpt.snapshot.epoch`) is fenced.
 2. **validate** before anything is written: the keys and the delete column are in the
    batch, and the batch's columns and types are the table's (a changed key type is
    named as such).
-3. **idempotency**: ``txn(appId) >= N`` means an earlier attempt committed the batch: if
+3. **idempotency**: a first commit of the app id to a table that holds another query's
+   snapshots of the same topic-partitions is refused (``chkpt-delta``'s identity rule);
+   ``txn(appId) >= N`` means an earlier attempt committed the batch: if
    that commit's source offsets are ``offsets/N`` (:mod:`spark_chkpt.delta.replay`),
    nothing is written and the snapshot store is repaired from the commit's record. The
    plan still runs (into Spark's ``noop`` sink): a stateful query's tasks must commit
@@ -65,7 +68,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.replay import check_replay
+from spark_chkpt.delta.replay import check_replay, refuse_overlap
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
@@ -384,6 +387,9 @@ class UpsertCommitter(SnapshotCoordinator[UpsertBatch]):
     def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> UpsertBatch:
         return UpsertBatch(batch_id=batch_id, batch_df=details["batch_df"])
 
+    def sink_generation(self, batch: UpsertBatch) -> int | None:
+        return self.target.generation(self.target.open(), app_id=self.app_id)
+
     def prepare(self, batch: UpsertBatch, plan: BatchPlan) -> None:
         # Step 2
         batch.schema = self.upsert.check(batch.batch_df.schema)
@@ -395,6 +401,17 @@ class UpsertCommitter(SnapshotCoordinator[UpsertBatch]):
         done = table.transaction_version(self.app_id) if table is not None else None
         if table is not None:
             self.upsert.merger.check_schema(table, batch.schema)
+        if done is None and table is not None:
+            # A lost checkpoint, a changed app id or a fork started on this table: the
+            # same identity rule as chkpt-delta's (its state would start empty and
+            # overwrite the table's values with smaller ones).
+            refuse_overlap(
+                target=self.target,
+                table=table,
+                app_id=self.app_id,
+                sources=plan.sources,
+                writer=WRITER,
+            )
         if done is None or done < batch.batch_id:
             return None
         record = self.upsert._replayed(

@@ -85,7 +85,9 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
     """Completes snapshots of one query into Kafka topics by writing barrier markers.
 
     The steps of :meth:`commit` (the template of :mod:`spark_chkpt.snapshot.coordinator`):
-    1. the plan; 2. the plan's offsets as entries record them, the barrier producer;
+    1. the plan, and the fence: the entries of this app id carry their writer's
+    generation, and a newer one than the checkpoint's refuses the commit before any
+    entry or barrier; 2. the plan's offsets as entries record them, the barrier producer;
     3. per topic, an earlier commit of the batch in the control topic
     (:meth:`already_committed`); 4. per topic not done, the ``intent`` entry, barrier N
     in every partition, the ``complete`` entry (:meth:`make_visible`); 5. the snapshot
@@ -150,6 +152,16 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     def begin(self, batch: KafkaBatch) -> None:
         failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
+
+    def sink_generation(self, batch: KafkaBatch) -> int | None:
+        """The newest generation of this app id the control topics' entries carry."""
+        found = [
+            e.generation
+            for topic in batch.topics
+            for e in self._index(topic).entries
+            if e.app_id == self.settings.app_id
+        ]
+        return max(found, default=None)
 
     def prepare(self, batch: KafkaBatch, plan: BatchPlan) -> None:
         batch.sources = source_offsets(plan.sources)
@@ -266,6 +278,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             counts=intent.counts if intent is not None else _counts(outputs, topic),
             sources=batch.sources,
             topic_id=index.topic_id,
+            generation=batch.epoch.generation,
         )
         write_entry(
             batch.producer,

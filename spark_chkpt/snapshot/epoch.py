@@ -1,0 +1,109 @@
+"""Fencing: the epoch of a sink's writer, and the refusal of a stale one.
+
+Kafka fences a producer with its epoch and Flink fences an old job with its checkpoint
+ids; here every writer of a sink has an **epoch**: its app id (the query id, or
+``txnAppId``) plus a **generation**. A fresh checkpoint is generation 0. A savepoint
+restore (rewind or fork) and a ``recover`` each start a new generation: one above any
+the sink has seen for the app id. The new generation is recorded twice:
+
+* in the new checkpoint, ``<checkpoint>/chkpt/epoch.json`` (:func:`write_epoch`), so
+  every commit from that folder knows its own generation;
+* in the sink, before the restore returns: a Delta table gets a commit carrying
+  ``txn(<appId>#generation, g)`` (:func:`generation_app_id`; the rewind's restore commit
+  carries it, a ``recover`` writes an empty commit with it), so the table itself says
+  which generation owns the app id.
+
+:meth:`spark_chkpt.snapshot.coordinator.SnapshotCoordinator.commit` compares the two
+before anything of a batch becomes visible (before dead letters, files or barriers) and
+again before each commit attempt: a sink at a newer generation than the checkpoint's
+refuses the commit with :class:`~spark_chkpt.errors.FencedError`, naming both. That is
+how a restart on the old checkpoint after a rewind, the old query still running
+through a rewind or a ``recover``, and a restore run again after the query moved on are
+stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from spark_chkpt.errors import ChkptError, FencedError
+from spark_chkpt.fs import Location, qualify, resolve
+
+EPOCH_FILE = "chkpt/epoch.json"
+GENERATION_SUFFIX = "#generation"
+StartedBy = Literal["rewind", "fork", "recover"]
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """A checkpoint's generation of its app id, and what started it."""
+
+    generation: int = 0
+    started_by: str | None = None  # rewind, fork, recover; None: a fresh checkpoint
+    source: str | None = None  # the savepoint or table it was started from
+    started_ms: int | None = None
+
+
+def generation_app_id(app_id: str) -> str:
+    """The txn app id under which a Delta table records ``app_id``'s generation."""
+    return f"{app_id}{GENERATION_SUFFIX}"
+
+
+def writer_of(txn_app_id: str) -> str:
+    """The app id a txn app id belongs to (a generation's txn belongs to its app)."""
+    return txn_app_id.removesuffix(GENERATION_SUFFIX)
+
+
+def read_epoch(*, checkpoint_location: str) -> Epoch:
+    """The checkpoint's epoch (generation 0 when it has none: a fresh checkpoint)."""
+    path = resolve(qualify(checkpoint_location)).child(*EPOCH_FILE.split("/"))
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return Epoch()
+    except ValueError as e:
+        raise ChkptError(f"{path} is unreadable: {e}") from e
+    return Epoch(
+        generation=int(doc.get("generation", 0)),
+        started_by=doc.get("started_by"),
+        source=doc.get("source"),
+        started_ms=doc.get("started_ms"),
+    )
+
+
+def write_epoch(root: Location, *, generation: int, started_by: StartedBy, source: str) -> Epoch:
+    """Record a new generation in the checkpoint folder ``root``."""
+    epoch = Epoch(
+        generation=generation,
+        started_by=started_by,
+        source=source,
+        started_ms=int(time.time() * 1000),
+    )
+    root.child(*EPOCH_FILE.split("/")).write_atomic(json.dumps(asdict(epoch), indent=2) + "\n")
+    return epoch
+
+
+def check_fence(
+    *,
+    writer: str,
+    target: str | None,
+    app_id: str,
+    checkpoint: str,
+    mine: Epoch,
+    theirs: int | None,
+) -> None:
+    """Refuse a writer of generation ``mine`` on a sink at generation ``theirs``."""
+    if theirs is None or theirs <= mine.generation:
+        return
+    started = f", started by {mine.started_by} of {mine.source}" if mine.started_by else ""
+    raise FencedError(
+        f"{writer} {target}: this writer of app id '{app_id}' is fenced. Its checkpoint "
+        f"({checkpoint}) is generation {mine.generation}{started}, but the sink is at "
+        f"generation {theirs}: a later savepoint restore (rewind) or recover of this query "
+        "took the sink over, and a stale writer must not commit after it. Nothing of this "
+        "batch was committed (no files, no barriers, no dead letters). Run the query on "
+        "the checkpoint folder the restore or recover wrote, and stop this one."
+    )
