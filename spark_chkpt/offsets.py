@@ -150,30 +150,5 @@ def allocate_limit(
     return {tp: end[tp] + grant[tp] for tp in latest}
 
 
-def rate_limit(
-    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], *, max_records: int
-) -> PartitionOffsets:
-    """``maxOffsetsPerTrigger`` as Spark's Kafka source applies it (``rateLimit`` of
-    Spark 4.2's ``KafkaMicroBatchStream``), so a plain topic's micro-batches end where
-    ``format("kafka")``'s do: each partition advances by ``max_records * lag / total``,
-    rounded down, or up to 1 when below 1 (a small partition is never starved). The batch
-    can so read a little less than ``max_records``, or more when many partitions each
-    get their 1. :func:`allocate_limit` (exactly ``max_records``) is the cut of topics
-    that carry barriers."""
-    lag = {tp: latest[tp] - start.get(tp, latest[tp]) for tp in latest}
-    total = sum(n for n in lag.values() if n > 0)
-    if total < 1:
-        return dict(latest)
-    end: PartitionOffsets = {}
-    for tp, until in latest.items():
-        if lag[tp] <= 0:
-            end[tp] = until
-            continue
-        share = max_records * (lag[tp] / total)
-        step = math.ceil(share) if share < 1 else math.floor(share)
-        end[tp] = min(until, start[tp] + step)
-    return end
-
-
 def total_lag(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:
     return sum(max(0, end[tp] - start.get(tp, end[tp])) for tp in end)

@@ -5,7 +5,8 @@ Two topics with a shared prefix, written once for the module: keys (some null), 
 (some records without), and a CreateTime one second apart per record, so every offset
 and timestamp option has a known answer. Each case reads with both formats and asserts
 the DataFrames are equal (row order ignored); streams also compare their micro-batch
-boundaries (``maxOffsetsPerTrigger``), each row carrying its batch id. Where the two
+boundaries (``maxOffsetsPerTrigger``: same rows, the budget split differently), each row
+carrying its batch id. Where the two
 differ on purpose, the test pins the difference and docs/reference/parity.md says why. The
 timestamp cases need a Kafka broker: on the embedded Tansu broker they are skipped,
 saying why (``by_timestamp``).
@@ -103,9 +104,17 @@ def both(spark: SparkSession, servers: str, **options: str) -> tuple[DataFrame, 
     return read(spark, NATIVE, servers, **options), read(spark, OURS, servers, **options)
 
 
-def assert_same(native: DataFrame, ours: DataFrame) -> None:
+def assert_same(native: DataFrame, ours: DataFrame, *, batches: bool = True) -> None:
+    """The same rows; ``batches=False``: ignoring which micro-batch read each row
+    (``maxOffsetsPerTrigger`` splits the budget differently, docs/reference/parity.md)."""
     assert ours.columns == native.columns
+    if not batches and "batch" in native.columns:
+        native, ours = native.drop("batch"), ours.drop("batch")
     assert_df_equality(ours, native, ignore_row_order=True, ignore_nullable=True)
+
+
+def batch_sizes(df: DataFrame) -> list[int]:
+    return [r["count"] for r in df.groupBy("batch").count().orderBy("batch").collect()]
 
 
 def stream(spark: SparkSession, fmt: str, servers: str, out: Path, **options: str) -> DataFrame:
@@ -153,7 +162,7 @@ def by_timestamp(t: Topics, read: Callable[[str], DataFrame]) -> DataFrame:
         pytest.skip("the embedded Tansu broker cannot look offsets up by timestamp")
     ours = read(OURS)
     native = read(NATIVE)
-    assert_same(native, ours)
+    assert_same(native, ours, batches=False)
     return native
 
 
@@ -269,7 +278,11 @@ def test_stream_batches_follow_max_offsets_per_trigger(
     )
     assert native.count() == 55
     assert native.select("batch").distinct().count() == 3
-    assert_same(native, ours)
+    # A difference kept on purpose: chkpt-kafka reads exactly the limit per batch
+    # (largest remainder), Spark rounds each partition's share down (17 in batch 0 here).
+    assert batch_sizes(ours) == [20, 20, 15]
+    assert batch_sizes(native) != batch_sizes(ours)
+    assert_same(native, ours, batches=False)
 
 
 def test_stream_pattern_offsets_and_headers(
@@ -286,7 +299,7 @@ def test_stream_pattern_offsets_and_headers(
         maxOffsetsPerTrigger="12",
     )
     assert native.count() == 10 + 15 + 0 + 3 + 5
-    assert_same(native, ours)
+    assert_same(native, ours, batches=False)
     rows = by_timestamp(
         topics,
         lambda fmt: stream(

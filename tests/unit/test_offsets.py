@@ -14,7 +14,6 @@ from spark_chkpt.offsets import (
     TopicPartition,
     allocate_limit,
     from_json,
-    rate_limit,
     split_ranges,
     to_json,
 )
@@ -112,38 +111,3 @@ def test_limit_never_exceeds_budget_or_lag(parts: dict[int, tuple[int, int]], li
     read = sum(end[tp] - start[tp] for tp in start)
     assert read == min(limit, sum(latest[tp] - start[tp] for tp in start))
     assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
-
-
-def test_rate_limit_is_sparks_rounding() -> None:
-    """Spark 4.2's rateLimit: shares rounded down, a share below 1 rounded up; the
-    parity test's streams (3 x 15 and 2 x 5 records, 20 per trigger) end batch 0 at
-    5 per partition of the first topic and 1 of the second: 17 records, not 20."""
-    start = {A0: 0, A1: 0, TopicPartition("a", 2): 0, B0: 0, TopicPartition("b", 1): 0}
-    latest = {A0: 15, A1: 15, TopicPartition("a", 2): 15, B0: 5, TopicPartition("b", 1): 5}
-    end = rate_limit(start, latest, max_records=20)
-    assert end == {A0: 5, A1: 5, TopicPartition("a", 2): 5, B0: 1, TopicPartition("b", 1): 1}
-    many = {TopicPartition("t", p): 10 for p in range(8)}
-    tiny = rate_limit(dict.fromkeys(many, 0), many, max_records=3)
-    assert set(tiny.values()) == {1}  # 8 > 3: every partition gets its 1, as in Spark
-    assert rate_limit({A0: 3}, {A0: 10}, max_records=1000) == {A0: 10}
-    assert rate_limit({A0: 10, A1: 4}, {A0: 10, A1: 4}, max_records=5) == {A0: 10, A1: 4}
-
-
-@given(
-    st.dictionaries(
-        st.integers(0, 7), st.tuples(st.integers(0, 10**6), st.integers(0, 10**4)), min_size=1
-    ),
-    st.integers(1, 50_000),
-)
-def test_rate_limit_stays_within_lag_and_moves(
-    parts: dict[int, tuple[int, int]], limit: int
-) -> None:
-    start = {TopicPartition("t", p): s for p, (s, _) in parts.items()}
-    latest = {TopicPartition("t", p): s + lag for p, (s, lag) in parts.items()}
-    end = rate_limit(start, latest, max_records=limit)
-    assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
-    lag = sum(latest[tp] - start[tp] for tp in start)
-    read = sum(end[tp] - start[tp] for tp in start)
-    # Spark rounds a share below 1 up to 1: each partition can add at most one record over
-    # its share (4 partitions of lags 1, 1, 1, 3 at limit 4 read 1 + 1 + 1 + 2 = 5).
-    assert read == lag if lag <= limit else 0 < read <= limit + len(start)

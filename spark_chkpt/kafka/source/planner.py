@@ -34,9 +34,9 @@ from spark_chkpt.offsets import (
     OffsetRange,
     PartitionOffsets,
     TopicPartition,
+    allocate_limit,
     from_json,
     meta_of,
-    rate_limit,
     split_ranges,
     to_json,
     total_lag,
@@ -287,8 +287,9 @@ class SourcePlanner:
         self._latest = latest
         end = latest
         if max_rows is not None:
-            # Spark's rule, so batch boundaries are format("kafka")'s (docs/reference/parity.md)
-            end = rate_limit(effective, latest, max_records=max_rows)
+            # Exactly max_rows records (largest remainder); Spark rounds each partition's
+            # share down instead: a difference kept on purpose (docs/reference/parity.md)
+            end = allocate_limit(effective, latest, max_records=max_rows)
         end, meta = self._align(effective, latest, end, max_rows)
         if self._waits_for_more(effective, end, read_all=read_all):
             return start
