@@ -6,6 +6,10 @@ attempts snapshot N confirms in an ``intent`` entry of the control topic, writes
 N into every partition of the topic, and a ``complete`` entry with the barriers'
 offsets. Aligned readers (:mod:`spark_chkpt.alignment.cut`) cut at the barriers and drop
 records no barrier confirms.
+
+Past 400 lines: the committer's hooks (intent, barriers, complete), the fencing hook and
+the metadata refresh that lets barriers cover partitions added to the topic belong to one
+commit; the barrier writing would be the next piece to move out.
 """
 
 from __future__ import annotations
