@@ -12,6 +12,7 @@ from pyspark.sql.types import StructType
 
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import ConfigError
+from spark_chkpt.kafka.client.topics import require_output_topic
 from spark_chkpt.kafka.sink.control_topic import ensure_control_topic
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.source.options import SourceConfig
@@ -73,6 +74,7 @@ class KafkaDataSource(DataSource):
         config = KafkaSinkConfig.from_options(self.options)
         check_sink_schema(schema, config)
         if config.topic:
+            require_output_topic(bootstrap_servers=config.bootstrap_servers, name=config.topic)
             # Before any task produces: a reader that found no control topic would read
             # the first snapshot's records, confirmed or not, as a plain topic's.
             ensure_control_topic(

@@ -3,7 +3,9 @@
     BOOTSTRAP_SERVERS=host:9092 TOPIC=page-views WORK=/tmp/chkpt python kafka_to_kafka.py
 
 Job A reads TOPIC and writes ``<TOPIC>-enriched`` with the ``chkpt-kafka`` sink, which
-puts a barrier into every partition at each snapshot. Job B reads that topic with the
+puts a barrier into every partition at each snapshot. Like Spark's Kafka sink, it does not
+create its topic: the script creates it first, as a deployment would (a broker with
+``auto.create.topics.enable=false`` refuses the query otherwise, naming the topic). Job B reads that topic with the
 ``chkpt-kafka`` source, aligned on the barriers (the default), and writes Delta. Here
 both run in one script, one after the other; in production they are two jobs.
 """
@@ -11,6 +13,8 @@ both run in one script, one after the other; in production they are two jobs.
 import os
 
 from deltalake import DeltaTable
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql import SparkSession
 
 import spark_chkpt
@@ -19,6 +23,13 @@ SERVERS = os.environ.get("BOOTSTRAP_SERVERS", "localhost:9092")
 TOPIC = os.environ.get("TOPIC", "page-views")
 WORK = os.environ.get("WORK", "/tmp/spark-chkpt-examples")
 ENRICHED = f"{TOPIC}-enriched"
+
+admin = KafkaAdminClient(bootstrap_servers=SERVERS)
+try:
+    admin.create_topics([NewTopic(ENRICHED, num_partitions=2, replication_factor=1)])
+except TopicAlreadyExistsError:
+    pass
+admin.close()
 
 spark = SparkSession.builder.master("local[2]").appName("kafka-to-kafka").getOrCreate()
 spark_chkpt.register(spark)

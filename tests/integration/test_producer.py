@@ -119,3 +119,36 @@ def test_bad_rows_fail_naming_the_problem(
     with pytest.raises(ChkptError, match="no 'value' column"):
         producer.send(pa.record_batch({"key": [b"a"]}))
     producer.close()
+
+
+def test_a_missing_topic_is_refused_naming_it_before_any_task_waits(
+    bootstrap_servers: str, tmp_path: Path, spark: Any
+) -> None:
+    """The embedded broker does not create topics on demand: the sink's first batch fails
+    at once with the topic named, not after kafka.max.block.ms as a broker outage."""
+    import time
+
+    from pyspark.errors import StreamingQueryException
+
+    import spark_chkpt
+
+    spark_chkpt.register(spark)
+    missing = f"no-such-topic-{tmp_path.name}"
+    started = time.monotonic()
+    query = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 10)
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", missing)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as raised:
+        query.awaitTermination(120)
+    assert f"option 'topic' = '{missing}'" in str(raised.value)
+    assert "does not exist" in str(raised.value)
+    assert time.monotonic() - started < 55  # kafka.max.block.ms is 60 s
+    assert missing not in topic_names(bootstrap_servers=bootstrap_servers)

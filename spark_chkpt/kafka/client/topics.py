@@ -53,6 +53,50 @@ def topic_configs(
     }
 
 
+def creates_topics_on_demand(*, bootstrap_servers: str) -> bool | None:
+    """Whether the cluster's brokers create a topic a client asks for
+    (``auto.create.topics.enable``); ``None`` from a broker without DescribeConfigs."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import IncompatibleBrokerVersion, KafkaError, UnsupportedVersionError
+
+    admin = _admin(bootstrap_servers)
+    try:
+        nodes = [b["broker_id"] for b in admin.describe_cluster()["brokers"]]
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, str(n)) for n in nodes[:1]],
+            config_filter="all",
+        )
+    except (IncompatibleBrokerVersion, UnsupportedVersionError, KafkaError):
+        return None
+    finally:
+        admin.close()
+    for broker in described.get("broker", {}).values():
+        entry = broker.get("auto.create.topics.enable")
+        if entry is not None:
+            return str(entry["value"]).lower() == "true"
+    return None
+
+
+def require_output_topic(*, bootstrap_servers: str, name: str, option: str = "topic") -> None:
+    """Refuse to write to ``name`` when it does not exist and the brokers would not create
+    it: the producer would otherwise wait ``kafka.max.block.ms`` for its metadata and
+    fail as if the broker were down. A broker that creates topics on demand, or that
+    does not say (no DescribeConfigs), is left to create it."""
+    from spark_chkpt.errors import ConfigError
+
+    if partition_count(bootstrap_servers=bootstrap_servers, name=name) > 0:
+        return
+    if creates_topics_on_demand(bootstrap_servers=bootstrap_servers) is not False:
+        return
+    raise ConfigError(
+        option,
+        name,
+        f"topic {name!r} does not exist on Kafka broker {bootstrap_servers}, and the broker "
+        "does not create topics on demand (auto.create.topics.enable=false): create it "
+        f"first (kafka-topics.sh --create --topic {name} --partitions N), then start the query",
+    )
+
+
 def topic_names(*, bootstrap_servers: str) -> set[str]:
     """The topics the cluster's metadata lists now."""
     from kafka import KafkaConsumer
