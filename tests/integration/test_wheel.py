@@ -149,7 +149,9 @@ def test_the_job_and_a_users_script_run_from_the_wheel(
     assert job.returncode == 0, job.stderr[-4000:]
     assert " committed " in job.stdout, job.stdout
     check = (
-        "import json; from deltalake import DeltaTable; "
+        # spark_chkpt first, as a user's script has it: its exit hook drains pyarrow's
+        # pools, without which delta-rs reads abort at exit (spark_chkpt.teardown).
+        "import json; import spark_chkpt; from deltalake import DeltaTable; "
         f"t = DeltaTable({str(work / 'tables' / 'page_views')!r}).to_pyarrow_table(); "
         "print(json.dumps([t.num_rows, len(set(t.column('event_id').to_pylist()))]))"
     )
