@@ -5,11 +5,13 @@
 Job A reads TOPIC and writes ``<TOPIC>-enriched`` with the ``chkpt-kafka`` sink, which
 puts a barrier into every partition at each snapshot. Like Spark's Kafka sink, it does not
 create its topic: the script creates it first, as a deployment would (a broker with
-``auto.create.topics.enable=false`` refuses the query otherwise, naming the topic). Job B reads that topic with the
-``chkpt-kafka`` source, aligned on the barriers (the default), and writes Delta. Here
-both run in one script, one after the other; in production they are two jobs.
+``auto.create.topics.enable=false`` refuses the query otherwise, naming the topic).
+Job B reads that topic with the ``chkpt-kafka`` source, aligned on the barriers (the
+default), and writes Delta. Here both run in one script, one after the other; in
+production they are two jobs.
 """
 
+import contextlib
 import os
 
 from deltalake import DeltaTable
@@ -25,10 +27,8 @@ WORK = os.environ.get("WORK", "/tmp/spark-chkpt-examples")
 ENRICHED = f"{TOPIC}-enriched"
 
 admin = KafkaAdminClient(bootstrap_servers=SERVERS)
-try:
+with contextlib.suppress(TopicAlreadyExistsError):  # a second run of the script
     admin.create_topics([NewTopic(ENRICHED, num_partitions=2, replication_factor=1)])
-except TopicAlreadyExistsError:
-    pass
 admin.close()
 
 spark = SparkSession.builder.master("local[2]").appName("kafka-to-kafka").getOrCreate()

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.errors import ChkptError, ConfigError
 
 
 def _admin(bootstrap_servers: str):  # type: ignore[no-untyped-def]
@@ -77,17 +77,25 @@ def creates_topics_on_demand(*, bootstrap_servers: str) -> bool | None:
     return None
 
 
+# How long a topic missing from the metadata may take to appear there after its creation
+# (the broker answers CreateTopics before every broker's metadata lists it).
+_NEW_TOPIC_WAIT_S = 5.0
+
+
 def require_output_topic(*, bootstrap_servers: str, name: str, option: str = "topic") -> None:
     """Refuse to write to ``name`` when it does not exist and the brokers would not create
     it: the producer would otherwise wait ``kafka.max.block.ms`` for its metadata and
     fail as if the broker were down. A broker that creates topics on demand, or that
     does not say (no DescribeConfigs), is left to create it."""
-    from spark_chkpt.errors import ConfigError
-
     if partition_count(bootstrap_servers=bootstrap_servers, name=name) > 0:
         return
     if creates_topics_on_demand(bootstrap_servers=bootstrap_servers) is not False:
         return
+    deadline = Deadline.after(seconds=_NEW_TOPIC_WAIT_S)  # created a moment ago?
+    while not deadline.expired():
+        time.sleep(0.2)
+        if partition_count(bootstrap_servers=bootstrap_servers, name=name) > 0:
+            return
     raise ConfigError(
         option,
         name,
