@@ -87,6 +87,11 @@ def _savepoint_show(args: argparse.Namespace) -> int:
             else f"Delta version {or_dash(sink.table_version)}, txn {sink.app_id}={m.batch_id}"
         )
         print(f"sink        {sink.kind} {or_dash(sink.target)} ({sink.mode}): {where}")
+        if sink.dead_letters:
+            print(
+                f"dead letters {sink.dead_letters}: Delta version "
+                f"{or_dash(sink.dead_letter_version)}"
+            )
     print(f"state       {m.provider or '-'}, version {or_dash(m.state_version)}")
     for op in m.operators:
         print(
@@ -133,6 +138,7 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         mode=args.mode,
         table=args.table,
         discard_other_writers=[w.strip() for w in args.discard_other_writers.split(",") if w],
+        dead_letter_table=args.dead_letter_table,
     )
     print(
         f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
@@ -151,6 +157,17 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         )
     elif result.table is not None:
         print(f"table {result.table} already ends at that snapshot: left as it is")
+    if result.dead_letters_restore_version is not None:
+        print(
+            f"dead-letter table {result.dead_letter_table} rolled back from version "
+            f"{result.dead_letters_rolled_back_from} in version "
+            f"{result.dead_letters_restore_version}"
+        )
+    elif result.dead_letter_table is not None:
+        print(
+            f"dead-letter table {result.dead_letter_table} already ends at that snapshot: "
+            "left as it is"
+        )
     return 0
 
 
@@ -201,5 +218,11 @@ def add_parser(sub: Any) -> None:
         metavar="APP_ID,...",
         help="rewind: the other writers (app ids; no-app-id for commits without one) whose "
         "commits after the snapshot the rewind may undo (default: none, refused)",
+    )
+    restore.add_argument(
+        "--dead-letter-table",
+        default=None,
+        help="the sink's dead-letter table (deadLetterPath), only for a savepoint of an "
+        "earlier release that does not name it: a rewind rolls it back too",
     )
     restore.set_defaults(run=_savepoint_restore)

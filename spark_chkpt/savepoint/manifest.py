@@ -14,10 +14,10 @@ A savepoint of snapshot N is a folder that needs nothing else to resume at batch
         manifest.json                    written last: what the savepoint holds
 
 The manifest (:class:`SavepointManifest`) has the snapshot id, the source offsets, the
-sink (kind, table or topic, Delta version of snapshot N; for a Kafka sink the barrier
-id ``(app id, N)``), the stateful operators with their keys, files and bytes, the
-versions of Spark and the packages, the query id and name, the time, and every file
-with its size.
+sink (kind, table or topic, Delta version of snapshot N, its dead-letter table and
+that table's version at N; for a Kafka sink the barrier id ``(app id, N)``), the
+stateful operators with their keys, files and bytes, the versions of Spark and the
+packages, the query id and name, the time, and every file with its size.
 
 **Atomic.** On a local (or HDFS-like) filesystem the folder is written as
 ``.<name>.inprogress`` and renamed once its manifest is in; on an object store (no
@@ -72,13 +72,18 @@ class SinkInfo:
     """The sink of snapshot N as its record tells: ``kind`` is the writer
     (``chkpt-delta``, ``delta-upsert``, ``chkpt-kafka``), ``target`` its table or
     topic(s), ``table_version`` the Delta version of snapshot N's commit. A Kafka sink's
-    snapshot N is barrier N of ``app_id`` in each topic."""
+    snapshot N is barrier N of ``app_id`` in each topic. ``dead_letters``: the
+    ``chkpt-delta`` sink's dead-letter table (``deadLetterPath``), and
+    ``dead_letter_version`` its version holding snapshot N's dead letters (None: no such
+    table yet at N); both None in manifests of earlier releases."""
 
     kind: str | None
     target: str | None
     table_version: int | None
     mode: str | None
     app_id: str
+    dead_letters: str | None = None
+    dead_letter_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,12 @@ class SavepointManifest:
         if doc.get("format") != FORMAT:
             raise FormatError(f"manifest format {doc.get('format')!r}, this release reads {FORMAT}")
         known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
-        known["sink"] = SinkInfo(**doc["sink"]) if doc.get("sink") else None
+        sink = doc.get("sink")
+        known["sink"] = (
+            SinkInfo(**{k: v for k, v in sink.items() if k in SinkInfo.__dataclass_fields__})
+            if sink
+            else None
+        )
         known["operators"] = [OperatorInfo(**o) for o in doc.get("operators") or ()]
         known["files"] = [StateFile(**f) for f in doc.get("files") or ()]
         return cls(**known)
@@ -367,6 +377,8 @@ def _sink_of(record: SnapshotRecord | None, query_id: str, table: str | None) ->
         table_version=record.table_version if record is not None else None,
         mode=record.mode if record is not None else None,
         app_id=record.app_id if record is not None else query_id,
+        dead_letters=record.dead_letter_target if record is not None else None,
+        dead_letter_version=record.dead_letter_version if record is not None else None,
     )
 
 

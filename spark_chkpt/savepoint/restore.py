@@ -8,7 +8,9 @@ N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names)
   ``restore``, in a commit that also carries ``txn(appId, N)`` (a txn action is "last
   one wins" in log replay, so the app is back at N) and snapshot N's record (so
   ``spark-chkpt recover`` and the replay check see N as the app's newest snapshot).
-  Batches N + 1, ... then commit again, once each. A query whose sink is ``chkpt-kafka``
+  The sink's dead-letter table, if it has one, is rolled back the same way to its
+  version at N (:mod:`spark_chkpt.savepoint.dead_letters`). Batches N + 1, ... then
+  commit again, once each, their dead letters too. A query whose sink is ``chkpt-kafka``
   cannot be rewound: its readers have consumed snapshots after N already, and a topic
   cannot be rolled back.
 * ``fork``: a new query id, so the savepoint's state and offsets start a second query
@@ -22,7 +24,10 @@ The protocol (``# Step N`` in the body):
    which must then be the same); the table must hold snapshot N's own commit (the
    manifest's Delta version, whose source offsets are the savepoint's: not batch N of a
    later timeline); no other writer may have committed to it after N (their commits
-   would be undone) unless ``discard_other_writers`` names each of them. The new
+   would be undone) unless ``discard_other_writers`` names each of them; the same for
+   the dead-letter table (the manifest names it and its version at N; a savepoint of an
+   earlier release: the table's commit of N, or ``dead_letter_table``), whose files of
+   that version must all be there (not removed by VACUUM). The new
    generation (:mod:`spark_chkpt.snapshot.epoch`): one above the table's for a rewind,
    1 for a fork's new query id;
 3. a restore run again on its folder finishes an unfinished one, and is refused once the
@@ -37,6 +42,9 @@ The protocol (``# Step N`` in the body):
    checkpoint: a crash between the two leaves a checkpoint at N over a table at
    M > N, whose batches N + 1 ... M are replays the sink recognises (same offsets)
    or refuses (other offsets), never duplicates; running the restore again finishes it.
+   Then the dead-letter table's rollback; a crash before it is finished the same way
+   (run the restore again before starting the query: until then the dead-letter table
+   still holds the letters of batches N + 1 ... M).
 
 Spark's own state checks (the state schema of each operator, the number of
 partitions) run when the query starts: :func:`explain_start_error` turns them into a
@@ -44,7 +52,8 @@ sentence naming the savepoint.
 
 (Over 400 lines: rewind and fork share every check and step but the table's; the
 checks that keep a rewind on the savepoint's own timeline, and the error messages that
-name the way out, take the rest.)
+name the way out, take the rest. The dead-letter table's rollback is in
+:mod:`spark_chkpt.savepoint.dead_letters`.)
 """
 
 from __future__ import annotations
@@ -62,13 +71,21 @@ from spark_chkpt.delta.table import DeltaTarget, TxnCommit
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
+from spark_chkpt.savepoint.dead_letters import (
+    NO_APP_ID,
+    REWIND_KEY,
+    DeadLetterTable,
+    commits_after,
+    plan_dead_letter_rewind,
+    rewind_dead_letters,
+)
 from spark_chkpt.savepoint.manifest import (
     Savepoint,
     SavepointError,
     load_savepoint,
     verify_files,
 )
-from spark_chkpt.snapshot.epoch import generation_app_id, writer_of
+from spark_chkpt.snapshot.epoch import generation_app_id
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR
 
@@ -76,15 +93,13 @@ log = logging.getLogger(__name__)
 
 RestoreMode = Literal["rewind", "fork"]
 RESTORE_FILE = "chkpt/restore.json"
-REWIND_KEY = "chkpt.rewind"  # commitInfo of a rewind's restore commit
 _SPARK_LOGS = ("metadata", "offsets/", "commits/", f"{STORE_DIR}/")
-NO_APP_ID = "no-app-id"  # names, in --discard-other-writers, commits without any txn
 
 
 @dataclass(frozen=True)
 class RestoreResult:
     """What a restore did: the new checkpoint, its query id, where it resumes, and for a
-    rewind the table's versions before and after."""
+    rewind the table's versions before and after (and its dead-letter table's)."""
 
     checkpoint_location: str
     mode: RestoreMode
@@ -96,6 +111,9 @@ class RestoreResult:
     restore_version: int | None = None  # the restore commit's version (None: nothing to undo)
     others_rolled_back: int = 0  # commits without any txn after N that the rewind undid
     generation: int = 0  # the new checkpoint's generation (snapshot/epoch.py)
+    dead_letter_table: str | None = None  # the dead-letter table a rewind rolled back
+    dead_letters_rolled_back_from: int | None = None  # its version before the rewind
+    dead_letters_restore_version: int | None = None  # its restore commit (None: nothing to undo)
 
 
 def restore_savepoint(
@@ -106,11 +124,15 @@ def restore_savepoint(
     table: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     discard_other_writers: Sequence[str] = (),
+    dead_letter_table: str | None = None,
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
     the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
     ``discard_other_writers`` names the other writers (app ids, or ``no-app-id``) whose
-    commits after N a rewind may undo."""
+    commits after N a rewind may undo (in the table and its dead-letter table).
+    ``dead_letter_table``: the sink's dead-letter table, needed only for a savepoint of
+    an earlier release whose table does not name it (a rewind rolls it back; a fork
+    checks that its new one differs)."""
     if mode not in ("rewind", "fork"):
         raise SavepointError(f"restore mode {mode!r}: rewind or fork")
     # Step 1
@@ -120,9 +142,13 @@ def restore_savepoint(
     sink = manifest.sink
     # Step 2
     target: DeltaTarget | None = None
+    letters: DeadLetterTable | None = None
     if mode == "rewind":
         target = _rewind_target(point, table, storage_options)
         state = _check_table(point, target, discard_other_writers)
+        letters = _dead_letter_table(point, state, dead_letter_table, storage_options)
+        if letters is not None:
+            plan_dead_letter_rewind(letters, discard_other_writers=discard_other_writers)
         query_id = manifest.query_id
         generation = (target.generation(state.table, app_id=state.app_id) or 0) + 1
     else:
@@ -130,6 +156,15 @@ def restore_savepoint(
             raise SavepointError(
                 f"--table {table} is the table the savepoint's query writes: a fork writes a "
                 "new table (or restore with mode rewind to roll that table back)"
+            )
+        if (
+            dead_letter_table is not None
+            and sink is not None
+            and _same(dead_letter_table, sink.dead_letters)
+        ):
+            raise SavepointError(
+                f"--dead-letter-table {dead_letter_table} is the dead-letter table the "
+                "savepoint's query writes: a fork writes a new one"
             )
         query_id = str(uuid.uuid4())
         generation = 1
@@ -183,6 +218,19 @@ def restore_savepoint(
     # Step 5
     if target is not None:
         result = _rewind_table(point, target, result, discard_other_writers, generation)
+    if letters is not None:
+        before, restored = rewind_dead_letters(
+            letters,
+            discard_other_writers=discard_other_writers,
+            generation=generation,
+            savepoint_id=manifest.savepoint_id,
+        )
+        result = replace(
+            result,
+            dead_letter_table=letters.target.uri,
+            dead_letters_rolled_back_from=before,
+            dead_letters_restore_version=restored,
+        )
     log.warning(
         "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
         point.location,
@@ -222,7 +270,14 @@ def _write(
     batch = manifest.batch_id
     record = manifest.snapshot_record()
     if record is not None and mode == "fork":
-        record = replace(record, app_id=query_id, table_version=None, target=None)
+        record = replace(
+            record,
+            app_id=query_id,
+            table_version=None,
+            target=None,
+            dead_letter_target=None,
+            dead_letter_version=None,
+        )
     previous = f"offsets/{batch - 1}"
     has_previous = any(f.path == previous for f in manifest.files)
 
@@ -276,7 +331,8 @@ def _rewind_target(
 @dataclass(frozen=True)
 class _TableState:
     """What a rewind found in the table: snapshot N's version, the newest version, the
-    app's txn, and how many commits without any txn came after N."""
+    app's txn, how many commits without any txn came after N, and snapshot N's record
+    as the table's commit of N carries it."""
 
     table: Any
     app_id: str
@@ -284,6 +340,7 @@ class _TableState:
     current: int
     done: int
     plain: int
+    record: SnapshotRecord | None = None
 
 
 def _check_table(
@@ -302,7 +359,7 @@ def _check_table(
     done = table.transaction_version(app_id)
     commit = _snapshot_commit(point, target, table, app_id)
     current = int(table.version())
-    others, plain = _commits_after(target, commit.version, current, app_id)
+    others, plain = commits_after(target, commit.version, current, app_id)
     if plain:
         others.add(NO_APP_ID)
     undone = sorted(others - set(discard_other_writers))
@@ -321,6 +378,43 @@ def _check_table(
         current=current,
         done=done if done is not None else -1,
         plain=plain,
+        record=SnapshotRecord.from_json(text) if (text := commit.info.get(SNAPSHOT_KEY)) else None,
+    )
+
+
+def _dead_letter_table(
+    point: Savepoint,
+    state: _TableState,
+    given: str | None,
+    storage_options: Mapping[str, str] | None,
+) -> DeadLetterTable | None:
+    """Step 2 of a rewind: the sink's dead-letter table and its version at N, from the
+    manifest, else from the table's commit of N (both name it since this release), else
+    ``given`` (its version then looked up in its log); None: the sink has none."""
+    manifest = point.manifest
+    sink = manifest.sink
+    uri: str | None = None
+    version: int | None = None
+    if sink is not None and sink.dead_letters:
+        uri, version = sink.dead_letters, sink.dead_letter_version
+    elif state.record is not None and state.record.dead_letter_target:
+        uri, version = state.record.dead_letter_target, state.record.dead_letter_version
+    recorded = uri is not None
+    if given is not None:
+        if uri is not None and not _same(given, uri):
+            raise SavepointError(
+                f"--dead-letter-table {given} is not the dead-letter table the savepoint's "
+                f"query wrote ({uri}): a rewind rolls back the same one"
+            )
+        uri = uri or given
+    if uri is None:
+        return None
+    return DeadLetterTable(
+        target=DeltaTarget(uri=qualify(uri), storage_options=storage_options),
+        app_id=state.app_id,
+        batch=manifest.batch_id,
+        version=version,
+        recorded=recorded,
     )
 
 
@@ -448,30 +542,6 @@ def _at_snapshot(target: DeltaTarget, state: _TableState) -> bool:
     except ValueError:
         return False
     return isinstance(rewound, dict) and rewound.get("to_version") == state.snapshot_version
-
-
-def _commits_after(
-    target: DeltaTarget, version: int, current: int, app_id: str
-) -> tuple[set[str], int]:
-    """Other app ids with commits after ``version``, and how many commits had none."""
-    others: set[str] = set()
-    plain = 0
-    log_dir = target.location.child("_delta_log")
-    for v in range(version + 1, current + 1):
-        try:
-            text = log_dir.child(f"{v:020d}.json").read_text()
-        except FileNotFoundError:
-            continue
-        apps = set()
-        for line in text.splitlines():
-            if '"txn"' in line:
-                txn = json.loads(line).get("txn")
-                if isinstance(txn, dict):
-                    apps.add(writer_of(str(txn.get("appId"))))
-        if not apps:
-            plain += 1
-        others |= apps - {app_id}
-    return others, plain
 
 
 def _previous_restore(root: Location) -> dict[str, Any] | None:

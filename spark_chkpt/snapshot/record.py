@@ -54,6 +54,12 @@ class SnapshotRecord:
     # Where the sink wrote: the Delta table's URI, or the Kafka topic(s), comma-separated
     # (savepoints need it to rewind the table; None in records of older releases).
     target: str | None = None
+    # chkpt-delta with deadLetterPath: the dead-letter table's URI, and its Delta version
+    # that holds this snapshot's dead letters (the commit that set its txn(appId, N); its
+    # newest version when the batch made no commit there; None: no such table yet). A
+    # rewind to N rolls that table back to this version (None in older records).
+    dead_letter_target: str | None = None
+    dead_letter_version: int | None = None
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def to_json(self) -> str:

@@ -89,6 +89,7 @@ class DeltaBatch(Batch):
     schema: pa.Schema | None = None
     dead_letter_schema: pa.Schema | None = None
     dead_letters: int = 0
+    dead_letter_version: int | None = None  # the dead-letter table's version holding them
     table: Any = None  # the table as step 3 opened it
     done: int | None = None  # its txn(appId)
 
@@ -222,9 +223,10 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
                 table = self.target.open()
         if self.dead_letters is not None:
             # Idempotent (its own txn(appId, N)): a retry after a conflict finds it done.
-            batch.dead_letters = self.dead_letters.commit(
+            letters = self.dead_letters.commit(
                 batch.outputs, batch_id=batch.batch_id, schema=batch.dead_letter_schema
             )
+            batch.dead_letters, batch.dead_letter_version = letters.rows, letters.version
             failpoint(FaultPoint.AFTER_DEAD_LETTERS, batch.batch_id)
         record = replace(
             self.record(
@@ -239,6 +241,8 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
             ),
             retries=retry,
             dead_letters=batch.dead_letters,
+            dead_letter_target=self.settings.dead_letter_uri,
+            dead_letter_version=batch.dead_letter_version,
             mode="complete" if self.settings.complete else "append",
         )
         uri = self.settings.table_uri

@@ -5,13 +5,16 @@ The query marks a malformed record by setting its struct column ``_dead_letter``
 for good rows). On executors :func:`split_dead_letters` stages those rows for the
 dead-letter table; on the driver :meth:`DeadLetters.commit` makes them visible in one
 commit of that table with its own ``txn(appId, N)``, before the batch's commit of the
-main table, so a replay neither loses nor repeats them.
+main table, so a replay neither loses nor repeats them. The Delta version of that
+commit goes into the batch's snapshot record: a savepoint rewind to N rolls the
+dead-letter table back to it (:mod:`spark_chkpt.savepoint.dead_letters`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
@@ -85,6 +88,15 @@ def letters_of(outputs: Sequence[StagedOutput | None]) -> list[StagedFile]:
     ]
 
 
+@dataclass(frozen=True)
+class CommittedLetters:
+    """A batch's dead letters in their table: how many, and the table's version that
+    holds them (None: no dead-letter table yet)."""
+
+    rows: int
+    version: int | None
+
+
 class DeadLetters:
     """The dead-letter table of one query (phase 2 on the driver)."""
 
@@ -94,9 +106,10 @@ class DeadLetters:
 
     def commit(
         self, outputs: Sequence[StagedOutput], *, batch_id: int, schema: pa.Schema | None
-    ) -> int:
+    ) -> CommittedLetters:
         """The batch's dead letters in one commit with ``txn(appId, N)`` (a replay finds
-        it and discards this attempt's letters); returns how many the batch has."""
+        it and discards this attempt's letters); returns how many the batch has and the
+        version of the table that holds them."""
         letters = letters_of(outputs)
         target = self.target
         table = target.open()
@@ -104,7 +117,8 @@ class DeadLetters:
         if done is not None and done >= batch_id:
             return self._replayed(table, letters, batch_id=batch_id)
         if (not letters and table is None) or schema is None:
-            return 0  # no dead letter yet: the table is created with the first one
+            # no dead letter yet: the table is created with the first one
+            return CommittedLetters(0, int(table.version()) if table is not None else None)
         count = sum(f.rows for f in letters)
 
         def attempt(retry: int) -> None:
@@ -129,15 +143,21 @@ class DeadLetters:
                 count,
                 target.uri,
             )
-        return count
+        found = target.find_txn_commit(target.open(), app_id=self.app_id, txn_version=batch_id)
+        return CommittedLetters(count, found.version if found is not None else None)
 
-    def _replayed(self, table: Any, letters: Sequence[StagedFile], *, batch_id: int) -> int:
+    def _replayed(
+        self, table: Any, letters: Sequence[StagedFile], *, batch_id: int
+    ) -> CommittedLetters:
         """The table holds batch ``batch_id``: discard this attempt's letters; returns how
-        many the committed batch has."""
+        many the committed batch has, and its commit's version."""
         self.target.delete_unreferenced(letters, table)
         found = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
         rows = found.info.get("chkpt.deadLetters") if found is not None else None
-        return int(rows) if rows is not None else 0
+        return CommittedLetters(
+            int(rows) if rows is not None else 0,
+            found.version if found is not None else int(table.version()),
+        )
 
     def abort(self, outputs: Sequence[StagedOutput | None]) -> None:
         """Delete a failed attempt's staged letters (never files the table references)."""
