@@ -27,9 +27,16 @@ $(STAMP): setup.cfg pyproject.toml
 # runs them on Tansu instead (docs/reference/brokers.md).
 CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py
 
+# Two pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
+# a test file per worker at a time (a module's fixtures are built once): the kill chains
+# and Spark tests mostly wait on JVM starts and triggers, so two fit the 2-core machine
+# (about half the serial time). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	SPARK_CHKPT_KAFKA_CLIENT=confluent $(BIN)/python -m pytest $(CONFLUENT_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	SPARK_CHKPT_KAFKA_CLIENT=confluent $(BIN)/python -m pytest $(XDIST) $(CONFLUENT_TESTS) $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -m "not integration and not fault" $(PYTEST_ARGS)
