@@ -163,6 +163,8 @@ class RestartPolicy:
     def on_failure(self, failure: Failure, *, now: float, progressed: bool) -> Decision:
         """The decision after ``failure`` at ``now``; ``progressed``: the failed run
         completed at least one snapshot (a batch) before it failed."""
+        if self.config.strategy.type == "none":  # exit 1 whatever failed, as without one
+            return Decision(Verdict.NO_RESTART)
         if failure.kind is FailureKind.DRIVER:
             return Decision(Verdict.DRIVER)
         if failure.kind is FailureKind.FATAL:
@@ -180,7 +182,5 @@ class RestartPolicy:
                 )
         delay = self.backoff.next_delay(now=now)
         if delay is None:
-            if self.config.strategy.type == "none":
-                return Decision(Verdict.NO_RESTART)
             return Decision(Verdict.EXHAUSTED, detail=self.backoff.progress())
         return Decision(Verdict.RESTART, delay_s=delay, detail=self.backoff.progress())

@@ -35,7 +35,7 @@ class ExitCode(IntEnum):
     """What the supervised program exits with."""
 
     OK = 0  # the query ended (availableNow drained, stopped, Ctrl-C)
-    FAILED = 1  # failed and not restarted here: strategy none, or the driver itself failed
+    FAILED = 1  # failed, not restarted: strategy none (any failure), or the driver failed
     RESTARTS_EXHAUSTED = 3  # the restart strategy allows no more restarts
     SNAPSHOT_FAILURES_EXCEEDED = 4  # more snapshot failures in a row than tolerated
     NOT_RESTARTABLE = 5  # a failure no restart from this checkpoint can fix

@@ -376,12 +376,14 @@ def test_an_exhausted_strategy_exits_with_its_code_and_the_last_cause(
 def test_the_exit_codes() -> None:
     assert supervise(RestartConfig(), FakeQuery(None))[0] == ExitCode.OK
     assert supervise(RestartConfig(), FakeQuery(TASK_TEXT))[:2] == (ExitCode.FAILED, 1)
+    fenced = COMMIT_TEXT.replace("InjectedFailureError", "FencedError")
+    # strategy none: exit 1 whatever failed, as the jobs did before the supervisor
+    assert supervise(RestartConfig(), FakeQuery(fenced))[0] == ExitCode.FAILED
     tolerant = RestartConfig(
         strategy=FixedDelay(attempts=9, delay_ms=0), tolerable_snapshot_failures=1
     )
     code, started, _ = supervise(tolerant, FakeQuery(COMMIT_TEXT), FakeQuery(COMMIT_TEXT))
     assert (code, started) == (ExitCode.SNAPSHOT_FAILURES_EXCEEDED, 2)
-    fenced = COMMIT_TEXT.replace("InjectedFailureError", "FencedError")
     assert supervise(tolerant, FakeQuery(fenced))[0] == ExitCode.NOT_RESTARTABLE
 
 

@@ -43,7 +43,7 @@ spark.sparkContext.setLogLevel("ERROR")
 spark_chkpt.register(spark)
 
 
-def write(batch, batch_id):  # noqa: ANN001, ANN201: the user's foreachBatch function
+def write(batch, batch_id):  # the user's foreachBatch function
     failures = int(marker.read_text()) if marker.exists() else 0
     if failures < args.fail_times:
         marker.write_text(str(failures + 1))
