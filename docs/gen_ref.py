@@ -114,6 +114,12 @@ API: dict[str, tuple[str, ...]] = {
         "spark_chkpt.metrics.reporter.SnapshotReporter",
         "spark_chkpt.snapshot.record.SnapshotRecord",
     ),
+    "Restarting a failed query": (
+        "spark_chkpt.restart.supervisor.run_supervised",
+        "spark_chkpt.restart.supervisor.ExitCode",
+        "spark_chkpt.restart.options.RestartConfig",
+        "spark_chkpt.metrics.restarts.RestartMetrics",
+    ),
     "Keyed state": ("spark_chkpt.state.reader.read_state",),
     "Savepoints": (
         "spark_chkpt.savepoint.manifest.create_savepoint",

@@ -11,7 +11,10 @@ Run it any of these ways:
 Settings: built-in defaults, then ``--conf-file`` (default
 ``./conf/kafka_to_delta.properties`` when it exists, else the copy installed with the
 package), then ``--set key=value`` and the shortcut flags. Keys are
-``source.<chkpt-kafka option>``, ``sink.<chkpt-delta option>`` and ``job.<name>``.
+``source.<chkpt-kafka option>``, ``sink.<chkpt-delta option>`` and ``job.<name>``, and
+Flink's restart settings (``restart-strategy.*``,
+``execution.checkpointing.tolerable-failed-checkpoints``; see
+:mod:`spark_chkpt.restart`): unset, a failed query is not restarted and the job exits 1.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+    from spark_chkpt.metrics.restarts import RestartMetrics
 
 log = logging.getLogger("spark_chkpt.jobs.kafka_to_delta")
 
@@ -275,29 +280,43 @@ def job_session(settings: Mapping[str, str], args: argparse.Namespace) -> SparkS
 
 
 def run_until_done(
-    query: StreamingQuery, *, checkpoint_location: str | None = None, table: str | None = None
+    start_query: Callable[[], StreamingQuery],
+    settings: Mapping[str, str],
+    *,
+    metrics: RestartMetrics | None = None,
 ) -> int:
-    """Wait for the query; 0 when it ended cleanly, 1 (logged) when it failed. With
-    ``checkpoint_location``, ``spark-chkpt savepoint stop`` can stop it with a savepoint
-    (``table``: the sink's table, named in the savepoint's manifest)."""
-    watcher = None
-    if checkpoint_location:
-        from spark_chkpt.savepoint.stop import StopRequests
+    """Start the query and wait for it, restarting it per the ``restart-strategy.*``
+    settings (default ``none``: a failure is logged and the exit code is 1, as before
+    there was a supervisor). Each start gets a watcher, so ``spark-chkpt savepoint stop``
+    can stop it with a savepoint. Returns the exit code of
+    :class:`spark_chkpt.restart.ExitCode`."""
+    from spark_chkpt.restart import ExitCode, RestartConfig, run_supervised
 
-        watcher = StopRequests(query, checkpoint_location=checkpoint_location, table=table).start()
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    if watcher is not None:
+    config = RestartConfig.from_options(settings)
+    checkpoint_location = settings.get("sink.checkpointLocation")
+    watchers = []
+    queries: list[StreamingQuery] = []
+
+    def start_watched() -> StreamingQuery:
+        query = start_query()
+        queries.append(query)
+        if checkpoint_location:
+            from spark_chkpt.savepoint.stop import StopRequests
+
+            watchers.append(
+                StopRequests(
+                    query, checkpoint_location=checkpoint_location, table=settings.get("sink.path")
+                ).start()
+            )
+        return query
+
+    code = run_supervised(start=start_watched, strategy=config, metrics=metrics)
+    for watcher in watchers:
         watcher.join()
-    error = query.exception()
-    if error is not None:
-        log.error("query failed: %s", error)
-        return 1
-    for progress in query.recentProgress[-3:]:
-        log.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
-    return 0
+    if code == ExitCode.OK and queries:
+        for progress in queries[-1].recentProgress[-3:]:
+            log.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
+    return int(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -306,20 +325,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_chkpt.metrics.reporter import SnapshotReporter
 
     reporter = SnapshotReporter.attach(spark)
-    query = start(spark, settings)
-    reporter.track(query, checkpoint_location=settings["sink.checkpointLocation"])
-    log.info(
-        "query %s started: %s -> %s (checkpoint %s)",
-        query.name,
-        settings.get("source.subscribe") or settings.get("source.subscribePattern"),
-        settings.get("sink.path"),
-        settings.get("sink.checkpointLocation"),
-    )
-    return run_until_done(
-        query,
-        checkpoint_location=settings["sink.checkpointLocation"],
-        table=settings.get("sink.path"),
-    )
+
+    def start_query() -> StreamingQuery:  # again at each restart, on the same checkpoint
+        query = start(spark, settings)
+        reporter.track(query, checkpoint_location=settings["sink.checkpointLocation"])
+        log.info(
+            "query %s started: %s -> %s (checkpoint %s)",
+            query.name,
+            settings.get("source.subscribe") or settings.get("source.subscribePattern"),
+            settings.get("sink.path"),
+            settings.get("sink.checkpointLocation"),
+        )
+        return query
+
+    return run_until_done(start_query, settings, metrics=reporter.restarts)
 
 
 if __name__ == "__main__":

@@ -151,21 +151,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_chkpt.metrics.reporter import SnapshotReporter
 
     reporter = SnapshotReporter.attach(spark)
-    query = start(spark, settings)
-    reporter.track(query, checkpoint_location=settings["sink.checkpointLocation"])
-    log.info(
-        "query %s started (%s): %s -> %s (checkpoint %s)",
-        query.name,
-        settings.get("job.mode"),
-        settings.get("source.subscribe") or settings.get("source.subscribePattern"),
-        settings.get("sink.path"),
-        settings.get("sink.checkpointLocation"),
-    )
-    return kafka_to_delta.run_until_done(
-        query,
-        checkpoint_location=settings["sink.checkpointLocation"],
-        table=settings.get("sink.path"),
-    )
+
+    def start_query() -> StreamingQuery:  # again at each restart, on the same checkpoint
+        query = start(spark, settings)
+        reporter.track(query, checkpoint_location=settings["sink.checkpointLocation"])
+        log.info(
+            "query %s started (%s): %s -> %s (checkpoint %s)",
+            query.name,
+            settings.get("job.mode"),
+            settings.get("source.subscribe") or settings.get("source.subscribePattern"),
+            settings.get("sink.path"),
+            settings.get("sink.checkpointLocation"),
+        )
+        return query
+
+    return kafka_to_delta.run_until_done(start_query, settings, metrics=reporter.restarts)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ pyarrow's thread pools finish before the interpreter finalizes (see
 
 ``spark_chkpt.DeltaUpsert`` (exactly-once upserts from ``foreachBatch``, see
 :mod:`spark_chkpt.delta.upsert.committer`) is imported on first use, so importing the package
-stays light (no pyspark, pyarrow or deltalake).
+stays light (no pyspark, pyarrow or deltalake). So are ``spark_chkpt.run_supervised``,
+``RestartConfig`` and ``ExitCode``: a query restarted from its checkpoint by a Flink-style
+restart strategy (see :mod:`spark_chkpt.restart`).
 """
 
 from __future__ import annotations
@@ -24,26 +26,34 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_chkpt.delta.upsert.committer import DeltaUpsert
+    from spark_chkpt.restart import ExitCode, RestartConfig, run_supervised
 
 __all__ = [
     "ChkptError",
     "ConfigError",
     "DataLossError",
     "DeltaUpsert",
+    "ExitCode",
+    "RestartConfig",
     "WorkerPythonError",
     "__version__",
     "register",
+    "run_supervised",
 ]
 
 teardown.install()
 
 
 def __getattr__(name: str) -> Any:
-    """``spark_chkpt.DeltaUpsert``, imported when first used."""
+    """``spark_chkpt.DeltaUpsert`` and the supervisor's names, imported when first used."""
     if name == "DeltaUpsert":
         from spark_chkpt.delta.upsert.committer import DeltaUpsert
 
         return DeltaUpsert
+    if name in ("run_supervised", "RestartConfig", "ExitCode"):
+        from spark_chkpt import restart
+
+        return getattr(restart, name)
     raise AttributeError(f"module 'spark_chkpt' has no attribute {name!r}")
 
 

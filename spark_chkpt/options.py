@@ -59,12 +59,23 @@ def parse_positive_int(
     return value
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_UNITS = {
+    1: ("ms", "milli", "millis", "millisecond", "milliseconds"),
+    1000: ("s", "sec", "secs", "second", "seconds"),
+    60_000: ("m", "min", "mins", "minute", "minutes"),
+    3_600_000: ("h", "hour", "hours"),
+    86_400_000: ("d", "day", "days"),
+}
+_UNIT_MS = {name: ms for ms, names in _UNITS.items() for name in names}
+_DURATION = re.compile(
+    r"^\s*(\d+)\s*(" + "|".join(sorted(_UNIT_MS, key=len, reverse=True)) + r")?\s*$",
+    re.IGNORECASE,
+)
 
 
 def parse_duration_ms(option: str, raw: str | None, *, default_ms: int) -> int:
-    """Spark-style durations: ``100ms``, ``30s``, ``15m``, ``1h``; a bare number is ms."""
+    """Spark- and Flink-style durations: ``100ms``, ``30s``, ``10 s``, ``15 min``, ``1h``,
+    ``2 minutes``; a bare number is ms."""
     if raw is None:
         return default_ms
     match = _DURATION.match(raw)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
@@ -165,6 +166,8 @@ class SnapshotReporter(StreamingQueryListener):
         self._keep = keep
         self.history: dict[str, list[SnapshotRecord]] = {}
         self.alignment: dict[str, list[dict[str, Any]]] = {}
+        # Failures and restarts of the queries the jobs supervise (spark_chkpt.restart).
+        self.restarts = RestartMetrics()
 
     @classmethod
     def attach(

@@ -59,6 +59,8 @@ LAYERS = {
         "spark_chkpt.recovery",
     },
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
+    # The supervisor counts failures and restarts into the metrics' RestartMetrics.
+    "spark_chkpt.restart": {"spark_chkpt.metrics"},
 }
 # Packages whose modules are shared by the sub-packages listed in LAYERS under them.
 SHARED = {"spark_chkpt.delta": {"spark_chkpt.delta.sink", "spark_chkpt.delta.upsert"}}
