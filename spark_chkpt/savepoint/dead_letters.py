@@ -101,20 +101,16 @@ def plan_dead_letter_rewind(
     done = table.transaction_version(letters.app_id)
     if not _needed(target, table, letters.app_id, batch, done, version):
         return LettersRewind(table=table, version=version, current=current, needed=False, plain=0)
-    others, plain = commits_after(
-        target, version if version is not None else -1, current, letters.app_id
+    plain = refuse_other_writers(
+        target,
+        version if version is not None else -1,
+        current,
+        letters.app_id,
+        discard_other_writers=discard_other_writers,
+        where=f"dead-letter table {target.uri}: after its version {version} (snapshot {batch}) "
+        "other writers committed to it",
+        no_app_id="commits without an app id, OPTIMIZE too",
     )
-    if plain:
-        others.add(NO_APP_ID)
-    undone = sorted(others - set(discard_other_writers))
-    if undone:
-        raise SavepointError(
-            f"dead-letter table {target.uri}: after its version {version} (snapshot {batch}) "
-            f"other writers committed to it ({', '.join(undone)}; {NO_APP_ID}: commits "
-            "without an app id, OPTIMIZE too); rolling it back would undo their commits. "
-            "Restore with --mode fork instead, or, to undo them on purpose, name them: "
-            f"--discard-other-writers {','.join(sorted(others))}. Nothing was changed."
-        )
     if version is not None:
         _check_files(target, version, batch=batch, current=current)
     return LettersRewind(table=table, version=version, current=current, needed=True, plain=plain)
@@ -189,6 +185,34 @@ def rewind_dead_letters(
         f"version {plan.version}" if plan.version is not None else "emptied",
     )
     return plan.current, after.version if after is not None else None
+
+
+def refuse_other_writers(
+    target: DeltaTarget,
+    version: int,
+    current: int,
+    app_id: str,
+    *,
+    discard_other_writers: Sequence[str],
+    where: str,
+    no_app_id: str,
+) -> int:
+    """Raise :class:`SavepointError` if writers other than ``app_id`` committed after
+    ``version`` and ``discard_other_writers`` does not name them all (``where`` opens the
+    message, ``no_app_id`` says what commits without an app id are); returns how many
+    commits without any txn a rollback would undo."""
+    others, plain = commits_after(target, version, current, app_id)
+    if plain:
+        others.add(NO_APP_ID)
+    undone = sorted(others - set(discard_other_writers))
+    if undone:
+        raise SavepointError(
+            f"{where} ({', '.join(undone)}; {NO_APP_ID}: {no_app_id}); rolling it back "
+            "would undo their commits. Restore with --mode fork instead, or, to undo them "
+            f"on purpose, name them: --discard-other-writers {','.join(sorted(others))}. "
+            "Nothing was changed."
+        )
+    return plain
 
 
 def commits_after(

@@ -72,11 +72,10 @@ from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
 from spark_chkpt.savepoint.dead_letters import (
-    NO_APP_ID,
     REWIND_KEY,
     DeadLetterTable,
-    commits_after,
     plan_dead_letter_rewind,
+    refuse_other_writers,
     rewind_dead_letters,
 )
 from spark_chkpt.savepoint.manifest import (
@@ -359,18 +358,16 @@ def _check_table(
     done = table.transaction_version(app_id)
     commit = _snapshot_commit(point, target, table, app_id)
     current = int(table.version())
-    others, plain = commits_after(target, commit.version, current, app_id)
-    if plain:
-        others.add(NO_APP_ID)
-    undone = sorted(others - set(discard_other_writers))
-    if undone:
-        raise SavepointError(
-            f"{target.uri}: after snapshot {batch} (Delta version {commit.version}) other "
-            f"writers committed to the table ({', '.join(undone)}; {NO_APP_ID}: commits "
-            "without an app id); rolling it back would undo their commits. Restore with "
-            "--mode fork instead, or, to undo them on purpose, name them: "
-            f"--discard-other-writers {','.join(sorted(others))}. Nothing was changed."
-        )
+    plain = refuse_other_writers(
+        target,
+        commit.version,
+        current,
+        app_id,
+        discard_other_writers=discard_other_writers,
+        where=f"{target.uri}: after snapshot {batch} (Delta version {commit.version}) other "
+        "writers committed to the table",
+        no_app_id="commits without an app id",
+    )
     return _TableState(
         table=table,
         app_id=app_id,
