@@ -30,9 +30,12 @@ CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test
 # Two pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
 # a test file per worker at a time (a module's fixtures are built once): the kill chains
 # and Spark tests mostly wait on JVM starts and triggers, so two fit the 2-core machine
-# (about half the serial time). PYTEST_WORKERS=0 runs in one process.
+# (about half the serial time). Files go out in collection order (--no-loadscope-reorder),
+# so tests/fault's few long kill chains start first: xdist's default order, most tests
+# first, left them to the end on one worker while the other sat idle. PYTEST_WORKERS=0
+# runs in one process.
 PYTEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: setup
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
