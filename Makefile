@@ -72,11 +72,11 @@ MERMAID_JS := docs/javascripts/mermaid.min.js
 
 $(MERMAID_JS):
 	@mkdir -p .cache/npm $(dir $(MERMAID_JS))
-	@if command -v npm >/dev/null; then \
+	@if command -v npm >/dev/null && \
 	  (cd .cache/npm && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null) && \
-	  tar -xzf .cache/npm/mermaid-$(MERMAID_VERSION).tgz -O package/dist/mermaid.min.js > $@.part && \
-	  mv $@.part $@; \
-	else echo "npm not found: the site will load Mermaid from unpkg.com when viewed"; fi
+	  tar -xzf .cache/npm/mermaid-$(MERMAID_VERSION).tgz -O package/dist/mermaid.min.js > $@.part; \
+	then mv $@.part $@; \
+	else rm -f $@.part; echo "Mermaid $(MERMAID_VERSION) not fetched (npm missing or offline): the site loads it from unpkg.com when viewed"; fi
 
 # The docs site (mkdocs.yml, docs/): built into site/, strict, as CI builds it.
 docs: setup $(MERMAID_JS)
