@@ -221,3 +221,85 @@ def test_the_command_from_another_folder(
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "operator 0 (stateStoreSave): restored" in done.stdout
     assert "result      0: every operator's state restores" in done.stdout
+
+
+def test_a_shadow_fork_of_a_new_version_and_its_diff_with_production(
+    spark: Any,
+    counted: tuple[Savepoint, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: Any,
+    capsys: Any,
+) -> None:
+    from spark_chkpt.cli import main
+    from spark_chkpt.fs import qualify
+    from spark_chkpt.savepoint.diff import diff_tables
+
+    point, env = counted
+    production, shadow = env["PV_TABLE"], str(tmp_path / "shadow")
+    shadow_chk = tmp_path / "shadow-chk"
+    monkeypatch.setenv("PV_CHECKPOINT", str(shadow_chk))
+    monkeypatch.setenv("PV_TABLE", shadow)
+    filtered = _plan(spark, "filtered")  # a compatible new version: app5 no longer counts
+    with pytest.raises(SavepointError, match=r"--shadow: the table .* is production's table"):
+        restore_savepoint(
+            savepoint=point.location,
+            checkpoint_location=str(shadow_chk),
+            mode="fork",
+            shadow=True,
+            table=production,
+        )
+    with pytest.raises(SavepointError, match="is production's checkpoint"):
+        restore_savepoint(
+            savepoint=point.location,
+            checkpoint_location=env["PV_CHECKPOINT"],
+            mode="fork",
+            shadow=True,
+            job=filtered,
+        )
+    assert not shadow_chk.exists()
+    restored = restore_savepoint(
+        savepoint=point.location,
+        checkpoint_location=str(shadow_chk),
+        mode="fork",
+        shadow=True,
+        job=filtered,
+    )
+    marker = json.loads((shadow_chk / "chkpt" / "restore.json").read_text())
+    assert restored.shadow and marker["shadow"] is True
+    assert marker["production"]["checkpoint"] == qualify(env["PV_CHECKPOINT"])
+
+    # New views; production and the shadow both catch up with them.
+    produce_page_views(
+        bootstrap_servers=env["PV_SERVERS"], topic=env["PV_TOPIC"], first=EVENTS + 40, count=200
+    )
+    for checkpoint, table, version in (
+        (env["PV_CHECKPOINT"], production, "original"),
+        (str(shadow_chk), shadow, "filtered"),
+    ):
+        monkeypatch.setenv("PV_CHECKPOINT", checkpoint)
+        monkeypatch.setenv("PV_TABLE", table)
+        query = getattr(_versions(), f"build_{version}")(spark)
+        query = query.trigger(availableNow=True).start()
+        query.awaitTermination(240)
+        assert query.exception() is None, query.exception()
+
+    found = diff_tables(table_a=production, table_b=shadow, key=["app"])
+    assert (found.pair.version_a, found.pair.version_b) == (
+        DeltaTable(production).version(),
+        DeltaTable(shadow).version(),
+    )
+    counts = {r["app"]: r["count"] for r in DeltaTable(production).to_pyarrow_table().to_pylist()}
+    version = point.manifest.sink.table_version if point.manifest.sink else None
+    before = DeltaTable(production, version=version).to_pyarrow_table().to_pylist()
+    app5_at_savepoint = next(r["count"] for r in before if r["app"] == "app5")
+    assert counts["app5"] > app5_at_savepoint  # app5 had new views
+    # Exactly app5 differs: the shadow kept its count at the savepoint.
+    assert [(c.key, c.a, c.b) for c in found.changed] == [
+        ({"app": "app5"}, {"count": counts["app5"]}, {"count": app5_at_savepoint})
+    ]
+    assert (found.only_a, found.only_b, found.same) == ([], [], len(counts) - 1)
+
+    assert main(["diff", production, shadow, "--key", "app"]) == 1
+    out = capsys.readouterr().out
+    assert "only in A: 0, only in B: 0, changed: 1, same: 4" in out
+    assert f"~ app=app5: count: {counts['app5']} → {app5_at_savepoint}" in out
