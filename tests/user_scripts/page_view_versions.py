@@ -1,16 +1,21 @@
 """Versions of the seeds' page-view counts job (``jobs/page_views.py``, complete mode
 into ``chkpt-delta``), as a user keeps them: each ``build_<version>(spark)`` returns the
 query's ``DataStreamWriter``, for ``spark-chkpt savepoint check SAVEPOINT
-page_view_versions.py:build_<version>``.
+page_view_versions.py:build_<version>``. Run as a script (``python
+page_view_versions.py --version V``) it starts version V, as users' scripts do: then
+``spark-chkpt savepoint check SAVEPOINT page_view_versions.py -- --version V``.
 
 The job's settings come from the environment: ``PV_SERVERS``, ``PV_TOPIC``, ``PV_TABLE``,
 ``PV_CHECKPOINT``.
 """
 
+import argparse
 import os
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+import spark_chkpt
 from spark_chkpt.jobs import kafka_to_delta, page_views
 
 
@@ -75,3 +80,12 @@ def build_key_int(spark):  # type: ignore[no-untyped-def]
 def build_stateless(spark):  # type: ignore[no-untyped-def]
     """Version 2: the raw views, appended (the aggregation removed)."""
     return writer(views(spark).select("app")).outputMode("append")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--version", default="original")
+    args = parser.parse_args()
+    session = SparkSession.builder.appName("page_view_counts").getOrCreate()
+    spark_chkpt.register(session)
+    globals()[f"build_{args.version}"](session).start().awaitTermination()
