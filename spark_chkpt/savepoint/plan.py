@@ -183,6 +183,8 @@ def load_job(
                 writer = build(spark)
             except PlannedStartError as started:
                 writer = started.writer
+            except Exception as e:  # the user's code: say whose
+                raise ChkptError(f"job {job}: {function}(spark) failed: {e}") from e
             if writer is None or not hasattr(writer, "_df"):
                 raise ChkptError(
                     f"job {job}: {function}(spark) returned {type(writer).__name__}, not the "
@@ -234,6 +236,8 @@ def _run_script(target: str, job: str, args: Sequence[str]) -> Any:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
     except PlannedStartError as started:
         return started.writer
+    except Exception as e:  # the user's script: say whose
+        raise ChkptError(f"job {job} failed before it started a query: {e}") from e
     except SystemExit as e:
         raise ChkptError(
             f"job {job} exited (code {e.code}) before it started a query: check its arguments"

@@ -268,3 +268,28 @@ def test_diff_pairs_the_newest_versions_with_equal_offsets(tmp_path: Path) -> No
     _commit(c, {"app1": 1}, "other", 0, 7)
     with pytest.raises(ChkptError, match=r"no version of .* has equal source offsets"):
         pair_versions(table_a=str(a), table_b=str(c))
+
+
+def test_a_job_that_cannot_be_planned_is_named(tmp_path: Path) -> None:
+    from spark_chkpt.savepoint.plan import load_job
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\n"
+        "def broken(spark):\n    raise ValueError('no column views')\n"
+        "if __name__ == '__main__':\n"
+        "    if sys.argv[1:] == ['--fail']:\n        raise KeyError('PV_TOPIC')\n"
+        "    if sys.argv[1:] == ['--bad']:\n        sys.exit(2)\n"
+    )
+    with pytest.raises(ChkptError, match=r"is not a file"):
+        load_job(job=f"{tmp_path / 'nope.py'}:build", session=lambda: None)
+    with pytest.raises(ChkptError, match=r"has no function 'build'"):
+        load_job(job=f"{script}:build", session=lambda: None)
+    with pytest.raises(ChkptError, match=r"broken\(spark\) failed: no column views"):
+        load_job(job=f"{script}:broken", session=lambda: None)
+    with pytest.raises(ChkptError, match=r"failed before it started a query: 'PV_TOPIC'"):
+        load_job(job=str(script), args=["--fail"])
+    with pytest.raises(ChkptError, match=r"exited \(code 2\) before it started a query"):
+        load_job(job=str(script), args=["--bad"])
+    with pytest.raises(ChkptError, match="ran to its end without starting a streaming query"):
+        load_job(job=str(script))
