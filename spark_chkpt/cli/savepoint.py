@@ -149,10 +149,27 @@ def _savepoint_check(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.check import check_savepoint
     from spark_chkpt.savepoint.manifest import load_savepoint, verify_files
 
+    # After JOB: our --json, then the script job's arguments (argparse drops a "--"
+    # that directly follows JOB, so both spellings arrive here).
+    rest = list(args.job_args)
+    if "--" in rest:
+        ours, job_args = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+    else:
+        lead = next((i for i, a in enumerate(rest) if a != "--json"), len(rest))
+        ours, job_args = rest[:lead], rest[lead:]
+    unknown = [a for a in ours if a != "--json"]
+    if unknown or (job_args and ":" in args.job):
+        print(
+            f"spark-chkpt savepoint check: {' '.join(unknown or job_args)}: unknown option "
+            "(only a script job takes arguments, after --)",
+            file=sys.stderr,
+        )
+        return 2
+    json_output = args.json or "--json" in ours
     point = load_savepoint(location=args.savepoint)
     verify_files(point)
-    report = check_savepoint(savepoint=point, plan=_job_plan(args.job, args.job_args))
-    if args.json:
+    report = check_savepoint(savepoint=point, plan=_job_plan(args.job, job_args))
+    if json_output:
         print(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
     else:
         print("\n".join(report.lines()))

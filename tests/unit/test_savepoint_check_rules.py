@@ -293,3 +293,15 @@ def test_a_job_that_cannot_be_planned_is_named(tmp_path: Path) -> None:
         load_job(job=str(script), args=["--bad"])
     with pytest.raises(ChkptError, match="ran to its end without starting a streaming query"):
         load_job(job=str(script))
+
+
+def test_the_command_takes_a_script_jobs_arguments_only(capsys: Any) -> None:
+    from spark_chkpt.cli import main
+
+    assert main(["savepoint", "check", "/nowhere", "job.py:build", "--mode", "x"]) == 2
+    assert "--mode x: unknown option (only a script job takes arguments" in capsys.readouterr().err
+    assert main(["savepoint", "check", "/nowhere", "job.py", "--jsn", "--", "--mode", "x"]) == 2
+    assert "--jsn: unknown option" in capsys.readouterr().err
+    # Accepted: then the savepoint is read (and here is missing).
+    assert main(["savepoint", "check", "/nowhere", "job.py:build", "--json"]) == 2
+    assert "is not a complete savepoint" in capsys.readouterr().err
