@@ -139,12 +139,20 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         table=args.table,
         discard_other_writers=[w.strip() for w in args.discard_other_writers.split(",") if w],
         dead_letter_table=args.dead_letter_table,
+        kafka_bootstrap_servers=args.bootstrap_servers,
+        control_topic=args.control_topic,
     )
     print(
         f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
         f"{result.query_id} resumes at batch {result.resumes_at}, generation "
         f"{result.generation} (writers of older generations are fenced)"
     )
+    for topic, snapshots in (result.revoked or {}).items():
+        print(
+            f"topic {topic}: snapshots {', '.join(map(str, snapshots)) or 'none'} after "
+            f"{result.resumes_at - 1} revoked at generation {result.generation} (readers "
+            "skip their records)"
+        )
     if result.restore_version is not None:
         print(
             f"table {result.table} rolled back from version {result.rolled_back_from} in "
@@ -224,5 +232,17 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="the sink's dead-letter table (deadLetterPath), only for a savepoint of an "
         "earlier release that does not name it: a rewind rolls it back too",
+    )
+    restore.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="rewind of a query writing chkpt-kafka: the brokers of its topic (the rewind "
+        "revokes the snapshots after N in the topic's control topic)",
+    )
+    restore.add_argument(
+        "--control-topic",
+        default=None,
+        help="rewind of a query writing chkpt-kafka: its control topic, if the sink set "
+        "controlTopic (default __chkpt.<topic>)",
     )
     restore.set_defaults(run=_savepoint_restore)

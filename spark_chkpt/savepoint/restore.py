@@ -11,8 +11,8 @@ N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names)
   The sink's dead-letter table, if it has one, is rolled back the same way to its
   version at N (:mod:`spark_chkpt.savepoint.dead_letters`). Batches N + 1, ... then
   commit again, once each, their dead letters too. A query whose sink is ``chkpt-kafka``
-  cannot be rewound: its readers have consumed snapshots after N already, and a topic
-  cannot be rolled back.
+  is rewound logically: a topic cannot be rolled back, so a ``revoke`` entry in its
+  control topic revokes the snapshots after N (:mod:`spark_chkpt.savepoint.revocation`).
 * ``fork``: a new query id, so the savepoint's state and offsets start a second query
   (a changed application, an A/B run) next to the original, each exactly once into its
   own table or topic.
@@ -27,7 +27,8 @@ The protocol (``# Step N`` in the body):
    would be undone) unless ``discard_other_writers`` names each of them; the same for
    the dead-letter table (the manifest names it and its version at N; a savepoint of an
    earlier release: the table's commit of N, or ``dead_letter_table``), whose files of
-   that version must all be there (not removed by VACUUM). The new
+   that version must all be there (not removed by VACUUM). A Kafka sink instead: each
+   control topic holds snapshot N's own ``complete`` entry. The new
    generation (:mod:`spark_chkpt.snapshot.epoch`): one above the table's for a rewind,
    1 for a fork's new query id;
 3. a restore run again on its folder finishes an unfinished one, and is refused once the
@@ -44,7 +45,9 @@ The protocol (``# Step N`` in the body):
    or refuses (other offsets), never duplicates; running the restore again finishes it.
    Then the dead-letter table's rollback; a crash before it is finished the same way
    (run the restore again before starting the query: until then the dead-letter table
-   still holds the letters of batches N + 1 ... M).
+   still holds the letters of batches N + 1 ... M). A Kafka sink: the ``revoke`` entries,
+   carrying the new generation (a crash before them is finished the same way; until
+   then the batches N + 1 ... are replays the sink recognises, or refuses).
 
 Spark's own state checks (the state schema of each operator, the number of
 partitions) run when the query starts: :func:`explain_start_error` turns them into a
@@ -84,6 +87,7 @@ from spark_chkpt.savepoint.manifest import (
     load_savepoint,
     verify_files,
 )
+from spark_chkpt.savepoint.revocation import KafkaRewind, plan_kafka_rewind, write_revocations
 from spark_chkpt.snapshot.epoch import generation_app_id
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR
@@ -113,6 +117,7 @@ class RestoreResult:
     dead_letter_table: str | None = None  # the dead-letter table a rewind rolled back
     dead_letters_rolled_back_from: int | None = None  # its version before the rewind
     dead_letters_restore_version: int | None = None  # its restore commit (None: nothing to undo)
+    revoked: Mapping[str, tuple[int, ...]] | None = None  # Kafka rewind: topic -> snapshots
 
 
 def restore_savepoint(
@@ -124,6 +129,8 @@ def restore_savepoint(
     storage_options: Mapping[str, str] | None = None,
     discard_other_writers: Sequence[str] = (),
     dead_letter_table: str | None = None,
+    kafka_bootstrap_servers: str | None = None,
+    control_topic: str | None = None,
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
     the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
@@ -131,7 +138,8 @@ def restore_savepoint(
     commits after N a rewind may undo (in the table and its dead-letter table).
     ``dead_letter_table``: the sink's dead-letter table, needed only for a savepoint of
     an earlier release whose table does not name it (a rewind rolls it back; a fork
-    checks that its new one differs)."""
+    checks that its new one differs). ``kafka_bootstrap_servers`` (and ``control_topic``
+    if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``."""
     if mode not in ("rewind", "fork"):
         raise SavepointError(f"restore mode {mode!r}: rewind or fork")
     # Step 1
@@ -142,7 +150,19 @@ def restore_savepoint(
     # Step 2
     target: DeltaTarget | None = None
     letters: DeadLetterTable | None = None
-    if mode == "rewind":
+    kafka: KafkaRewind | None = None
+    if mode == "rewind" and sink is not None and sink.kind == "chkpt-kafka":
+        if table is not None:
+            raise SavepointError(
+                f"--table {table}: savepoint {manifest.savepoint_id}'s query writes Kafka "
+                f"(topic {sink.target}), not a table"
+            )
+        kafka = plan_kafka_rewind(
+            point=point, bootstrap_servers=kafka_bootstrap_servers, control_topic=control_topic
+        )
+        query_id = manifest.query_id
+        generation = kafka.generation
+    elif mode == "rewind":
         target = _rewind_target(point, table, storage_options)
         state = _check_table(point, target, discard_other_writers)
         letters = _dead_letter_table(point, state, dead_letter_table, storage_options)
@@ -215,6 +235,8 @@ def restore_savepoint(
         generation=generation,
     )
     # Step 5
+    if kafka is not None:
+        result = replace(result, revoked=write_revocations(kafka, generation=generation))
     if target is not None:
         result = _rewind_table(point, target, result, discard_other_writers, generation)
     if letters is not None:
@@ -304,15 +326,6 @@ def _rewind_target(
     """Step 2 of a rewind: the table, checked (see the module docstring)."""
     manifest = point.manifest
     sink = manifest.sink
-    if sink is not None and sink.kind == "chkpt-kafka":
-        raise SavepointError(
-            f"savepoint {manifest.savepoint_id}: a query writing Kafka (chkpt-kafka, topic "
-            f"{sink.target}) cannot be rewound. Its downstream readers have already read "
-            f"the snapshots after {manifest.batch_id} (barriers {manifest.batch_id + 1}... of "
-            f"app {sink.app_id}), and records in a topic cannot be taken back: writing those "
-            "snapshots again would hand them the data twice. Restore it as a fork "
-            "(--mode fork) writing a new topic."
-        )
     uri = table or (sink.target if sink is not None else None)
     if uri is None:
         raise SavepointError(
