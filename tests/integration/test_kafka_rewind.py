@@ -10,18 +10,22 @@ had read past barrier 1 into the revoked snapshots, fails naming the revocation.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.savepoint.manifest import create_savepoint
+from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.testing.generator import produce_page_views
 from tests.helpers import user_env
 
@@ -34,35 +38,29 @@ MORE = 500  # events after it
 
 
 def job(
-    cwd: Path, stage: str, servers: str, topics: tuple[str, str], chk: Path, table: Path
-) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "spark_chkpt.jobs.two_stage",
-        "--stage",
-        stage,
-        "--bootstrap-servers",
-        servers,
-        "--input",
-        topics[0],
-        "--middle",
-        topics[1],
-        "--checkpoint",
-        str(chk),
-        "--trigger",
-        "availableNow",
-        "--master",
-        "local[2]",
-    ]
-    if stage == "a":
-        command += ["--max-offsets-per-trigger", str(PER_BATCH)]
-    else:
-        # One A snapshot (250 records and 3 barriers) per batch of B.
-        command += ["--table", str(table), "--source-option", f"maxOffsetsPerTrigger={PER_BATCH}"]
-    return subprocess.run(
-        command, cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=300
+    spark: Any, stage: str, servers: str, topics: tuple[str, str], chk: Path, table: Path
+) -> Any:
+    """Run stage ``stage`` of jobs/two_stage.py to the end of its input (availableNow) on
+    the session's Spark (one JVM for every run keeps the test short)."""
+    from spark_chkpt.jobs import two_stage
+
+    args = argparse.Namespace(
+        bootstrap_servers=servers,
+        input=topics[0],
+        middle=topics[1],
+        table=str(table),
+        checkpoint=str(chk),
+        trigger="availableNow",
+        max_offsets_per_trigger=PER_BATCH if stage == "a" else None,
+        alignment="aligned",
+        alignment_timeout=None,
+        # B: one A snapshot (250 records and 3 barriers) per batch.
+        source_option=[f"maxOffsetsPerTrigger={PER_BATCH}"] if stage == "b" else [],
+        sink_option=[],
     )
+    query = (two_stage.stage_a if stage == "a" else two_stage.stage_b)(spark, args)
+    query.awaitTermination()
+    return query
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -72,6 +70,7 @@ def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
+    """The command's output, once it exited 0."""
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return done.stdout
 
@@ -84,15 +83,15 @@ def report(chk: Path, batch: int, topic: str) -> dict[str, object]:
 
 
 def test_rewind_of_a_kafka_sink_revokes_and_downstream_reads_each_event_once(
-    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+    tmp_path: Path, spark: Any, bootstrap_servers: str, make_topic: Callable[..., str]
 ) -> None:
     raw = make_topic(partitions=3, suffix="raw")
     mid = make_topic(partitions=3, suffix="mid")
     topics = (raw, mid)
     table = tmp_path / "table"
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=raw, first=0, count=FIRST)
-    ok(job(tmp_path, "a", bootstrap_servers, topics, tmp_path / "chk-a", table))
-    ok(job(tmp_path, "b", bootstrap_servers, topics, tmp_path / "chk-b", table))
+    job(spark, "a", bootstrap_servers, topics, tmp_path / "chk-a", table)
+    job(spark, "b", bootstrap_servers, topics, tmp_path / "chk-b", table)
     assert [report(tmp_path / "chk-b", n, mid)["snapshots"] for n in range(4)] == [
         [0],
         [1],
@@ -101,24 +100,31 @@ def test_rewind_of_a_kafka_sink_revokes_and_downstream_reads_each_event_once(
     ]
 
     # Savepoints of both at snapshot 1: A's snapshot 1, B's batch that ends at barrier 1.
-    sp_a = ok(cli(tmp_path, "savepoint", "create", str(tmp_path / "chk-a"), "--dir",
-                  str(tmp_path / "sp-a"), "--batch", "1")).strip()  # fmt: skip
-    sp_b = ok(cli(tmp_path, "savepoint", "create", str(tmp_path / "chk-b"), "--dir",
-                  str(tmp_path / "sp-b"), "--batch", "1")).strip()  # fmt: skip
+    sp_a, sp_b = (
+        create_savepoint(
+            checkpoint_location=str(tmp_path / f"chk-{s}"),
+            savepoint_dir=str(tmp_path / f"sp-{s}"),
+            batch_id=1,
+        ).location
+        for s in "ab"
+    )
     # Without the brokers a Kafka rewind is refused before anything is written.
-    refused = cli(tmp_path, "savepoint", "restore", sp_a, "--checkpoint",
-                  str(tmp_path / "a2"), "--mode", "rewind")  # fmt: skip
+    rewind_a = ["savepoint", "restore", sp_a, "--checkpoint", str(tmp_path / "a2")]
+    refused = cli(tmp_path, *rewind_a, "--mode", "rewind")
     assert refused.returncode != 0 and "--bootstrap-servers" in refused.stderr
     assert not (tmp_path / "a2").exists()
 
-    out = ok(cli(tmp_path, "savepoint", "restore", sp_a, "--checkpoint", str(tmp_path / "a2"),
-                 "--mode", "rewind", "--bootstrap-servers", bootstrap_servers))  # fmt: skip
+    out = ok(cli(tmp_path, *rewind_a, "--mode", "rewind", "--bootstrap-servers", bootstrap_servers))
     assert f"topic {mid}: snapshots 2, 3 after 1 revoked at generation 1" in out, out
-    ok(cli(tmp_path, "savepoint", "restore", sp_b, "--checkpoint", str(tmp_path / "b2"),
-           "--mode", "rewind"))  # fmt: skip
+    restore_savepoint(savepoint=sp_b, checkpoint_location=str(tmp_path / "b2"), mode="rewind")
     # Run again (an interrupted restore finished): no second revocation.
-    ok(cli(tmp_path, "savepoint", "restore", sp_a, "--checkpoint", str(tmp_path / "a2"),
-           "--mode", "rewind", "--bootstrap-servers", bootstrap_servers))  # fmt: skip
+    again = restore_savepoint(
+        savepoint=sp_a,
+        checkpoint_location=str(tmp_path / "a2"),
+        mode="rewind",
+        kafka_bootstrap_servers=bootstrap_servers,
+    )
+    assert again.generation == 1 and again.revoked == {mid: (2, 3)}
     index = ControlTopic(
         bootstrap_servers=bootstrap_servers, control_topic=control_topic_for(mid), data_topic=mid
     )
@@ -129,8 +135,8 @@ def test_rewind_of_a_kafka_sink_revokes_and_downstream_reads_each_event_once(
 
     # A writes snapshots 2, 3, ... again under generation 1; B reads on from its cut.
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=raw, first=FIRST, count=MORE)
-    ok(job(tmp_path, "a", bootstrap_servers, topics, tmp_path / "a2", table))
-    ok(job(tmp_path, "b", bootstrap_servers, topics, tmp_path / "b2", table))
+    job(spark, "a", bootstrap_servers, topics, tmp_path / "a2", table)
+    job(spark, "b", bootstrap_servers, topics, tmp_path / "b2", table)
     ids = DeltaTable(str(table)).to_pyarrow_table(columns=["event_id"]).column("event_id")
     counts = Counter(ids.to_pylist())
     assert sorted(counts) == list(range(FIRST + MORE)), "events missing"
@@ -142,9 +148,7 @@ def test_rewind_of_a_kafka_sink_revokes_and_downstream_reads_each_event_once(
 
     # B's old checkpoint read snapshots 2 and 3 of the revoked timeline: it must fail,
     # naming the revocation, not read on.
-    old = job(tmp_path, "b", bootstrap_servers, topics, tmp_path / "chk-b", tmp_path / "t-old")
-    assert old.returncode != 0
-    text = old.stdout + old.stderr
-    assert "RevokedSnapshotError" in text, text[-4000:]
+    with pytest.raises(Exception, match="RevokedSnapshotError") as failed:
+        job(spark, "b", bootstrap_servers, topics, tmp_path / "chk-b", tmp_path / "t-old")
     for part in (f"topic {mid}", revocation.app_id, "revoked snapshots 2, 3", "generation 1"):
-        assert part in text, part
+        assert part in str(failed.value), part

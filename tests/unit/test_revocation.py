@@ -191,14 +191,17 @@ def test_replay_filters_carry_the_revocation() -> None:
     )
     assert filters[P1].revoked == ((15, 35),)
     assert filters[P1].revoked_attempts == frozenset({"old-2", "old-3"})
-    assert record_filters(
-        topic=T,
-        mode="none",
-        begin={P0: 20},
-        end={P0: 60},
-        entries=idx.complete(),
-        revocations=idx.revocations(),
-    ) == {}
+    assert (
+        record_filters(
+            topic=T,
+            mode="none",
+            begin={P0: 20},
+            end={P0: 60},
+            entries=idx.complete(),
+            revocations=idx.revocations(),
+        )
+        == {}
+    )
 
 
 def test_record_filter_without_revocation_revokes_nothing() -> None:
