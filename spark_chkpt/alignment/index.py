@@ -14,6 +14,7 @@ job.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from spark_chkpt.alignment.barrier import IndexEntry
 
@@ -50,21 +51,31 @@ class BarrierIndex:
         return new
 
     def revocations(self, *, app_id: str | None = None) -> list[IndexEntry]:
-        """The ``revoke`` entries (of ``app_id``, or all apps), in the order written."""
-        return [
-            e for e in self.entries if e.kind == "revoke" and (app_id is None or e.app_id == app_id)
-        ]
+        """The ``revoke`` entries (of ``app_id``, or all apps), in the order written, their
+        ``attempts`` completed with those of every entry they revoke (a stale writer's
+        entry written after the revocation too)."""
+        found = []
+        for r in self.entries:
+            if r.kind != "revoke" or (app_id is not None and r.app_id != app_id):
+                continue
+            more = {
+                a for e in self.entries if e.kind != "revoke" and revokes(r, e) for a in e.attempts
+            }
+            found.append(replace(r, attempts=tuple(sorted(set(r.attempts) | more))))
+        return found
 
     def is_revoked(self, entry: IndexEntry) -> bool:
         """Whether a revocation takes ``entry`` back: an entry of the same app, of a
         snapshot after the one the revocation keeps, written by an older generation (a
         stale writer's entry written after the revocation too: fencing refuses it, and
         this keeps a race with the fence from counting)."""
-        return entry.kind != "revoke" and any(revokes(r, entry) for r in self.revocations())
+        return entry.kind != "revoke" and any(
+            revokes(r, entry) for r in self.entries if r.kind == "revoke"
+        )
 
     def live(self) -> list[IndexEntry]:
         """The ``intent`` and ``complete`` entries no revocation takes back."""
-        revocations = self.revocations()
+        revocations = [r for r in self.entries if r.kind == "revoke"]
         return [
             e
             for e in self.entries

@@ -206,3 +206,22 @@ def test_replay_filters_carry_the_revocation() -> None:
 
 def test_record_filter_without_revocation_revokes_nothing() -> None:
     assert not RecordFilter().is_revoked(5, "old-2")
+
+
+def test_a_stale_writers_entry_after_the_revocation_is_revoked_with_its_attempts() -> None:
+    """An old-generation commit that raced the fence and wrote after the revocation."""
+    stale = entry(4, {0: 70, 1: 70}, tag="stale")
+    idx = BarrierIndex(data_topic=T, entries=[*OLD, REVOKE, stale, *NEW])
+    assert idx.is_revoked(stale)
+    assert idx.latest_snapshot(app_id="A") == 3
+    (revocation,) = idx.revocations()
+    assert revocation.attempts == ("old-2", "old-3", "stale-4")
+    f0 = record_filters(
+        topic=T,
+        mode="aligned",
+        begin={P0: 20},
+        end={P0: 80},
+        entries=idx.complete(),
+        revocations=idx.revocations(),
+    )[P0]
+    assert f0.is_revoked(65, "stale-4") and "stale-4" not in f0.confirmed

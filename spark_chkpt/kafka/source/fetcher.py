@@ -365,6 +365,15 @@ class RangeFetcher:
                     partition=spec.range.tp.partition,
                     offset=record.offset,
                 )
+                if (
+                    revoking is not None
+                    and barrier.attempts
+                    and set(barrier.attempts) <= revoking.revoked_attempts
+                ):
+                    # A revoked snapshot's barrier past the revoked offsets (a stale
+                    # writer's commit that raced the revocation): it confirms nothing.
+                    self.stats.revoked += 1
+                    continue
                 self.stats.barriers += 1
                 # The barrier names the attempts it confirms: records held for want of an
                 # index entry (expired, or a recreated control topic) are judged now.
