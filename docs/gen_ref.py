@@ -128,6 +128,10 @@ API: dict[str, tuple[str, ...]] = {
         "spark_chkpt.savepoint.restore.restore_savepoint",
         "spark_chkpt.savepoint.stop.stop_with_savepoint",
         "spark_chkpt.savepoint.stop.StopRequests",
+        "spark_chkpt.savepoint.pipeline.create_pipeline_savepoint",
+        "spark_chkpt.savepoint.pipeline.list_pipelines",
+        "spark_chkpt.savepoint.pipeline.load_pipeline",
+        "spark_chkpt.savepoint.pipeline.restore_pipeline",
     ),
     "Errors": ("spark_chkpt.errors",),
 }

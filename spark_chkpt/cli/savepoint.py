@@ -12,6 +12,11 @@ from spark_chkpt.cli.state import or_dash, reader_session
 def _savepoint_create(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.manifest import create_savepoint
 
+    if args.pipeline is not None:
+        return _pipeline_create(args)
+    if args.checkpoint is None or args.job:
+        raise SystemExit("savepoint create: give one checkpoint, or --pipeline NAME --job ...")
+
     point = create_savepoint(
         checkpoint_location=args.checkpoint,
         savepoint_dir=args.dir,
@@ -19,6 +24,72 @@ def _savepoint_create(args: argparse.Namespace) -> int:
         table=args.table,
     )
     print(point.location)
+    return 0
+
+
+def _pipeline_create(args: argparse.Namespace) -> int:
+    from spark_chkpt.savepoint.pipeline import create_pipeline_savepoint
+
+    if args.checkpoint is not None or len(args.job) < 2 or not args.bootstrap_servers:
+        raise SystemExit(
+            "savepoint create --pipeline NAME: give every job with --job CHECKPOINT (two or "
+            "more, no positional checkpoint) and --bootstrap-servers"
+        )
+    point = create_pipeline_savepoint(
+        name=args.pipeline,
+        checkpoints=args.job,
+        savepoint_dir=args.dir,
+        bootstrap_servers=args.bootstrap_servers,
+        timeout_s=args.timeout,
+    )
+    print(point.location)
+    return 0
+
+
+def _pipeline_show(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from spark_chkpt.savepoint.pipeline import load_pipeline
+
+    point = load_pipeline(location=args.pipeline)
+    m = point.manifest
+    if args.json:
+        print(json.dumps(asdict(m), indent=2))
+        return 0
+    print(f"pipeline    {m.name} at {point.location} ({len(m.jobs)} jobs)")
+    for job in m.jobs:
+        print(
+            f"job         {job.name}: snapshot {job.batch_id} of query {job.query_id}, sink "
+            f"{or_dash(job.sink)} {or_dash(job.target)}; savepoint {job.savepoint} (from "
+            f"{job.checkpoint})"
+        )
+    for j in m.joins:
+        offsets = ", ".join(
+            f"{p}:{o}" for p, o in sorted(j.offsets.items(), key=lambda x: int(x[0]))
+        )
+        print(
+            f"join        {j.topic}: {j.upstream} snapshot {j.snapshot} (barrier of app "
+            f"{j.app_id}) -> {j.downstream} batch {j.downstream_batch} at offsets {offsets}"
+        )
+    return 0
+
+
+def _pipeline_restore(args: argparse.Namespace) -> int:
+    from spark_chkpt.savepoint.pipeline import restore_pipeline
+
+    if args.savepoint is not None or args.checkpoint is not None or not args.checkpoint_dir:
+        raise SystemExit(
+            "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
+            "restored into <dir>/<job>), no savepoint or --checkpoint"
+        )
+    for result in restore_pipeline(
+        pipeline=args.pipeline,
+        checkpoint_dir=args.checkpoint_dir,
+        mode=args.mode,
+        kafka_bootstrap_servers=args.bootstrap_servers,
+    ):
+        _print_restore(result)
     return 0
 
 
@@ -36,10 +107,17 @@ def _savepoint_list(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.savepoint.manifest import describe, list_savepoints
+    from spark_chkpt.savepoint.pipeline import list_pipelines
 
     rows = [describe(p.manifest) for p in list_savepoints(savepoint_dir=args.dir)]
+    pipelines = list_pipelines(savepoint_dir=args.dir)
     if args.json:
         print(json.dumps(rows, indent=2))
+        return 0
+    for p in pipelines:
+        jobs = ", ".join(f"{j.name} at {j.batch_id}" for j in p.manifest.jobs)
+        print(f"pipeline {p.manifest.pipeline_id}: {jobs}")
+    if not rows and pipelines:
         return 0
     if not rows:
         print(f"no complete savepoint under {args.dir}")
@@ -62,6 +140,11 @@ def _savepoint_show(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.savepoint.manifest import load_savepoint, verify_files
+
+    if args.pipeline is not None:
+        return _pipeline_show(args)
+    if args.savepoint is None:
+        raise SystemExit("savepoint show: give a savepoint folder, or --pipeline PIPELINE")
 
     point = load_savepoint(location=args.savepoint)
     verify_files(point)
@@ -132,6 +215,10 @@ def _savepoint_states(checkpoint: str, operators: Sequence[Any], limit: int | No
 def _savepoint_restore(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.restore import restore_savepoint
 
+    if args.pipeline is not None:
+        return _pipeline_restore(args)
+    if args.savepoint is None or args.checkpoint is None:
+        raise SystemExit("savepoint restore: give the savepoint and --checkpoint")
     result = restore_savepoint(
         savepoint=args.savepoint,
         checkpoint_location=args.checkpoint,
@@ -142,6 +229,11 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         kafka_bootstrap_servers=args.bootstrap_servers,
         control_topic=args.control_topic,
     )
+    _print_restore(result)
+    return 0
+
+
+def _print_restore(result: Any) -> None:
     print(
         f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
         f"{result.query_id} resumes at batch {result.resumes_at}, generation "
@@ -176,7 +268,6 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
             f"dead-letter table {result.dead_letter_table} already ends at that snapshot: "
             "left as it is"
         )
-    return 0
 
 
 def add_parser(sub: Any) -> None:
@@ -185,10 +276,35 @@ def add_parser(sub: Any) -> None:
         help="savepoints: create, stop with one, list, show, restore (rewind or fork)",
     ).add_subparsers(dest="action", required=True)
     create = sp.add_parser("create", help="savepoint a query's newest completed snapshot")
-    create.add_argument("checkpoint", help="the query's checkpointLocation")
+    create.add_argument("checkpoint", nargs="?", help="the query's checkpointLocation")
     create.add_argument("--dir", required=True, help="the folder that keeps savepoints")
     create.add_argument("--batch", type=int, default=None, help="snapshot N (default: newest)")
     create.add_argument("--table", default=None, help="the sink's table, if records lack it")
+    create.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="NAME",
+        help="savepoint every --job of a pipeline joined by chkpt-kafka topics at cuts that "
+        "match (the upstream's snapshot N, each downstream's batch that ends at barrier N)",
+    )
+    create.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="CHECKPOINT",
+        help="--pipeline: a job's checkpointLocation (give each job once)",
+    )
+    create.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="--pipeline: the brokers of the topics that join the jobs",
+    )
+    create.add_argument(
+        "--timeout",
+        type=float,
+        default=0.0,
+        help="--pipeline: seconds to wait for the downstream jobs to reach a matching cut (0)",
+    )
     create.set_defaults(run=_savepoint_create)
     stop = sp.add_parser(
         "stop", help="stop a running job with a savepoint of its last snapshot (Flink's stop)"
@@ -202,7 +318,13 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(run=_savepoint_list)
     show = sp.add_parser("show", help="a savepoint's manifest (and its keyed state)")
-    show.add_argument("savepoint", help="the savepoint's folder")
+    show.add_argument("savepoint", nargs="?", help="the savepoint's folder")
+    show.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="PIPELINE",
+        help="a pipeline savepoint (its folder or pipeline.json): jobs, snapshots, joins",
+    )
     show.add_argument("--state", action="store_true", help="print the keyed state (starts Spark)")
     show.add_argument("--limit", type=int, default=None, help="print at most L keys")
     show.add_argument("--json", action="store_true", help="print JSON")
@@ -212,8 +334,20 @@ def add_parser(sub: Any) -> None:
         help="write a new checkpoint from a savepoint: rewind (same query, table "
         "rolled back) or fork (new query id, new table)",
     )
-    restore.add_argument("savepoint", help="the savepoint's folder")
-    restore.add_argument("--checkpoint", required=True, help="an empty folder to write")
+    restore.add_argument("savepoint", nargs="?", help="the savepoint's folder")
+    restore.add_argument("--checkpoint", default=None, help="an empty folder to write")
+    restore.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="PIPELINE",
+        help="restore every job of a pipeline savepoint (rewind; each job checked first, "
+        "nothing changed if one cannot be restored) into --checkpoint-dir/<job>",
+    )
+    restore.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="--pipeline: the folder under which each job's new checkpoint is written",
+    )
     restore.add_argument("--mode", required=True, choices=("rewind", "fork"))
     restore.add_argument(
         "--table",
@@ -236,8 +370,9 @@ def add_parser(sub: Any) -> None:
     restore.add_argument(
         "--bootstrap-servers",
         default=None,
-        help="rewind of a query writing chkpt-kafka: the brokers of its topic (the rewind "
-        "revokes the snapshots after N in the topic's control topic)",
+        help="rewind of a query writing chkpt-kafka (or of a pipeline holding one): the "
+        "brokers of its topic (the rewind revokes the snapshots after N in the topic's "
+        "control topic)",
     )
     restore.add_argument(
         "--control-topic",

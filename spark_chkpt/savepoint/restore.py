@@ -131,6 +131,7 @@ def restore_savepoint(
     dead_letter_table: str | None = None,
     kafka_bootstrap_servers: str | None = None,
     control_topic: str | None = None,
+    check_only: bool = False,
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
     the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
@@ -139,7 +140,9 @@ def restore_savepoint(
     ``dead_letter_table``: the sink's dead-letter table, needed only for a savepoint of
     an earlier release whose table does not name it (a rewind rolls it back; a fork
     checks that its new one differs). ``kafka_bootstrap_servers`` (and ``control_topic``
-    if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``."""
+    if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``.
+    ``check_only``: steps 1 to 3 only (every check), nothing written (a pipeline checks
+    all its jobs before restoring any)."""
     if mode not in ("rewind", "fork"):
         raise SavepointError(f"restore mode {mode!r}: rewind or fork")
     # Step 1
@@ -214,12 +217,21 @@ def restore_savepoint(
         generation = int(previous.get("generation", generation))
         if root.child("metadata").exists():
             _refuse_moved_on(root, location, manifest.batch_id)
+    if previous is None and checkpoint_in_use(root) is not None:
+        raise SavepointError(
+            f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
+            "exists): restore into an empty folder"
+        )
+    if check_only:
+        return RestoreResult(
+            checkpoint_location=location,
+            mode=mode,
+            savepoint=point.location,
+            query_id=query_id,
+            resumes_at=manifest.batch_id + 1,
+            generation=generation,
+        )
     if previous is None or not root.child("metadata").exists():
-        if previous is None and checkpoint_in_use(root) is not None:
-            raise SavepointError(
-                f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
-                "exists): restore into an empty folder"
-            )
         _clear_partial(root)
         root.child(*RESTORE_FILE.split("/")).write_atomic(
             json.dumps({**marker, "query_id": query_id, "generation": generation}, indent=2) + "\n"
