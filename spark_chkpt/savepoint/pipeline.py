@@ -199,6 +199,16 @@ def _live_completes(
         index.close()
 
 
+def _distinct_names(jobs: list[JobCheckpoint]) -> list[JobCheckpoint]:
+    """Jobs named by their query names, or, when two share one (the same program run
+    twice), by their checkpoint folders' names."""
+    if len({j.name for j in jobs}) == len(jobs):
+        return jobs
+    for job in jobs:
+        job.name = posixpath.basename(job.checkpoint.rstrip("/")) or job.name
+    return jobs
+
+
 @dataclass(frozen=True)
 class Edge:
     topic: str
@@ -303,7 +313,7 @@ def create_pipeline_savepoint(
     deadline = Deadline.after(seconds=timeout_s)
     # Steps 1 and 2, again while the downstream jobs have not reached a cut.
     while True:
-        jobs = [_read_job(c, i) for i, c in enumerate(checkpoints)]
+        jobs = _distinct_names([_read_job(c, i) for i, c in enumerate(checkpoints)])
         root, edges = job_tree(jobs)
         barriers = {
             e.topic: _live_completes(

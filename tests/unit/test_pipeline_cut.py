@@ -94,3 +94,11 @@ def test_fan_in_and_unjoined_jobs_are_refused() -> None:
         job_tree([A, other, both])
     with pytest.raises(SavepointError, match="2 pipelines"):
         job_tree([A, job("y", {0: {"elsewhere": {0: 1}}})])
+
+
+def test_jobs_sharing_a_query_name_are_named_by_their_folders() -> None:
+    from spark_chkpt.savepoint.pipeline import _distinct_names
+
+    one, two = job("stage_a", {0: {"raw": {0: 1}}}), job("stage_a", {0: at(0)})
+    two.checkpoint = "/chk/second/"
+    assert [j.name for j in _distinct_names([one, two])] == ["stage_a", "second"]
