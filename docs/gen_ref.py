@@ -133,6 +133,10 @@ API: dict[str, tuple[str, ...]] = {
         "spark_chkpt.savepoint.check.CheckReport",
         "spark_chkpt.savepoint.diff.diff_tables",
         "spark_chkpt.savepoint.diff.TableDiff",
+        "spark_chkpt.savepoint.pipeline.create_pipeline_savepoint",
+        "spark_chkpt.savepoint.pipeline.list_pipelines",
+        "spark_chkpt.savepoint.pipeline.load_pipeline",
+        "spark_chkpt.savepoint.pipeline.restore_pipeline",
     ),
     "Errors": ("spark_chkpt.errors",),
 }

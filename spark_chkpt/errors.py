@@ -94,6 +94,11 @@ class QueryIdentityError(ChkptError):
     app id, or a copy of a checkpoint running next to the original)."""
 
 
+class RevokedSnapshotError(ChkptError):
+    """A chkpt-kafka reader already read records of upstream snapshots that a savepoint
+    rewind of the upstream query revoked since: going on would mix two timelines."""
+
+
 class FencedError(ChkptError):
     """A writer of an older generation (epoch: the query id plus a restore generation)
     tried to commit to a sink that a rewind, restore, fork or ``recover`` has since moved

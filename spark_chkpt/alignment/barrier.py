@@ -12,6 +12,12 @@ default) so readers find barrier positions without scanning data: an ``intent`` 
 the barriers (it fixes which attempts snapshot N confirms, so a replayed commit cannot
 confirm a second attempt) and a ``complete`` record with every barrier's offset after.
 
+A savepoint rewind of the sink's query to snapshot N writes a ``revoke`` entry: the
+app's snapshots after N of older generations are revoked, and so is every record the
+app wrote between barrier N and the log end at that time (``starts`` .. ``positions``
+per partition). Readers skip them like a failed attempt's records; the query, restored
+under the new generation, writes snapshots N + 1, ... again after them.
+
 Records written by ordinary producers carry neither header and pass through readers.
 """
 
@@ -136,9 +142,15 @@ def without_project_headers(
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """One record of the control topic: snapshot N of an app in one data topic."""
+    """One record of the control topic: snapshot N of an app in one data topic.
 
-    kind: Literal["intent", "complete"]
+    A ``revoke`` entry (a savepoint rewind to snapshot N) keeps ``snapshot_id`` N and
+    revokes the app's snapshots ``revoked`` (every snapshot after N of a generation
+    older than its own): ``attempts`` are the attempts they confirmed, ``starts`` and
+    ``positions`` the revoked offsets ``[start, end)`` per partition (from right after
+    barrier N to the log end when the rewind ran)."""
+
+    kind: Literal["intent", "complete", "revoke"]
     app_id: str
     snapshot_id: int
     topic: str
@@ -156,6 +168,17 @@ class IndexEntry:
     # The writer's generation of the app id (fencing; 0: a fresh checkpoint's, or an
     # entry written before generations were).
     generation: int = 0
+    # revoke entries only: the snapshots revoked, and where the revoked offsets begin.
+    revoked: tuple[int, ...] = ()
+    starts: Mapping[int, int] = field(default_factory=dict)
+
+    def revoked_range(self, partition: int) -> tuple[int, int] | None:
+        """A ``revoke`` entry's revoked offsets ``[start, end)`` on ``partition`` (None:
+        nothing revoked there)."""
+        if self.kind != "revoke" or partition not in self.positions:
+            return None
+        start, end = self.starts.get(partition, 0), self.positions[partition]
+        return (start, end) if end > start else None
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -175,6 +198,14 @@ class IndexEntry:
                 **({"topic_id": self.topic_id} if self.topic_id else {}),
                 **({} if self.sources is None else {"sources": list(self.sources)}),
                 **({"generation": self.generation} if self.generation else {}),
+                **(
+                    {
+                        "revoked": list(self.revoked),
+                        "starts": {str(p): o for p, o in sorted(self.starts.items())},
+                    }
+                    if self.kind == "revoke"
+                    else {}
+                ),
             },
             separators=(",", ":"),
         ).encode()
@@ -185,7 +216,7 @@ class IndexEntry:
         where = _where(topic, partition, offset)
         doc = _decode(value, what=what, topic=topic, partition=partition, offset=offset)
         kind = doc.get("kind")
-        if kind not in ("intent", "complete"):
+        if kind not in ("intent", "complete", "revoke"):
             raise CorruptMarkerError(f"corrupt {what} at {where}: kind {kind!r}")
         try:
             positions = {
@@ -204,6 +235,14 @@ class IndexEntry:
             raw_sources = doc.get("sources")
             if raw_sources is not None and not isinstance(raw_sources, list):
                 raise InvalidTypeError(f"field 'sources' is {raw_sources!r}")
+            raw_revoked = doc.get("revoked") or []
+            raw_starts = doc.get("starts") or {}
+            if not isinstance(raw_revoked, list) or not isinstance(raw_starts, dict):
+                raise InvalidTypeError(
+                    f"fields 'revoked', 'starts' are {raw_revoked!r}, {raw_starts!r}"
+                )
+            revoked = tuple(int(s) for s in raw_revoked)
+            starts = {int(p): int(o) for p, o in raw_starts.items()}
         except (TypeError, ValueError) as e:
             raise CorruptMarkerError(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -219,4 +258,6 @@ class IndexEntry:
             topic_id=topic_id,
             sources=None if raw_sources is None else tuple(raw_sources),
             generation=generation,
+            revoked=revoked,
+            starts=starts,
         )

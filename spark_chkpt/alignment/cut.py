@@ -20,8 +20,18 @@ The four modes, as Flink's (seed 002):
   upstream attempt after the last barrier is read, and its replay again).
 * ``none``: plain reads; barrier records are skipped, nothing else is filtered.
 
+A savepoint rewind of the upstream query revokes its snapshots after N (a ``revoke``
+entry, :mod:`spark_chkpt.alignment.barrier`): the entries given here are the live ones
+(:meth:`spark_chkpt.alignment.index.BarrierIndex.complete`), the ``revocations`` add
+the revoked offsets to each partition's filter (records and barriers skipped, counted in
+the batch's ``revoked``), and a batch that starts inside revoked offsets fails
+(:func:`check_not_passed`): the reader already read a timeline that no longer exists.
+
 The aligner (:mod:`spark_chkpt.alignment.aligner`) decides which snapshots are complete across the
 topic's partitions, exactly as it does record by record in a read task.
+
+(Over 400 lines: the four modes' plans share the record filters, and a rewind's
+revocations run through each of them; the aligner itself lives in its own module.)
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Literal
 
 from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
 from spark_chkpt.alignment.barrier import IndexEntry
-from spark_chkpt.errors import AlignmentError
+from spark_chkpt.errors import AlignmentError, RevokedSnapshotError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
 
 AlignmentMode = Literal["aligned", "unaligned", "at-least-once", "none"]
@@ -42,10 +52,19 @@ ALIGNMENT_MODES: tuple[AlignmentMode, ...] = ("aligned", "unaligned", "at-least-
 @dataclass(frozen=True)
 class RecordFilter:
     """What a read task drops on one topic-partition: tagged records before
-    ``confirm_until`` whose attempt is not in ``confirmed``."""
+    ``confirm_until`` whose attempt is not in ``confirmed``; and every record (barriers
+    too) of revoked snapshots: offsets in a ``revoked`` range ``[start, end)``, or
+    tagged with an attempt in ``revoked_attempts``."""
 
     confirmed: frozenset[str] = frozenset()
     confirm_until: int = 0
+    revoked: tuple[tuple[int, int], ...] = ()
+    revoked_attempts: frozenset[str] = frozenset()
+
+    def is_revoked(self, offset: int, attempt: str | None) -> bool:
+        return (attempt is not None and attempt in self.revoked_attempts) or any(
+            start <= offset < end for start, end in self.revoked
+        )
 
 
 @dataclass(frozen=True)
@@ -61,6 +80,7 @@ class TopicCut:
     barriers: int = 0
     note: str | None = None
     reached: Mapping[int, int] = field(default_factory=dict)  # unaligned: partition -> snapshot
+    revoked: int = 0  # offsets of revoked snapshots in the batch (records and barriers)
 
     @property
     def waiting(self) -> bool:
@@ -111,11 +131,15 @@ def plan_topic(
     entries: Sequence[IndexEntry],
     max_records: int | None,
     force_unaligned: bool = False,
+    revocations: Sequence[IndexEntry] = (),
 ) -> TopicCut:
     """Plan one topic's part of the batch. ``force_unaligned``: the alignment timeout
-    expired, read this batch ``unaligned`` (still exactly-once per record)."""
+    expired, read this batch ``unaligned`` (still exactly-once per record).
+    ``revocations``: the topic's ``revoke`` entries (``entries`` are the live ones)."""
     partitions = sorted(latest)
     begin = {tp: start.get(tp, latest[tp]) for tp in partitions}
+    if mode != "none":
+        check_not_passed(topic=topic, begin=begin, revocations=revocations)
 
     def limited(target: Mapping[TopicPartition, int]) -> PartitionOffsets:
         capped = {tp: max(begin[tp], min(target[tp], latest[tp])) for tp in partitions}
@@ -158,8 +182,14 @@ def plan_topic(
             mode="aligned",
             end=end,
             filters=record_filters(
-                topic=topic, mode="aligned", begin=begin, end=end, entries=entries
+                topic=topic,
+                mode="aligned",
+                begin=begin,
+                end=end,
+                entries=entries,
+                revocations=revocations,
             ),
+            revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
             app_id=app_id,
             snapshots=tuple(e.snapshot_id for e in chosen),
             barriers=_barriers(ahead, begin, end, topic),
@@ -176,6 +206,7 @@ def plan_topic(
             ahead=ahead,
             app_id=app_id,
             note="alignment timeout: read unaligned" if force_unaligned else None,
+            revocations=revocations,
         )
 
     end = limited(latest)
@@ -187,11 +218,17 @@ def plan_topic(
         mode="at-least-once",
         end=end,
         filters=record_filters(
-            topic=topic, mode="at-least-once", begin=begin, end=end, entries=entries
+            topic=topic,
+            mode="at-least-once",
+            begin=begin,
+            end=end,
+            entries=entries,
+            revocations=revocations,
         ),
         app_id=app_id,
         snapshots=covered,
         barriers=_barriers(ahead, begin, end, topic),
+        revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
     )
 
 
@@ -205,6 +242,7 @@ def _plan_unaligned(
     ahead: Sequence[IndexEntry],
     app_id: str | None,
     note: str | None,
+    revocations: Sequence[IndexEntry] = (),
 ) -> TopicCut:
     """Each partition ends right after its newest barrier within the read limit. If no
     partition has a barrier within it, each reads up to its first barrier (a snapshot is
@@ -247,13 +285,19 @@ def _plan_unaligned(
         mode="unaligned",
         end=end,
         filters=record_filters(
-            topic=topic, mode="unaligned", begin=begin, end=end, entries=entries
+            topic=topic,
+            mode="unaligned",
+            begin=begin,
+            end=end,
+            entries=entries,
+            revocations=revocations,
         ),
         app_id=app_id,
         snapshots=covered,
         barriers=_barriers(ahead, begin, end, topic),
         note=note,
         reached=reached,
+        revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
     )
 
 
@@ -276,6 +320,7 @@ def record_filters(
     begin: Mapping[TopicPartition, int],
     end: Mapping[TopicPartition, int],
     entries: Sequence[IndexEntry],
+    revocations: Sequence[IndexEntry] = (),
 ) -> dict[TopicPartition, RecordFilter]:
     """The drop rule per partition of ``[begin, end)``, derived again from the index when
     Spark replans a batch from its offset log (so a replay filters the same way).
@@ -288,9 +333,12 @@ def record_filters(
     metadata gets its first barrier some snapshots later; its records before that barrier
     belong to those snapshots too. So on a partition an entry does not list, the entry's
     attempts are confirmed as well (an attempt in any entry was committed).
+
+    Every mode but ``none`` also drops the records of revoked snapshots (``revocations``).
     """
     if mode == "none":
         return {}
+    revoked_attempts = frozenset(a for r in revocations for a in r.attempts)
     ahead = entries_ahead(entries, begin, topic)
     confirmed = frozenset(a for e in ahead for a in e.attempts)
     filters = {}
@@ -310,8 +358,67 @@ def record_filters(
                 default=-1,
             )
             bound = last + 1
-        filters[tp] = RecordFilter(confirmed=confirmed | missing, confirm_until=bound)
+        filters[tp] = RecordFilter(
+            confirmed=(confirmed | missing) - revoked_attempts,
+            confirm_until=bound,
+            revoked=tuple(
+                sorted(
+                    found
+                    for r in revocations
+                    if (found := r.revoked_range(tp.partition)) is not None
+                )
+            ),
+            revoked_attempts=revoked_attempts,
+        )
     return filters
+
+
+def revoked_span(
+    *,
+    topic: str,
+    begin: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    revocations: Sequence[IndexEntry],
+) -> int:
+    """How many offsets of ``[begin, end)`` lie in revoked ranges (records and barriers of
+    revoked snapshots, and unconfirmed records among them: all skipped)."""
+    total = 0
+    for tp, until in end.items():
+        for r in revocations:
+            found = r.revoked_range(tp.partition) if tp.topic == topic else None
+            if found is not None:
+                total += max(0, min(until, found[1]) - max(begin.get(tp, 0), found[0]))
+    return total
+
+
+def check_not_passed(
+    *, topic: str, begin: Mapping[TopicPartition, int], revocations: Sequence[IndexEntry]
+) -> None:
+    """Refuse a batch that starts inside offsets a revocation revoked: the reader already
+    read records of revoked snapshots (it was not restored with the upstream query), and
+    going on would mix the revoked timeline with the one written again after it. A
+    reader that starts at or before the revoked offsets skips them; one past their end
+    read through them after the revocation (it can only get there that way)."""
+    for r in revocations:
+        if not r.revoked:
+            continue
+        for tp, at in sorted(begin.items()):
+            found = r.revoked_range(tp.partition)
+            if found is None or not found[0] < at <= found[1]:
+                continue
+            raise RevokedSnapshotError(
+                f"chkpt-kafka: topic {topic} partition {tp.partition}: this reader already "
+                f"read to offset {at}, past snapshot {r.snapshot_id} of upstream app "
+                f"{r.app_id} into offsets [{found[0]}, {found[1]}) that a savepoint rewind "
+                f"of that query revoked (revocation at control-topic offset {r.offset}, "
+                f"generation {r.generation}, revoked snapshots "
+                f"{', '.join(str(s) for s in r.revoked)}). Its output holds records of a "
+                "timeline that no longer exists, and the upstream query writes those "
+                "snapshots again: going on would mix both. Restore this query too, from a "
+                f"savepoint at the cut that ends at barrier {r.snapshot_id} of app "
+                f"{r.app_id} or earlier (a pipeline savepoint restores both together), or "
+                "start it on a new checkpoint reading from the start."
+            )
 
 
 def _barriers(

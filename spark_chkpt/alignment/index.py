@@ -3,13 +3,18 @@
 An upstream ``chkpt-kafka`` sink appends :class:`~spark_chkpt.alignment.barrier.IndexEntry`
 records (``intent``, then ``complete`` with every barrier's offset) to a control topic.
 :class:`BarrierIndex` holds the entries read so far and answers the questions the cut
-planner and the sink's coordinator ask. Pure: reading the control topic is
-:class:`spark_chkpt.kafka.sink.control_topic.ControlTopic`'s job.
+planner and the sink's coordinator ask. A ``revoke`` entry (a savepoint rewind of the
+upstream query to snapshot N, under a new generation) takes the app's snapshots after N
+of older generations out of every answer: :meth:`BarrierIndex.is_revoked`. The
+snapshots the restored query writes again carry the new generation and stay. Pure:
+reading the control topic is :class:`spark_chkpt.kafka.sink.control_topic.ControlTopic`'s
+job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from spark_chkpt.alignment.barrier import IndexEntry
 
@@ -45,12 +50,44 @@ class BarrierIndex:
         self.entries.extend(new)
         return new
 
+    def revocations(self, *, app_id: str | None = None) -> list[IndexEntry]:
+        """The ``revoke`` entries (of ``app_id``, or all apps), in the order written, their
+        ``attempts`` completed with those of every entry they revoke (a stale writer's
+        entry written after the revocation too)."""
+        found = []
+        for r in self.entries:
+            if r.kind != "revoke" or (app_id is not None and r.app_id != app_id):
+                continue
+            more = {
+                a for e in self.entries if e.kind != "revoke" and revokes(r, e) for a in e.attempts
+            }
+            found.append(replace(r, attempts=tuple(sorted(set(r.attempts) | more))))
+        return found
+
+    def is_revoked(self, entry: IndexEntry) -> bool:
+        """Whether a revocation takes ``entry`` back: an entry of the same app, of a
+        snapshot after the one the revocation keeps, written by an older generation (a
+        stale writer's entry written after the revocation too: fencing refuses it, and
+        this keeps a race with the fence from counting)."""
+        return entry.kind != "revoke" and any(
+            revokes(r, entry) for r in self.entries if r.kind == "revoke"
+        )
+
+    def live(self) -> list[IndexEntry]:
+        """The ``intent`` and ``complete`` entries no revocation takes back."""
+        revocations = [r for r in self.entries if r.kind == "revoke"]
+        return [
+            e
+            for e in self.entries
+            if e.kind != "revoke" and not any(revokes(r, e) for r in revocations)
+        ]
+
     def complete(self, *, app_id: str | None = None) -> list[IndexEntry]:
-        """``complete`` entries (of ``app_id``, or all apps), first occurrence of each
-        snapshot, in the order they were written."""
+        """``complete`` entries (of ``app_id``, or all apps) no revocation takes back,
+        first occurrence of each snapshot, in the order they were written."""
         seen: set[tuple[str, int]] = set()
         result = []
-        for entry in self.entries:
+        for entry in self.live():
             key = (entry.app_id, entry.snapshot_id)
             if (
                 entry.kind == "complete"
@@ -62,7 +99,8 @@ class BarrierIndex:
         return result
 
     def first(self, *, app_id: str, snapshot_id: int, kind: str | None = None) -> IndexEntry | None:
-        for entry in self.entries:
+        """The first live entry of ``(app_id, snapshot_id)`` (of ``kind``)."""
+        for entry in self.live():
             if (
                 entry.app_id == app_id
                 and entry.snapshot_id == snapshot_id
@@ -72,5 +110,15 @@ class BarrierIndex:
         return None
 
     def latest_snapshot(self, *, app_id: str) -> int | None:
-        ids = [e.snapshot_id for e in self.entries if e.app_id == app_id]
+        """The newest snapshot of ``app_id`` with a live entry."""
+        ids = [e.snapshot_id for e in self.live() if e.app_id == app_id]
         return max(ids) if ids else None
+
+
+def revokes(revocation: IndexEntry, entry: IndexEntry) -> bool:
+    """Whether ``revocation`` (a ``revoke`` entry) takes ``entry`` back."""
+    return (
+        revocation.app_id == entry.app_id
+        and entry.snapshot_id > revocation.snapshot_id
+        and entry.generation < revocation.generation
+    )

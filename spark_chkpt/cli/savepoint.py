@@ -7,11 +7,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from spark_chkpt.cli.pipeline import pipeline_create, pipeline_restore, pipeline_show, print_restore
 from spark_chkpt.cli.state import or_dash, reader_session
 
 
 def _savepoint_create(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.manifest import create_savepoint
+
+    if args.pipeline is not None:
+        return pipeline_create(args)
+    if args.checkpoint is None or args.job:
+        raise SystemExit("savepoint create: give one checkpoint, or --pipeline NAME --job ...")
 
     point = create_savepoint(
         checkpoint_location=args.checkpoint,
@@ -37,10 +43,17 @@ def _savepoint_list(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.savepoint.manifest import describe, list_savepoints
+    from spark_chkpt.savepoint.pipeline import list_pipelines
 
     rows = [describe(p.manifest) for p in list_savepoints(savepoint_dir=args.dir)]
+    pipelines = list_pipelines(savepoint_dir=args.dir)
     if args.json:
         print(json.dumps(rows, indent=2))
+        return 0
+    for p in pipelines:
+        jobs = ", ".join(f"{j.name} at {j.batch_id}" for j in p.manifest.jobs)
+        print(f"pipeline {p.manifest.pipeline_id}: {jobs}")
+    if not rows and pipelines:
         return 0
     if not rows:
         print(f"no complete savepoint under {args.dir}")
@@ -63,6 +76,11 @@ def _savepoint_show(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.savepoint.manifest import load_savepoint, verify_files
+
+    if args.pipeline is not None:
+        return pipeline_show(args)
+    if args.savepoint is None:
+        raise SystemExit("savepoint show: give a savepoint folder, or --pipeline PIPELINE")
 
     point = load_savepoint(location=args.savepoint)
     verify_files(point)
@@ -181,6 +199,10 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
 
     from spark_chkpt.savepoint.restore import restore_savepoint
 
+    if args.pipeline is not None:
+        return pipeline_restore(args)
+    if args.savepoint is None or args.checkpoint is None:
+        raise SystemExit("savepoint restore: give the savepoint and --checkpoint")
     if args.shadow and args.mode != "fork":
         print("spark-chkpt savepoint restore: --shadow needs --mode fork", file=sys.stderr)
         return 2
@@ -195,6 +217,8 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         job=job,
         allow_non_restored_state=args.allow_non_restored_state,
         shadow=args.shadow,
+        kafka_bootstrap_servers=args.bootstrap_servers,
+        control_topic=args.control_topic,
     )
     if result.shadow:
         print("shadow fork: production's checkpoint and table are left alone")
@@ -204,34 +228,7 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
             + ", ".join(str(o) for o in result.dropped_operators)
             + " left out (--allow-non-restored-state)"
         )
-    print(
-        f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
-        f"{result.query_id} resumes at batch {result.resumes_at}, generation "
-        f"{result.generation} (writers of older generations are fenced)"
-    )
-    if result.restore_version is not None:
-        print(
-            f"table {result.table} rolled back from version {result.rolled_back_from} in "
-            f"version {result.restore_version}"
-            + (
-                f" ({result.others_rolled_back} commit(s) without app id undone)"
-                if result.others_rolled_back
-                else ""
-            )
-        )
-    elif result.table is not None:
-        print(f"table {result.table} already ends at that snapshot: left as it is")
-    if result.dead_letters_restore_version is not None:
-        print(
-            f"dead-letter table {result.dead_letter_table} rolled back from version "
-            f"{result.dead_letters_rolled_back_from} in version "
-            f"{result.dead_letters_restore_version}"
-        )
-    elif result.dead_letter_table is not None:
-        print(
-            f"dead-letter table {result.dead_letter_table} already ends at that snapshot: "
-            "left as it is"
-        )
+    print_restore(result)
     return 0
 
 
@@ -242,10 +239,35 @@ def add_parser(sub: Any) -> None:
         "(rewind or fork)",
     ).add_subparsers(dest="action", required=True)
     create = sp.add_parser("create", help="savepoint a query's newest completed snapshot")
-    create.add_argument("checkpoint", help="the query's checkpointLocation")
+    create.add_argument("checkpoint", nargs="?", help="the query's checkpointLocation")
     create.add_argument("--dir", required=True, help="the folder that keeps savepoints")
     create.add_argument("--batch", type=int, default=None, help="snapshot N (default: newest)")
     create.add_argument("--table", default=None, help="the sink's table, if records lack it")
+    create.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="NAME",
+        help="savepoint every --job of a pipeline joined by chkpt-kafka topics at cuts that "
+        "match (the upstream's snapshot N, each downstream's batch that ends at barrier N)",
+    )
+    create.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="CHECKPOINT",
+        help="--pipeline: a job's checkpointLocation (give each job once)",
+    )
+    create.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="--pipeline: the brokers of the topics that join the jobs",
+    )
+    create.add_argument(
+        "--timeout",
+        type=float,
+        default=0.0,
+        help="--pipeline: seconds to wait for the downstream jobs to reach a matching cut (0)",
+    )
     create.set_defaults(run=_savepoint_create)
     stop = sp.add_parser(
         "stop", help="stop a running job with a savepoint of its last snapshot (Flink's stop)"
@@ -259,7 +281,13 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(run=_savepoint_list)
     show = sp.add_parser("show", help="a savepoint's manifest (and its keyed state)")
-    show.add_argument("savepoint", help="the savepoint's folder")
+    show.add_argument("savepoint", nargs="?", help="the savepoint's folder")
+    show.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="PIPELINE",
+        help="a pipeline savepoint (its folder or pipeline.json): jobs, snapshots, joins",
+    )
     show.add_argument("--state", action="store_true", help="print the keyed state (starts Spark)")
     show.add_argument("--limit", type=int, default=None, help="print at most L keys")
     show.add_argument("--json", action="store_true", help="print JSON")
@@ -290,8 +318,20 @@ def add_parser(sub: Any) -> None:
         help="write a new checkpoint from a savepoint: rewind (same query, table "
         "rolled back) or fork (new query id, new table)",
     )
-    restore.add_argument("savepoint", help="the savepoint's folder")
-    restore.add_argument("--checkpoint", required=True, help="an empty folder to write")
+    restore.add_argument("savepoint", nargs="?", help="the savepoint's folder")
+    restore.add_argument("--checkpoint", default=None, help="an empty folder to write")
+    restore.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="PIPELINE",
+        help="restore every job of a pipeline savepoint (rewind; each job checked first, "
+        "nothing changed if one cannot be restored) into --checkpoint-dir/<job>",
+    )
+    restore.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="--pipeline: the folder under which each job's new checkpoint is written",
+    )
     restore.add_argument("--mode", required=True, choices=("rewind", "fork"))
     restore.add_argument(
         "--table",
@@ -331,5 +371,18 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="fork only: a shadow beside production, refused unless it writes nothing "
         "production owns (its table, topic, checkpoint, consumer group)",
+    )
+    restore.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="rewind of a query writing chkpt-kafka (or of a pipeline holding one): the "
+        "brokers of its topic (the rewind revokes the snapshots after N in the topic's "
+        "control topic)",
+    )
+    restore.add_argument(
+        "--control-topic",
+        default=None,
+        help="rewind of a query writing chkpt-kafka: its control topic, if the sink set "
+        "controlTopic (default __chkpt.<topic>)",
     )
     restore.set_defaults(run=_savepoint_restore)

@@ -81,9 +81,10 @@ def _offsets(text: Any) -> dict[str, Any]:
 def alignment_report(progress: Any) -> dict[str, dict[str, Any]]:
     """Per topic of a chkpt-kafka source in one progress event: the alignment mode, the
     upstream snapshots the batch covers, the wait, barrier records skipped, and records
-    dropped as unconfirmed (offset span - rows - barriers: exact on a topic written only
-    by chkpt-kafka sinks, whose offsets are contiguous; barriers a replayed commit wrote
-    again count as dropped)."""
+    dropped as unconfirmed (offset span - rows - barriers - revoked: exact on a topic
+    written only by chkpt-kafka sinks, whose offsets are contiguous; barriers a replayed
+    commit wrote again count as dropped), and the offsets of snapshots a savepoint rewind
+    revoked (``revoked``, when there are any)."""
     result: dict[str, dict[str, Any]] = {}
     for source in getattr(progress, "sources", None) or ():
         topics = meta_of(_offsets(source.endOffset)).get("topics") or {}
@@ -92,7 +93,8 @@ def alignment_report(progress: Any) -> dict[str, dict[str, Any]]:
             entry = dict(report)
             if len(topics) == 1 and "span" in report:  # rows are per source, not per topic
                 barriers = int(report.get("barriers", 0))
-                entry["dropped"] = max(0, int(report["span"]) - rows - barriers)
+                revoked = int(report.get("revoked", 0))
+                entry["dropped"] = max(0, int(report["span"]) - rows - barriers - revoked)
             result[topic] = entry
     return result
 
@@ -196,7 +198,8 @@ class SnapshotReporter(StreamingQueryListener):
             )
             log.info(
                 "%s batch %s read %s %s: upstream snapshots %s, waited %s ms, "
-                "%s barrier(s) skipped, %s unconfirmed record(s) dropped",
+                "%s barrier(s) skipped, %s unconfirmed record(s) dropped, %s offset(s) of "
+                "revoked snapshots skipped",
                 progress.name or progress.id,
                 progress.batchId,
                 topic,
@@ -205,6 +208,7 @@ class SnapshotReporter(StreamingQueryListener):
                 report.get("waited_ms"),
                 report.get("barriers"),
                 report.get("dropped", "?"),
+                report.get("revoked", 0),
             )
         drift = (getattr(progress, "observedMetrics", None) or {}).get("schema_drift")
         if drift is not None and (drift["records_with_unknown_fields"] or 0) > 0:

@@ -11,8 +11,8 @@ N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names)
   The sink's dead-letter table, if it has one, is rolled back the same way to its
   version at N (:mod:`spark_chkpt.savepoint.dead_letters`). Batches N + 1, ... then
   commit again, once each, their dead letters too. A query whose sink is ``chkpt-kafka``
-  cannot be rewound: its readers have consumed snapshots after N already, and a topic
-  cannot be rolled back.
+  is rewound logically: a topic cannot be rolled back, so a ``revoke`` entry in its
+  control topic revokes the snapshots after N (:mod:`spark_chkpt.savepoint.revocation`).
 * ``fork``: a new query id, so the savepoint's state and offsets start a second query
   (a changed application, an A/B run) next to the original, each exactly once into its
   own table or topic.
@@ -31,7 +31,8 @@ The protocol (``# Step N`` in the body):
    would be undone) unless ``discard_other_writers`` names each of them; the same for
    the dead-letter table (the manifest names it and its version at N; a savepoint of an
    earlier release: the table's commit of N, or ``dead_letter_table``), whose files of
-   that version must all be there (not removed by VACUUM). The new
+   that version must all be there (not removed by VACUUM). A Kafka sink instead: each
+   control topic holds snapshot N's own ``complete`` entry. The new
    generation (:mod:`spark_chkpt.snapshot.epoch`): one above the table's for a rewind,
    1 for a fork's new query id;
 3. a restore run again on its folder finishes an unfinished one, and is refused once the
@@ -48,7 +49,9 @@ The protocol (``# Step N`` in the body):
    or refuses (other offsets), never duplicates; running the restore again finishes it.
    Then the dead-letter table's rollback; a crash before it is finished the same way
    (run the restore again before starting the query: until then the dead-letter table
-   still holds the letters of batches N + 1 ... M).
+   still holds the letters of batches N + 1 ... M). A Kafka sink: the ``revoke`` entries,
+   carrying the new generation (a crash before them is finished the same way; until
+   then the batches N + 1 ... are replays the sink recognises, or refuses).
 
 Spark's own state checks (the state schema of each operator, the number of
 partitions) run when the query starts: :func:`explain_start_error` turns them into a
@@ -90,6 +93,7 @@ from spark_chkpt.savepoint.manifest import (
     verify_files,
 )
 from spark_chkpt.savepoint.plan import JobPlan
+from spark_chkpt.savepoint.revocation import KafkaRewind, plan_kafka_rewind, write_revocations
 from spark_chkpt.savepoint.shadow import check_shadow
 from spark_chkpt.snapshot.epoch import generation_app_id
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
@@ -122,6 +126,7 @@ class RestoreResult:
     dead_letters_restore_version: int | None = None  # its restore commit (None: nothing to undo)
     dropped_operators: tuple[int, ...] = ()  # state not restored (allow_non_restored_state)
     shadow: bool = False  # a shadow fork (restore_savepoint's shadow)
+    revoked: Mapping[str, tuple[int, ...]] | None = None  # Kafka rewind: topic -> snapshots
 
 
 def restore_savepoint(
@@ -136,6 +141,9 @@ def restore_savepoint(
     job: JobPlan | None = None,
     allow_non_restored_state: bool = False,
     shadow: bool = False,
+    kafka_bootstrap_servers: str | None = None,
+    control_topic: str | None = None,
+    check_only: bool = False,
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
     the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
@@ -143,7 +151,10 @@ def restore_savepoint(
     commits after N a rewind may undo (in the table and its dead-letter table).
     ``dead_letter_table``: the sink's dead-letter table, needed only for a savepoint of
     an earlier release whose table does not name it (a rewind rolls it back; a fork
-    checks that its new one differs).
+    checks that its new one differs). ``kafka_bootstrap_servers`` (and ``control_topic``
+    if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``.
+    ``check_only``: steps 1 to 3 only (every check), nothing written (a pipeline checks
+    all its jobs before restoring any).
 
     ``job``: the plan of the job to be started on the new checkpoint
     (:func:`spark_chkpt.savepoint.plan.load_job`); the restore then runs
@@ -174,7 +185,19 @@ def restore_savepoint(
     # Step 2
     target: DeltaTarget | None = None
     letters: DeadLetterTable | None = None
-    if mode == "rewind":
+    kafka: KafkaRewind | None = None
+    if mode == "rewind" and sink is not None and sink.kind == "chkpt-kafka":
+        if table is not None:
+            raise SavepointError(
+                f"--table {table}: savepoint {manifest.savepoint_id}'s query writes Kafka "
+                f"(topic {sink.target}), not a table"
+            )
+        kafka = plan_kafka_rewind(
+            point=point, bootstrap_servers=kafka_bootstrap_servers, control_topic=control_topic
+        )
+        query_id = manifest.query_id
+        generation = kafka.generation
+    elif mode == "rewind":
         target = _rewind_target(point, table, storage_options)
         state = _check_table(point, target, discard_other_writers)
         letters = _dead_letter_table(point, state, dead_letter_table, storage_options)
@@ -229,12 +252,21 @@ def restore_savepoint(
         generation = int(previous.get("generation", generation))
         if root.child("metadata").exists():
             _refuse_moved_on(root, location, manifest.batch_id)
+    if previous is None and checkpoint_in_use(root) is not None:
+        raise SavepointError(
+            f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
+            "exists): restore into an empty folder"
+        )
+    if check_only:
+        return RestoreResult(
+            checkpoint_location=location,
+            mode=mode,
+            savepoint=point.location,
+            query_id=query_id,
+            resumes_at=manifest.batch_id + 1,
+            generation=generation,
+        )
     if previous is None or not root.child("metadata").exists():
-        if previous is None and checkpoint_in_use(root) is not None:
-            raise SavepointError(
-                f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
-                "exists): restore into an empty folder"
-            )
         _clear_partial(root)
         root.child(*RESTORE_FILE.split("/")).write_atomic(
             json.dumps({**marker, "query_id": query_id, "generation": generation}, indent=2) + "\n"
@@ -252,6 +284,8 @@ def restore_savepoint(
         shadow=shadow,
     )
     # Step 5
+    if kafka is not None:
+        result = replace(result, revoked=write_revocations(kafka, generation=generation))
     if target is not None:
         result = _rewind_table(point, target, result, discard_other_writers, generation)
     if letters is not None:
@@ -348,15 +382,6 @@ def _rewind_target(
     """Step 2 of a rewind: the table, checked (see the module docstring)."""
     manifest = point.manifest
     sink = manifest.sink
-    if sink is not None and sink.kind == "chkpt-kafka":
-        raise SavepointError(
-            f"savepoint {manifest.savepoint_id}: a query writing Kafka (chkpt-kafka, topic "
-            f"{sink.target}) cannot be rewound. Its downstream readers have already read "
-            f"the snapshots after {manifest.batch_id} (barriers {manifest.batch_id + 1}... of "
-            f"app {sink.app_id}), and records in a topic cannot be taken back: writing those "
-            "snapshots again would hand them the data twice. Restore it as a fork "
-            "(--mode fork) writing a new topic."
-        )
     uri = table or (sink.target if sink is not None else None)
     if uri is None:
         raise SavepointError(

@@ -52,11 +52,15 @@ LAYERS = {
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
+    # A rewind of a Kafka sink revokes snapshots in the sink's control topic.
     "spark_chkpt.savepoint": {
         "spark_chkpt.delta",
         "spark_chkpt.snapshot",
         "spark_chkpt.state",
         "spark_chkpt.recovery",
+        "spark_chkpt.alignment",
+        "spark_chkpt.kafka.sink",
+        "spark_chkpt.kafka.client",
     },
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.

@@ -7,9 +7,13 @@ partition and the client's fetch sizes, never by the size of a range.
 
 On topics that carry barrier markers (:mod:`spark_chkpt.alignment.barrier`), barrier records are
 never returned as rows, and tagged records no barrier confirms (a failed upstream
-attempt's output) are dropped and counted. A task that reads several partitions with
-one consumer passes every record through the aligner (:mod:`spark_chkpt.alignment.aligner`), so
-what it emits follows upstream snapshot order across its partitions.
+attempt's output) are dropped and counted; so are the records and barriers of snapshots
+a savepoint rewind of the upstream query revoked (their offsets or attempts, from the
+record filter): a revoked barrier confirms nothing and never reaches the aligner, so a
+snapshot written again under the new generation is not mistaken for it. A task that
+reads several partitions with one consumer passes every record through the aligner
+(:mod:`spark_chkpt.alignment.aligner`), so what it emits follows upstream snapshot order
+across its partitions.
 
 The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.client.pool`) and is either
 client of :mod:`spark_chkpt.kafka.client.consumer`. Records a poll returns past a range's end are
@@ -76,6 +80,7 @@ class ReadStats:
     barriers: int = 0
     dropped: int = 0
     dropped_attempts: set[str] = field(default_factory=set)
+    revoked: int = 0  # records and barriers of revoked upstream snapshots skipped
     prefetched: int = 0  # records taken from the prefetch buffer instead of Kafka
 
 
@@ -237,6 +242,12 @@ class RangeFetcher:
                     records=channel.ahead,
                     limit=self._config.prefetch_records,
                 )
+        if self.stats.revoked:
+            log.warning(
+                "skipped %d record(s) and barrier(s) of revoked upstream snapshots in %s",
+                self.stats.revoked,
+                ", ".join(str(c.spec.range) for c in channels.values()),
+            )
         if self.stats.dropped:
             log.warning(
                 "dropped %d record(s) of unconfirmed upstream attempt(s) %s in %s",
@@ -339,8 +350,14 @@ class RangeFetcher:
             return
         keep_until = spec.filter.confirm_until if spec.filter is not None else -1
         confirmed = spec.filter.confirmed if spec.filter is not None else frozenset()
+        revoking = spec.filter
+        if revoking is not None and not (revoking.revoked or revoking.revoked_attempts):
+            revoking = None
         for record in records:
             headers = record.headers
+            if revoking is not None and revoking.is_revoked(record.offset, attempt_of(headers)):
+                self.stats.revoked += 1
+                continue
             if headers and is_barrier(headers):
                 barrier = Barrier.parse(
                     record.value,
@@ -348,6 +365,15 @@ class RangeFetcher:
                     partition=spec.range.tp.partition,
                     offset=record.offset,
                 )
+                if (
+                    revoking is not None
+                    and barrier.attempts
+                    and set(barrier.attempts) <= revoking.revoked_attempts
+                ):
+                    # A revoked snapshot's barrier past the revoked offsets (a stale
+                    # writer's commit that raced the revocation): it confirms nothing.
+                    self.stats.revoked += 1
+                    continue
                 self.stats.barriers += 1
                 # The barrier names the attempts it confirms: records held for want of an
                 # index entry (expired, or a recreated control topic) are judged now.

@@ -147,6 +147,12 @@ class SourcePlanner:
         index.refresh()
         return index.complete()
 
+    def revocations(self, topic: str) -> list[IndexEntry]:
+        """The topic's ``revoke`` entries as last read by :meth:`barrier_entries` (a
+        savepoint rewind of the upstream query: its snapshots after N are revoked)."""
+        index = self._indexes.get(topic)
+        return index.revocations() if index is not None else []
+
     def plan(
         self,
         start: PartitionOffsets,
@@ -208,6 +214,7 @@ class SourcePlanner:
                 begin={tp: begin[tp] for tp in tps},
                 end={tp: end[tp] for tp in tps},
                 entries=entries,
+                revocations=self.revocations(topic),
             )
             specs.update({tp: (True, filters.get(tp), None) for tp in tps})
         return specs
@@ -317,6 +324,7 @@ class SourcePlanner:
             tps = [tp for tp in latest if tp.topic == topic]
             t_begin = {tp: begin[tp] for tp in tps}
             t_latest = {tp: latest[tp] for tp in tps}
+            revocations = self.revocations(topic)
             cut = plan_topic(
                 topic=topic,
                 mode=self.config.alignment,
@@ -324,6 +332,7 @@ class SourcePlanner:
                 latest=t_latest,
                 entries=entries,
                 max_records=max_rows,
+                revocations=revocations,
             )
             has_data = any(t_latest[tp] > t_begin[tp] for tp in tps)
             waited = 0.0
@@ -340,6 +349,7 @@ class SourcePlanner:
                         entries=entries,
                         max_records=max_rows,
                         force_unaligned=True,
+                        revocations=revocations,
                     )
                     log.warning(
                         "chkpt-kafka: no consistent cut of %s after %.0f ms "
@@ -363,7 +373,20 @@ class SourcePlanner:
                 "span": sum(cut.end[tp] - t_begin[tp] for tp in tps),
                 **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
                 **({"note": cut.note} if cut.note else {}),
+                **({"revoked": cut.revoked} if cut.revoked else {}),
             }
+            if cut.revoked:
+                log.warning(
+                    "chkpt-kafka %s: skipping %d offset(s) of upstream snapshots revoked by "
+                    "a savepoint rewind (%s)",
+                    topic,
+                    cut.revoked,
+                    "; ".join(
+                        f"app {r.app_id} snapshots {list(r.revoked)} at generation {r.generation}"
+                        for r in revocations
+                        if r.revoked
+                    ),
+                )
         return end, ({"topics": report} if report else {})
 
     def _waits_for_more(

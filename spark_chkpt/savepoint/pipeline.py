@@ -1,0 +1,478 @@
+"""Pipeline savepoints: one savepoint per job of a pipeline joined by chkpt-kafka topics,
+at cuts that match through the barriers, restored together.
+
+A job that writes a topic with the ``chkpt-kafka`` sink completes snapshot N as barrier
+N on every partition; a job reading that topic aligned ends a batch right after barrier
+N on every partition. So upstream snapshot N and the downstream batch M whose end
+offsets are barrier N's offsets + 1 on every partition are one consistent cut of both
+jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
+
+1. reads each job's checkpoint: the topics it reads (its offsets), the topic it writes
+   and its app id (its snapshot records), its committed batches; the jobs form a tree
+   (each downstream job reads one listed job's topic; fan-out allowed, fan-in refused);
+2. finds the newest snapshot N of the upstream job (the root) such that every
+   downstream job has a committed batch ending at the barrier of its upstream's chosen
+   snapshot, reading the barrier offsets from the topic's control topic index (live
+   entries only: a revoked snapshot never joins); if there is none, it waits (up to
+   ``timeout_s``) for the downstream jobs to commit one, then says which job lacks it;
+3. savepoints every job at its batch into ``jobs/`` of a hidden in-progress folder,
+   then writes the pipeline manifest (``pipeline.json``: each job's savepoint, and the
+   joins: topic, upstream app and barrier id, downstream batch, offsets) and publishes
+   the folder. On object stores (no rename) it writes in place, manifest last. Either
+   way an interrupted run leaves no folder with a manifest: nothing ``list`` shows.
+
+:func:`restore_pipeline` checks every job's restore first (without writing) and refuses,
+naming the job and the reason, before changing anything; then restores the jobs,
+upstream first, each into ``<checkpoint_dir>/<job>``. A rewind of a job that writes
+Kafka revokes its snapshots after N (:mod:`spark_chkpt.savepoint.revocation`), so the
+restored downstream job reads each record of the new timeline once. Forking a pipeline
+(new topics) is not supported yet: the downstream savepoints' offsets name the
+original topics.
+
+(Over 400 lines: the manifest's dataclasses, the search for the cut across the jobs'
+checkpoints and the barrier index, and create / load / list / restore of one pipeline
+belong together; one job's savepoint and restore stay in their own modules.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import ChkptError, SavepointError
+from spark_chkpt.fs import qualify, resolve
+from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.offsets import META_KEY
+from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
+from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
+from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.state.operators import committed_batches
+
+log = logging.getLogger(__name__)
+
+PIPELINE_MANIFEST = "pipeline.json"
+JOBS = "jobs"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PipelineJob:
+    """One job's part of a pipeline savepoint; ``savepoint`` is relative to the
+    pipeline's folder."""
+
+    name: str
+    checkpoint: str
+    savepoint: str
+    batch_id: int
+    query_id: str
+    sink: str | None
+    target: str | None
+    app_id: str | None
+
+
+@dataclass(frozen=True)
+class Join:
+    """Upstream snapshot ``snapshot`` (barrier ``(app_id, snapshot)`` in ``topic``) and
+    the downstream batch that ends right after it: ``offsets``, partition -> offset."""
+
+    topic: str
+    upstream: str
+    downstream: str
+    app_id: str
+    snapshot: int
+    downstream_batch: int
+    offsets: dict[str, int]
+
+
+@dataclass(frozen=True)
+class PipelineManifest:
+    """What a pipeline savepoint holds (``pipeline.json``), written last."""
+
+    name: str
+    pipeline_id: str
+    jobs: list[PipelineJob]
+    joins: list[Join]
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    format: int = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PipelineManifest:
+        doc = json.loads(text)
+        return cls(
+            name=doc["name"],
+            pipeline_id=doc["pipeline_id"],
+            jobs=[PipelineJob(**j) for j in doc["jobs"]],
+            joins=[Join(**j) for j in doc["joins"]],
+            created_ms=int(doc["created_ms"]),
+            format=int(doc.get("format", FORMAT)),
+        )
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    location: str
+    manifest: PipelineManifest
+
+    def savepoint_of(self, job: PipelineJob) -> str:
+        return posixpath.join(self.location, job.savepoint)
+
+
+@dataclass
+class JobCheckpoint:
+    """What step 1 reads of one job's checkpoint."""
+
+    name: str
+    checkpoint: str
+    query_id: str
+    reads: set[str]
+    writes: dict[str, str]  # topic -> app id (a chkpt-kafka sink)
+    batches: list[int]
+    ends: dict[int, dict[str, dict[int, int]]]  # batch -> topic -> partition -> end
+
+
+def _read_job(checkpoint: str, index: int) -> JobCheckpoint:
+    location = qualify(checkpoint)
+    spark = SparkCheckpoint(location=location)
+    try:
+        query_id = spark.query_id()
+        batches = committed_batches(checkpoint_location=location)
+    except ChkptError as e:
+        raise SavepointError(f"job {checkpoint}: {e}") from e
+    if not batches:
+        raise SavepointError(f"job {checkpoint} has no committed batch yet")
+    record = SnapshotStore(checkpoint_location=location).latest()
+    writes: dict[str, str] = {}
+    if record is not None and record.sink == "chkpt-kafka" and record.target:
+        writes = {t: record.app_id for t in record.target.split(",")}
+    ends: dict[int, dict[str, dict[int, int]]] = {}
+    for batch in batches:
+        ends[batch] = {}
+        for source in spark.plan(batch).sources:
+            if isinstance(source, dict):
+                for topic, parts in source.items():
+                    if topic != META_KEY and isinstance(parts, dict):
+                        ends[batch][topic] = {int(p): int(o) for p, o in parts.items()}
+    reads = {t for b in ends.values() for t in b}
+    name = (
+        (record.query_name if record is not None else None)
+        or posixpath.basename(location.rstrip("/"))
+        or f"job{index}"
+    )
+    return JobCheckpoint(
+        name=name,
+        checkpoint=location,
+        query_id=query_id,
+        reads=reads,
+        writes=writes,
+        batches=batches,
+        ends=ends,
+    )
+
+
+def _live_completes(
+    *, bootstrap_servers: str, topic: str, app_id: str, settings: Mapping[str, Any]
+) -> dict[int, IndexEntry]:
+    index = ControlTopic(
+        bootstrap_servers=bootstrap_servers,
+        control_topic=control_topic_for(topic),
+        data_topic=topic,
+        client_settings=settings,
+        client_id="spark-chkpt-pipeline",
+    )
+    try:
+        index.topic_id = index.current_topic_id()
+        index.refresh()
+        return {e.snapshot_id: e for e in index.complete(app_id=app_id)}
+    finally:
+        index.close()
+
+
+def _distinct_names(jobs: list[JobCheckpoint]) -> list[JobCheckpoint]:
+    """Jobs named by their query names, or, when two share one (the same program run
+    twice), by their checkpoint folders' names."""
+    if len({j.name for j in jobs}) == len(jobs):
+        return jobs
+    for job in jobs:
+        job.name = posixpath.basename(job.checkpoint.rstrip("/")) or job.name
+    return jobs
+
+
+@dataclass(frozen=True)
+class Edge:
+    topic: str
+    upstream: JobCheckpoint
+    downstream: JobCheckpoint
+
+
+def job_tree(jobs: list[JobCheckpoint]) -> tuple[JobCheckpoint, list[Edge]]:
+    """The root job and the edges (upstream writes the topic the downstream reads)."""
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise SavepointError(f"two jobs share a query name ({', '.join(names)}): name them apart")
+    writers = {t: j for j in jobs for t in j.writes}
+    edges = []
+    for job in jobs:
+        ups = [(t, writers[t]) for t in sorted(job.reads) if t in writers and writers[t] is not job]
+        if len(ups) > 1:
+            raise SavepointError(
+                f"job {job.name} reads {len(ups)} topics written by jobs of the pipeline "
+                f"({', '.join(t for t, _ in ups)}): fan-in is not supported yet"
+            )
+        edges += [Edge(topic=t, upstream=u, downstream=job) for t, u in ups]
+    roots = [j for j in jobs if not any(e.downstream is j for e in edges)]
+    if len(roots) != 1:
+        raise SavepointError(
+            f"the jobs form {len(roots)} pipelines ({', '.join(r.name for r in roots)} "
+            "read no topic another listed job writes with chkpt-kafka): list the jobs of "
+            "one pipeline joined by chkpt-kafka topics"
+        )
+    return roots[0], edges
+
+
+def find_cut(
+    root: JobCheckpoint,
+    edges: list[Edge],
+    barriers: Mapping[str, dict[int, IndexEntry]],
+) -> tuple[dict[str, int], list[Join]] | str:
+    """The newest cut (job -> batch, and the joins), or why there is none."""
+    why = ""
+    for n in reversed(root.batches):
+        chosen = {root.name: n}
+        joins: list[Join] = []
+        pending = [root]
+        missing = None
+        while pending and missing is None:
+            up = pending.pop()
+            for edge in (e for e in edges if e.upstream is up):
+                entry = barriers[edge.topic].get(chosen[up.name])
+                down = edge.downstream
+                if entry is None:
+                    missing = (
+                        f"snapshot {chosen[up.name]} of job {up.name} has no barriers in "
+                        f"{edge.topic} (the control topic holds no live complete entry)"
+                    )
+                    break
+                target = {p: o + 1 for p, o in entry.positions.items()}
+                found = [b for b in down.batches if down.ends[b].get(edge.topic) == target]
+                if not found:
+                    newest = down.batches[-1]
+                    missing = (
+                        f"job {down.name} ({down.checkpoint}) has no committed batch that "
+                        f"ends at barrier {entry.snapshot_id} of app {entry.app_id} in "
+                        f"{edge.topic} (offsets {json.dumps(target)}); its newest committed "
+                        f"batch {newest} ends at "
+                        f"{json.dumps(down.ends[newest].get(edge.topic, {}))}"
+                    )
+                    break
+                chosen[down.name] = found[0]
+                joins.append(
+                    Join(
+                        topic=edge.topic,
+                        upstream=up.name,
+                        downstream=down.name,
+                        app_id=entry.app_id,
+                        snapshot=entry.snapshot_id,
+                        downstream_batch=found[0],
+                        offsets={str(p): o for p, o in sorted(target.items())},
+                    )
+                )
+                pending.append(down)
+        if missing is None:
+            return chosen, joins
+        why = why or missing  # the newest snapshot's reason
+    return why
+
+
+def create_pipeline_savepoint(
+    *,
+    name: str,
+    checkpoints: list[str],
+    savepoint_dir: str,
+    bootstrap_servers: str,
+    timeout_s: float = 0.0,
+    client_settings: Mapping[str, Any] | None = None,
+) -> Pipeline:
+    """Savepoint the jobs at ``checkpoints`` at matching cuts; see the module docstring.
+    ``timeout_s``: how long to wait for the downstream jobs to commit a batch that ends
+    at a barrier of their upstream's (0: do not wait)."""
+    if len(checkpoints) < 2:
+        raise SavepointError("a pipeline savepoint needs at least two jobs (--job ... --job ...)")
+    settings = dict(client_settings or {})
+    deadline = Deadline.after(seconds=timeout_s)
+    # Steps 1 and 2, again while the downstream jobs have not reached a cut.
+    while True:
+        jobs = _distinct_names([_read_job(c, i) for i, c in enumerate(checkpoints)])
+        root, edges = job_tree(jobs)
+        barriers = {
+            e.topic: _live_completes(
+                bootstrap_servers=bootstrap_servers,
+                topic=e.topic,
+                app_id=e.upstream.writes[e.topic],
+                settings=settings,
+            )
+            for e in edges
+        }
+        found = find_cut(root, edges, barriers)
+        if not isinstance(found, str):
+            break
+        if deadline.expired():
+            raise SavepointError(
+                f"pipeline {name}: no cut matches across the jobs"
+                + (f" after waiting {timeout_s:.0f}s" if timeout_s else "")
+                + f": {found}. Let the downstream jobs run (a batch of an aligned reader "
+                "ends at a barrier; with maxOffsetsPerTrigger it may end at several "
+                "snapshots at once, each batch then joins only its last one), or wait "
+                "longer (--timeout). Nothing was written."
+            )
+        time.sleep(1.0)
+    chosen, joins = found
+    # Step 3
+    folder = (
+        f"pipeline-{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+    )
+    root_dir = resolve(qualify(savepoint_dir))
+    final = root_dir.child(folder)
+    work = root_dir.child(f".{folder}{IN_PROGRESS}") if final.is_local else final
+    work_uri = posixpath.join(qualify(savepoint_dir), work.path.rsplit("/", 1)[-1])
+    parts = []
+    try:
+        for job in jobs:
+            point = create_savepoint(
+                checkpoint_location=job.checkpoint,
+                savepoint_dir=posixpath.join(work_uri, JOBS),
+                batch_id=chosen[job.name],
+            )
+            sink = point.manifest.sink
+            parts.append(
+                PipelineJob(
+                    name=job.name,
+                    checkpoint=job.checkpoint,
+                    savepoint=f"{JOBS}/{point.manifest.savepoint_id}",
+                    batch_id=chosen[job.name],
+                    query_id=job.query_id,
+                    sink=sink.kind if sink is not None else None,
+                    target=sink.target if sink is not None else None,
+                    app_id=sink.app_id if sink is not None else None,
+                )
+            )
+        manifest = PipelineManifest(name=name, pipeline_id=folder, jobs=parts, joins=joins)
+        work.child(PIPELINE_MANIFEST).write_atomic(manifest.to_json() + "\n")
+        if work != final:
+            work.fs.move(work.path, final.path)
+    except BaseException:
+        try:
+            work.delete_dir()
+        except OSError as cleanup:
+            log.warning("could not remove the incomplete pipeline savepoint %s: %s", work, cleanup)
+        raise
+    log.warning(
+        "pipeline savepoint %s: %s",
+        final,
+        ", ".join(f"{j.name} at {j.batch_id}" for j in parts),
+    )
+    return Pipeline(location=posixpath.join(qualify(savepoint_dir), folder), manifest=manifest)
+
+
+def load_pipeline(*, location: str) -> Pipeline:
+    """The pipeline savepoint at ``location`` (its folder, or its ``pipeline.json``)."""
+    uri = qualify(location)
+    if uri.endswith("/" + PIPELINE_MANIFEST):
+        uri = uri[: -len(PIPELINE_MANIFEST) - 1]
+    path = resolve(uri).child(PIPELINE_MANIFEST)
+    try:
+        manifest = PipelineManifest.from_json(path.read_text())
+    except FileNotFoundError as e:
+        raise SavepointError(
+            f"{location} is not a complete pipeline savepoint: {PIPELINE_MANIFEST} is missing"
+        ) from e
+    except (ValueError, TypeError, KeyError) as e:
+        raise SavepointError(f"{path}: unreadable pipeline manifest ({e})") from e
+    return Pipeline(location=uri, manifest=manifest)
+
+
+def list_pipelines(*, savepoint_dir: str) -> list[Pipeline]:
+    """The complete pipeline savepoints under ``savepoint_dir``, oldest first."""
+    root = resolve(qualify(savepoint_dir))
+    found = []
+    for info in root.list():
+        if info.type.name != "Directory" or info.base_name.startswith("."):
+            continue
+        if root.child(info.base_name, PIPELINE_MANIFEST).exists():
+            found.append(
+                load_pipeline(location=posixpath.join(qualify(savepoint_dir), info.base_name))
+            )
+    return sorted(found, key=lambda p: (p.manifest.created_ms, p.manifest.pipeline_id))
+
+
+def restore_pipeline(
+    *,
+    pipeline: str,
+    checkpoint_dir: str,
+    mode: RestoreMode,
+    kafka_bootstrap_servers: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[RestoreResult]:
+    """Restore every job of the pipeline savepoint at ``pipeline`` into
+    ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
+    fails, naming it), then restored, upstream first."""
+    point = load_pipeline(location=pipeline)
+    if mode != "rewind":
+        raise SavepointError(
+            f"pipeline {point.manifest.name}: restore mode {mode!r} is not supported for a "
+            "pipeline yet (a fork would need new topics, and the downstream savepoints' "
+            "offsets name the original ones); restore it with --mode rewind, or fork one "
+            "job at a time"
+        )
+    order = _upstream_first(point.manifest)
+
+    def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
+        return restore_savepoint(
+            savepoint=point.savepoint_of(job),
+            checkpoint_location=posixpath.join(qualify(checkpoint_dir), job.name),
+            mode=mode,
+            storage_options=storage_options,
+            kafka_bootstrap_servers=kafka_bootstrap_servers if job.sink == "chkpt-kafka" else None,
+            check_only=check_only,
+        )
+
+    refused = []
+    for job in order:
+        try:
+            restore(job, check_only=True)
+        except ChkptError as e:
+            refused.append(f"job {job.name} ({job.savepoint}): {e}")
+    if refused:
+        raise SavepointError(
+            f"pipeline {point.manifest.name}: {len(refused)} of {len(order)} job(s) cannot "
+            "be restored; nothing was changed. " + " | ".join(refused)
+        )
+    return [restore(job, check_only=False) for job in order]
+
+
+def _upstream_first(manifest: PipelineManifest) -> list[PipelineJob]:
+    downstream = {j.downstream for j in manifest.joins}
+    order = [j for j in manifest.jobs if j.name not in downstream]
+    while len(order) < len(manifest.jobs):
+        done = {j.name for j in order}
+        ready = [
+            j
+            for j in manifest.jobs
+            if j.name not in done
+            and all(x.upstream in done for x in manifest.joins if x.downstream == j.name)
+        ]
+        if not ready:
+            raise SavepointError(f"pipeline {manifest.name}: its joins form a cycle")
+        order += ready
+    return order

@@ -1,0 +1,233 @@
+"""A savepoint rewind of a query that writes Kafka (``chkpt-kafka``): revoke, don't delete.
+
+Records the query wrote after snapshot N are in the topic and readers may have read
+them; a topic cannot be rolled back. The rewind revokes them instead (DESIGN.md,
+"Generations, fencing and pipelines"): a ``revoke`` entry in each topic's control topic
+(``__chkpt.<topic>``) names the app's snapshots after N, the attempts they confirmed and
+the offsets from barrier N to the log end, under the restore's new generation.
+
+* :func:`plan_kafka_rewind` (restore step 2) checks, before anything changes, that each
+  control topic holds snapshot N's own ``complete`` entry (its source offsets are the
+  savepoint's: not snapshot N of a later timeline), and picks the generation: one above
+  every generation the app's entries carry.
+* :func:`write_revocations` (restore step 5) appends the ``revoke`` entries; run again
+  (a restore run again), it finds them and writes nothing.
+
+From then on the sink's coordinator of an older generation is fenced (the entries'
+newest generation is above its checkpoint's), the restored query writes snapshots
+N + 1, ... again after the revoked offsets, and ``chkpt-kafka`` readers skip the revoked
+records like a failed attempt's, counting them (``revoked`` in the batch's report); a
+reader that had already read past barrier N into them fails naming the revocation
+(:func:`spark_chkpt.alignment.cut.check_not_passed`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
+from spark_chkpt.errors import SavepointError
+from spark_chkpt.kafka.sink.committer import source_offsets
+from spark_chkpt.kafka.sink.control_topic import ControlTopic, write_entry
+from spark_chkpt.savepoint.manifest import Savepoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicRewind:
+    """One topic of a Kafka rewind: its control topic and snapshot N's ``complete`` entry."""
+
+    topic: str
+    control_topic: str
+    kept: IndexEntry
+
+
+@dataclass(frozen=True)
+class KafkaRewind:
+    """What :func:`plan_kafka_rewind` found: the app, snapshot N, the new generation and
+    each topic the query writes."""
+
+    bootstrap_servers: str
+    app_id: str
+    batch: int
+    generation: int
+    topics: tuple[TopicRewind, ...]
+    client_settings: Mapping[str, Any]
+
+
+def _index(
+    *, bootstrap_servers: str, control_topic: str, topic: str, settings: Mapping[str, Any]
+) -> ControlTopic:
+    index = ControlTopic(
+        bootstrap_servers=bootstrap_servers,
+        control_topic=control_topic,
+        data_topic=topic,
+        client_settings=settings,
+        client_id="spark-chkpt-rewind",
+    )
+    index.topic_id = index.current_topic_id()
+    return index
+
+
+def plan_kafka_rewind(
+    *,
+    point: Savepoint,
+    bootstrap_servers: str | None,
+    control_topic: str | None = None,
+    client_settings: Mapping[str, Any] | None = None,
+) -> KafkaRewind:
+    """Step 2 of a Kafka rewind: the checks and the new generation; changes nothing."""
+    manifest = point.manifest
+    sink = manifest.sink
+    if sink is None or sink.kind != "chkpt-kafka" or not sink.target:
+        raise SavepointError(f"savepoint {manifest.savepoint_id} does not name a Kafka sink")
+    if not bootstrap_servers:
+        raise SavepointError(
+            f"savepoint {manifest.savepoint_id}: rewinding a query that writes Kafka (topic "
+            f"{sink.target}) writes a revocation to its control topic: give the brokers "
+            "with --bootstrap-servers (kafka_bootstrap_servers=...)"
+        )
+    settings = dict(client_settings or {})
+    batch, app_id = manifest.batch_id, sink.app_id
+    sources = source_offsets(manifest.source_offsets)
+    topics = []
+    generation = 0
+    for topic in sink.target.split(","):
+        control = control_topic or control_topic_for(topic)
+        index = _index(
+            bootstrap_servers=bootstrap_servers,
+            control_topic=control,
+            topic=topic,
+            settings=settings,
+        )
+        try:
+            if not index.exists():
+                raise SavepointError(
+                    f"savepoint {manifest.savepoint_id}: control topic {control} of topic "
+                    f"{topic} does not exist: nothing records snapshot {batch} of app "
+                    f"{app_id} (give --control-topic if the sink set controlTopic). "
+                    "Nothing was changed."
+                )
+            index.refresh()
+            kept = index.first(app_id=app_id, snapshot_id=batch, kind="complete")
+            if kept is None:
+                raise SavepointError(
+                    f"savepoint {manifest.savepoint_id}: control topic {control} holds no "
+                    f"live 'complete' entry of snapshot {batch} of app {app_id} in topic "
+                    f"{topic} (never committed there, or revoked by an earlier rewind): "
+                    "it is not the topic this savepoint's query wrote. Nothing was changed."
+                )
+            if kept.sources is not None and list(kept.sources) != list(sources):
+                raise SavepointError(
+                    f"savepoint {manifest.savepoint_id}: snapshot {batch} of app {app_id} "
+                    f"in {topic} (control topic {control}, offset {kept.offset}, generation "
+                    f"{kept.generation}) came from other source offsets than the "
+                    "savepoint's: it belongs to another timeline (a rewind ran the batch "
+                    "again with other boundaries). Nothing was changed."
+                )
+            generation = max(
+                [generation, *(e.generation for e in index.entries if e.app_id == app_id)]
+            )
+        finally:
+            index.close()
+        topics.append(TopicRewind(topic=topic, control_topic=control, kept=kept))
+    return KafkaRewind(
+        bootstrap_servers=bootstrap_servers,
+        app_id=app_id,
+        batch=batch,
+        generation=generation + 1,
+        topics=tuple(topics),
+        client_settings=settings,
+    )
+
+
+def write_revocations(
+    rewind: KafkaRewind, *, generation: int | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Step 5 of a Kafka rewind: a ``revoke`` entry per topic under ``generation`` (the
+    plan's, or the one an interrupted restore recorded), unless one is there already.
+    Returns the snapshots revoked per topic."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaPartition
+
+    gen = rewind.generation if generation is None else generation
+    revoked: dict[str, tuple[int, ...]] = {}
+    servers = rewind.bootstrap_servers.split(",")
+    producer = KafkaProducer(
+        **{**rewind.client_settings, "bootstrap_servers": servers, "acks": "all"}
+    )
+    consumer = KafkaConsumer(
+        **{**rewind.client_settings, "bootstrap_servers": servers, "group_id": None}
+    )
+    try:
+        for part in rewind.topics:
+            index = _index(
+                bootstrap_servers=rewind.bootstrap_servers,
+                control_topic=part.control_topic,
+                topic=part.topic,
+                settings=rewind.client_settings,
+            )
+            try:
+                index.refresh()
+                done = [
+                    r
+                    for r in index.revocations(app_id=rewind.app_id)
+                    if r.snapshot_id == rewind.batch and r.generation == gen
+                ]
+                if done:
+                    revoked[part.topic] = done[0].revoked
+                    continue
+                later = [
+                    e
+                    for e in index.live()
+                    if e.app_id == rewind.app_id and e.snapshot_id > rewind.batch
+                ]
+                partitions = consumer.partitions_for_topic(part.topic) or set()
+                ends = consumer.end_offsets([KafkaPartition(part.topic, p) for p in partitions])
+                starts = {}
+                for p in partitions:
+                    before = [
+                        e.positions[p]
+                        for e in index.complete(app_id=rewind.app_id)
+                        if e.snapshot_id <= rewind.batch and p in e.positions
+                    ]
+                    starts[p] = max(before) + 1 if before else 0
+                entry = IndexEntry(
+                    kind="revoke",
+                    app_id=rewind.app_id,
+                    snapshot_id=rewind.batch,
+                    topic=part.topic,
+                    attempts=tuple(sorted({a for e in later for a in e.attempts})),
+                    positions={tp.partition: int(end) for tp, end in ends.items()},
+                    starts=starts,
+                    revoked=tuple(sorted({e.snapshot_id for e in later})),
+                    topic_id=index.topic_id,
+                    sources=part.kept.sources,
+                    generation=gen,
+                )
+                write_entry(
+                    producer,
+                    control_topic=part.control_topic,
+                    entry=entry,
+                    settings=rewind.client_settings,
+                )
+                revoked[part.topic] = entry.revoked
+                log.warning(
+                    "revoked snapshots %s of app %s in topic %s (control topic %s, "
+                    "generation %d): readers skip them",
+                    list(entry.revoked),
+                    rewind.app_id,
+                    part.topic,
+                    part.control_topic,
+                    gen,
+                )
+            finally:
+                index.close()
+    finally:
+        producer.close(timeout=5)
+        consumer.close()
+    return revoked

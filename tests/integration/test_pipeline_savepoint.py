@@ -1,0 +1,186 @@
+"""Pipeline savepoints and the rewind of a Kafka sink, with the real two-stage job
+(jobs/two_stage.py) on the real broker: ``spark-chkpt savepoint create/list/show/restore
+--pipeline`` run as a user's shell runs them (a folder outside the repo, no
+PYSPARK_PYTHON). The stages run on the session's Spark (one JVM for every run).
+
+Stage A (raw → mid, chkpt-kafka) runs to snapshot 5 while stage B (mid → Delta, one A
+snapshot per batch) has read to A's snapshot 3 only: the pipeline savepoint takes A at
+3 and B at its batch that ends at barrier 3, the newest cut both hold. A create killed
+midway leaves nothing listed; a restore that one job cannot take changes nothing and
+names the job. The rewind revokes A's snapshots 4 and 5 in ``__chkpt.<mid>`` (once,
+however often it runs); A writes 4, 5, ... again under generation 1, and B, restored at
+the cut, reads every event once, skipping (and counting) the revoked records. B's old
+checkpoint, which had not read them, reads on; a copy of it that had read them fails
+naming the revocation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_chkpt.alignment.barrier import control_topic_for
+from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.testing.generator import produce_page_views
+from tests.helpers import user_env
+
+pytestmark = pytest.mark.integration
+
+CLI = str(Path(sys.executable).with_name("spark-chkpt"))
+PER_BATCH = 250
+
+
+def job(
+    spark: Any, stage: str, servers: str, topics: tuple[str, str], chk: Path, table: Path
+) -> Any:
+    """Run stage ``stage`` of jobs/two_stage.py to the end of its input (availableNow)."""
+    from spark_chkpt.jobs import two_stage
+
+    args = argparse.Namespace(
+        bootstrap_servers=servers,
+        input=topics[0],
+        middle=topics[1],
+        table=str(table),
+        checkpoint=str(chk),
+        trigger="availableNow",
+        max_offsets_per_trigger=PER_BATCH if stage == "a" else None,
+        alignment="aligned",
+        alignment_timeout=None,
+        # B: one A snapshot (250 records and 3 barriers) per batch.
+        source_option=[f"maxOffsetsPerTrigger={PER_BATCH}"] if stage == "b" else [],
+        sink_option=[],
+    )
+    query = (two_stage.stage_a if stage == "a" else two_stage.stage_b)(spark, args)
+    query.awaitTermination()
+    return query
+
+
+def cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command in its own session: a fail point's kill takes its session down."""
+    return subprocess.run(
+        [CLI, *args],
+        cwd=cwd,
+        env=user_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    """The command's output, once it exited 0."""
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return done.stdout
+
+
+def report(chk: Path, batch: int, topic: str) -> dict[str, Any]:
+    """The alignment report B's source wrote with batch ``batch``'s end offsets."""
+    doc = json.loads((chk / "offsets" / str(batch)).read_text().splitlines()[2])
+    return dict(doc["__chkpt__"]["topics"][topic])
+
+
+def event_ids(table: Path) -> Counter[int]:
+    ids = DeltaTable(str(table)).to_pyarrow_table(columns=["event_id"]).column("event_id")
+    return Counter(ids.to_pylist())
+
+
+def test_pipeline_savepoint_rewinds_a_kafka_sink_and_its_reader_exactly_once(
+    tmp_path: Path, spark: Any, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    raw = make_topic(partitions=3, suffix="raw")
+    mid = make_topic(partitions=3, suffix="mid")
+    topics = (raw, mid)
+    table = tmp_path / "table"
+    chk_a, chk_b = tmp_path / "chk-a", tmp_path / "chk-b"
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=raw, first=0, count=1000)
+    job(spark, "a", bootstrap_servers, topics, chk_a, table)  # snapshots 0..3
+    job(spark, "b", bootstrap_servers, topics, chk_b, table)  # batches 0..3
+    assert [report(chk_b, n, mid)["snapshots"] for n in range(4)] == [[0], [1], [2], [3]]
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=raw, first=1000, count=500)
+    job(spark, "a", bootstrap_servers, topics, chk_a, table)  # snapshots 4, 5; B not yet
+    # A reader that reads A's snapshot 4 before the rewind (a copy of B run on).
+    passed = tmp_path / "chk-b-passed"
+    shutil.copytree(chk_b, passed)
+    job(spark, "b", bootstrap_servers, topics, passed, tmp_path / "table-passed")
+    assert report(passed, 4, mid)["snapshots"] == [4]
+
+    work = tmp_path / "user"
+    work.mkdir()
+    sp = tmp_path / "sp"
+    create = ["savepoint", "create", "--pipeline", "two", "--job", str(chk_a), "--job",
+              str(chk_b), "--dir", str(sp), "--bootstrap-servers", bootstrap_servers]  # fmt: skip
+    # Killed midway (a job's savepoint half copied): nothing listed.
+    killed = cli(work, *create, SPARK_CHKPT_KILL_AT="in-savepoint")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    listed = cli(work, "savepoint", "list", str(sp))
+    assert listed.returncode == 1 and "no complete savepoint" in listed.stdout, listed.stdout
+    assert "pipeline pipeline-" not in listed.stdout
+
+    location = ok(cli(work, *create)).strip()
+    listed = cli(work, "savepoint", "list", str(sp))
+    assert listed.returncode == 0 and "stage_a at 3, stage_b at 3" in listed.stdout, listed
+    shown = ok(cli(work, "savepoint", "show", "--pipeline", location))
+    manifest = json.loads((Path(location.removeprefix("file://")) / "pipeline.json").read_text())
+    (join,) = manifest["joins"]
+    assert (join["upstream"], join["snapshot"], join["downstream"], join["downstream_batch"]) == (
+        "stage_a",
+        3,
+        "stage_b",
+        3,
+    )
+    offsets = ", ".join(f"{p}:{o}" for p, o in sorted(join["offsets"].items()))
+    assert f"join        {mid}: stage_a snapshot 3" in shown and offsets in shown, shown
+    # B's batch 3 ends exactly there.
+    assert json.loads((chk_b / "offsets" / "3").read_text().splitlines()[2])[mid] == join["offsets"]
+
+    # A restore one job cannot take (A writes Kafka: the brokers are needed) changes
+    # nothing, B's table included, and names the job.
+    version = DeltaTable(str(table)).version()
+    restored = tmp_path / "restored"
+    restore = ["savepoint", "restore", "--pipeline", location, "--mode", "rewind",
+               "--checkpoint-dir", str(restored)]  # fmt: skip
+    refused = cli(work, *restore)
+    assert refused.returncode != 0
+    assert "job stage_a" in refused.stderr and "nothing was changed" in refused.stderr
+    assert "--bootstrap-servers" in refused.stderr, refused.stderr[-3000:]
+    assert not restored.exists() and DeltaTable(str(table)).version() == version
+
+    out = ok(cli(work, *restore, "--bootstrap-servers", bootstrap_servers))
+    assert f"topic {mid}: snapshots 4, 5 after 3 revoked at generation 1" in out, out
+    # Run again (an interrupted restore finished): no second revocation.
+    ok(cli(work, *restore, "--bootstrap-servers", bootstrap_servers))
+    index = ControlTopic(
+        bootstrap_servers=bootstrap_servers, control_topic=control_topic_for(mid), data_topic=mid
+    )
+    index.refresh()
+    (revocation,) = index.revocations()
+    index.close()
+    assert (revocation.snapshot_id, revocation.revoked, revocation.generation) == (3, (4, 5), 1)
+
+    # A writes snapshots 4, 5, ... again under generation 1; B reads on from its cut.
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=raw, first=1500, count=250)
+    job(spark, "a", bootstrap_servers, topics, restored / "stage_a", table)
+    job(spark, "b", bootstrap_servers, topics, restored / "stage_b", table)
+    counts = event_ids(table)
+    assert sorted(counts) == list(range(1750)), "events missing"
+    assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1][:10]
+    # B's first batch after the cut skipped the revoked snapshots' records and barriers,
+    # and says so in its report.
+    first = report(restored / "stage_b", 4, mid)
+    assert first["snapshots"] == [4] and first["revoked"] == 2 * (PER_BATCH + 3), first
+
+    # The copy of B that read A's revoked snapshot 4 fails, naming the revocation.
+    with pytest.raises(Exception, match="RevokedSnapshotError") as failed:
+        job(spark, "b", bootstrap_servers, topics, passed, tmp_path / "table-passed")
+    for part in (f"topic {mid}", revocation.app_id, "revoked snapshots 4, 5", "generation 1"):
+        assert part in str(failed.value), part
