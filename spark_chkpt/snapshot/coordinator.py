@@ -38,26 +38,8 @@ only the hooks (``begin``, ``sink_generation``, ``prepare``, ``already_committed
 A crash anywhere leaves either nothing visible (Spark re-runs batch N with the same
 offsets) or the whole batch visible and findable by step 3 of the re-run.
 
-**Timing** (:class:`~spark_chkpt.options.SnapshotTiming`, Flink's checkpoint timeout and
-min pause). ``snapshotTimeout`` runs from the start of :meth:`SnapshotCoordinator.commit`
-(phase 2; phase 1 is the batch's own work, which Flink does not count either). It is
-checked only where nothing of the batch is visible yet: right before step 4 (each retry
-too), and at the points a sink's ``make_visible`` names with
-:meth:`SnapshotCoordinator.check_deadline` before its own point of no return (DeltaUpsert:
-after staging, before the MERGE). Past it, the commit raises
-:class:`~spark_chkpt.errors.SnapshotTimeoutError` (a snapshot failure for
-``tolerableSnapshotFailures``), ``release`` runs as for any failed commit, Spark calls the
-sink's ``abort`` (the staged output is deleted, or left unconfirmed) and the failure is
-written to the store (``chkpt/failures/``, counted by :func:`spark_chkpt.metrics.reporter.
-summarize`). A deadline that passes during step 4 does not interrupt it: the commit is
-one atomic step (a Delta commit; for Kafka the intent fixes the batch and a re-run
-resumes it), so the batch completes late, with a warning. A batch step 3 finds already
-committed is never failed by the timeout: it is visible already.
-``minPauseBetweenSnapshots``: after step 5 the commit sleeps that long before it returns.
-Spark plans batch N + 1 (``latestOffset``, ``offsets/N+1``) only after batch N's sink
-commit returned, so at least that long passes between snapshot N's completion and the
-start of the next batch; Spark's trigger wait comes on top, and the pause counts in
-batch N's duration.
+**Timing**: ``snapshotTimeout`` and ``minPauseBetweenSnapshots``, checked and spent by
+:mod:`spark_chkpt.snapshot.timing` at the points it names.
 """
 
 from __future__ import annotations
@@ -82,6 +64,7 @@ from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.epoch import Epoch, check_fence, read_epoch
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.snapshot.timing import check_deadline, deadline_of, pause_s
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
@@ -149,9 +132,7 @@ class SnapshotCoordinator(Generic[B]):
         """Complete snapshot ``batch_id`` from the tasks' ``messages`` (steps 1-5 of the
         module docstring); ``details`` are the sink's own (:meth:`new_batch`)."""
         batch = self.new_batch(batch_id=batch_id, messages=messages, **details)
-        timeout_ms = self.timing.timeout_ms
-        if timeout_ms is not None:
-            batch.deadline = Deadline(at=self.clock() + timeout_ms / 1000)
+        batch.deadline = deadline_of(self.timing, now=self.clock())
         failed = True
         try:
             # Step 1
@@ -195,8 +176,8 @@ class SnapshotCoordinator(Generic[B]):
         record = self.make_visible(batch, plan, retry=retry)
         if batch.deadline is not None and batch.deadline.expired(now=self.clock()):
             log.warning(
-                "%s batch %d completed past snapshotTimeout (%d ms): the deadline passed "
-                "while the batch was being made visible, which is never interrupted",
+                "%s batch %d completed past snapshotTimeout (%s ms) while being made "
+                "visible, which is never interrupted",
                 self.sink,
                 batch.batch_id,
                 self.timing.timeout_ms,
@@ -210,35 +191,22 @@ class SnapshotCoordinator(Generic[B]):
         """Fail the batch with :class:`SnapshotTimeoutError` if its ``snapshotTimeout``
         has passed. Call it only where nothing of the batch is visible yet (``before``:
         the step that would come next, for the message)."""
-        deadline = batch.deadline
-        if deadline is None:
-            return
-        now = self.clock()
-        if not deadline.expired(now=now):
-            return
-        overdue = round((now - deadline.at) * 1000)
-        where = f" to {self.target_name}" if self.target_name else ""
-        raise SnapshotTimeoutError(
-            f"{self.sink} batch {batch.batch_id}{where}: snapshotTimeout = "
-            f"{self.timing.timeout_ms} ms passed ({overdue} ms ago) before {before}; "
-            "nothing of the batch was made visible. The batch fails and is replayed from "
-            "its checkpoint (a snapshot failure for tolerableSnapshotFailures); raise "
-            "snapshotTimeout if commits of this size need longer."
+        check_deadline(
+            batch.deadline,
+            now=self.clock(),
+            timing=self.timing,
+            what=f"{self.sink} batch {batch.batch_id}"
+            + (f" to {self.target_name}" if self.target_name else ""),
+            before=before,
         )
 
     def pause(self, batch_id: int) -> None:
         """``minPauseBetweenSnapshots``: hold the commit's return (and so the start of
         the next batch) that long after the snapshot completed."""
-        pause_ms = self.timing.min_pause_ms
-        if pause_ms > 0:
-            log.info(
-                "%s snapshot %d complete; pausing %d ms before the next batch "
-                "(minPauseBetweenSnapshots)",
-                self.sink,
-                batch_id,
-                pause_ms,
-            )
-            self.sleep(pause_ms / 1000)
+        seconds = pause_s(self.timing)
+        if seconds:
+            log.info("%s snapshot %d complete; pausing %.3f s", self.sink, batch_id, seconds)
+            self.sleep(seconds)
 
     def fence(self, batch: B) -> None:
         """Step 1's end: refuse a writer older than the sink's generation of the app id."""

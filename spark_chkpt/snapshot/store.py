@@ -30,9 +30,7 @@ class SnapshotStore:
         if retained < 0:
             raise ChkptError(f"retainedSnapshots must be 0 or more, got {retained}")
         self.root: Location = resolve(checkpoint_location).child(*STORE_DIR.split("/"))
-        self.failures_root: Location = resolve(checkpoint_location).child(
-            *FAILURES_DIR.split("/")
-        )
+        self.failures_root: Location = resolve(checkpoint_location).child(*FAILURES_DIR.split("/"))
         self.retained = retained
 
     def _path(self, batch_id: int) -> Location:

@@ -27,6 +27,7 @@ from spark_chkpt.testing.failpoints import FaultPoint
 
 pytestmark = pytest.mark.integration
 
+
 def start_json_to_delta(spark: SparkSession, work: Path, **options: str) -> StreamingQuery:
     """One JSON file per batch into chkpt-delta."""
     writer = (
@@ -98,7 +99,8 @@ def test_a_commit_stalled_past_snapshot_timeout_fails_the_batch_and_the_restart_
     assert metrics.last_cause is not None and "SnapshotTimeoutError" in metrics.last_cause
     assert seen_at_restart == [(False, [])]
     [failure] = SnapshotStore(checkpoint_location=str(chk)).failures()
-    assert (failure["batch_id"], failure["reason"], failure["sink"]) == (0, "timeout", "delta-upsert")
+    assert (failure["batch_id"], failure["reason"]) == (0, "timeout")
+    assert failure["sink"] == "delta-upsert"
     ids = DeltaTable(str(table)).to_pyarrow_table().column("id").to_pylist()
     assert sorted(ids) == [0, 1]
 

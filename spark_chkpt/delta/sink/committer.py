@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.replay import check_replay, other_writers, refuse_overlap
@@ -60,7 +60,7 @@ class CommitSettings:
     # outputMode("complete"): each snapshot's commit replaces all the table's files with
     # the batch's (remove actions for every file, add actions for the batch's).
     complete: bool = False
-    timing: SnapshotTiming = SnapshotTiming()
+    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
 
     @classmethod
     def from_config(cls, config: DeltaSinkConfig, *, app_id: str, complete: bool) -> CommitSettings:

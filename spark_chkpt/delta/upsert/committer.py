@@ -115,8 +115,8 @@ class DeltaUpsert:
     ``partition_by`` applies when the first batch creates the table. ``batch_size``:
     rows per Arrow batch the driver streams to delta-rs. ``snapshot_timeout`` and
     ``min_pause_between_snapshots`` (durations such as ``"60s"``, ``"500ms"``) are the
-    ``chkpt-delta`` sink's ``snapshotTimeout`` and ``minPauseBetweenSnapshots``. See the module docstring for the
-    protocol and what holds memory.
+    ``chkpt-delta`` sink's ``snapshotTimeout`` and ``minPauseBetweenSnapshots``. See the
+    module docstring for the protocol and what holds memory.
     """
 
     def __init__(

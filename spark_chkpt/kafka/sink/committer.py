@@ -56,7 +56,7 @@ class BarrierSettings:
     query_name: str | None
     retained_snapshots: int
     producer_settings: dict[str, Any]
-    timing: SnapshotTiming = SnapshotTiming()
+    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
 
     @classmethod
     def from_config(cls, config: KafkaSinkConfig, *, app_id: str) -> BarrierSettings:
