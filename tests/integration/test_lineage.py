@@ -151,6 +151,7 @@ def test_the_cli_prints_the_walk_from_a_folder_outside_the_repo(
 
     text = lineage("--version", "0", "--bootstrap-servers", two_stage.servers)
     assert text.returncode == 0, text.stderr
+    print(text.stdout)  # the how-to's example (pytest -s shows it)
     assert "stage 0 (the table's writer)" in text.stdout and "stage 1" in text.stdout
     assert f"read {two_stage.middle} (aligned)" in text.stdout
     assert f"-> {two_stage.middle}, {EVENTS // 2} rows" in text.stdout
