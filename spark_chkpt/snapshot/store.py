@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from typing import Any
 
 from spark_chkpt.errors import ChkptError
@@ -81,7 +82,7 @@ class SnapshotStore:
     def put_failure(self, *, batch_id: int, reason: str, message: str, sink: str) -> None:
         """Record a snapshot that failed (``reason``: a
         :class:`~spark_chkpt.errors.CommitFailureReason` value) as
-        ``chkpt/failures/<batchId>-<ms>.json``, keeping the newest ``KEPT_FAILURES``. Its
+        ``chkpt/failures/<batchId>-<ms>-<random>.json``, keeping the newest ``KEPT_FAILURES``. Its
         own errors are logged: the batch fails with its own error either way."""
         now = int(time.time() * 1000)
         doc = {
@@ -92,7 +93,8 @@ class SnapshotStore:
             "created_ms": now,
         }
         try:
-            self.failures_root.child(f"{batch_id}-{now}.json").write_atomic(
+            name = f"{batch_id}-{now}-{uuid.uuid4().hex[:8]}.json"  # two in one ms: both kept
+            self.failures_root.child(name).write_atomic(
                 json.dumps(doc, sort_keys=True) + "\n"
             )
             names = sorted(

@@ -198,3 +198,19 @@ def test_a_timeout_is_a_snapshot_failure_for_the_restart_strategy() -> None:
     failure = classify(StreamingQueryException(message=text))
     assert failure.kind is FailureKind.SNAPSHOT
     assert "SnapshotTimeoutError" in failure.cause
+
+
+def test_the_reporter_counts_a_querys_timed_out_snapshots(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from spark_chkpt.metrics.reporter import SnapshotReporter
+
+    s = sink(tmp_path, timeout_ms=1000, costs={"begin": 2.0})
+    for batch_id in (0, 0):  # the batch, and its replay after the restart
+        with pytest.raises(SnapshotTimeoutError):
+            s.commit(batch_id=batch_id)
+    reporter = SnapshotReporter()
+    query = SimpleNamespace(id="q1")  # what track() and timed_out() read of a query
+    assert reporter.timed_out(query) == 0  # type: ignore[arg-type]  # not tracked
+    reporter.track(query, checkpoint_location=str(tmp_path / "chk"))  # type: ignore[arg-type]
+    assert reporter.timed_out(query) == 2  # type: ignore[arg-type]
