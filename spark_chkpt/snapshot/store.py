@@ -82,8 +82,9 @@ class SnapshotStore:
     def put_failure(self, *, batch_id: int, reason: str, message: str, sink: str) -> None:
         """Record a snapshot that failed (``reason``: a
         :class:`~spark_chkpt.errors.CommitFailureReason` value) as
-        ``chkpt/failures/<batchId>-<ms>-<random>.json``, keeping the newest ``KEPT_FAILURES``. Its
-        own errors are logged: the batch fails with its own error either way."""
+        ``chkpt/failures/<batchId>-<ms>-<random>.json``, keeping the newest
+        ``KEPT_FAILURES``. Its own errors are logged: the batch fails with its own error
+        either way."""
         now = int(time.time() * 1000)
         doc = {
             "batch_id": batch_id,
@@ -94,9 +95,7 @@ class SnapshotStore:
         }
         try:
             name = f"{batch_id}-{now}-{uuid.uuid4().hex[:8]}.json"  # two in one ms: both kept
-            self.failures_root.child(name).write_atomic(
-                json.dumps(doc, sort_keys=True) + "\n"
-            )
+            self.failures_root.child(name).write_atomic(json.dumps(doc, sort_keys=True) + "\n")
             names = sorted(
                 (i.base_name for i in self.failures_root.list()),
                 key=lambda name: name.partition("-")[2],  # by the time: all ms have 13 digits
