@@ -28,6 +28,26 @@ class PauseRun:
     batches: int  # Delta commits that added rows
     p50_ms: float | None = None  # steady: produce-to-commit latency
     p99_ms: float | None = None
+    # backlog: the shortest time from a batch's Delta commit to Spark's plan of the next
+    # batch (offsets/N+1), what minPauseBetweenSnapshots guarantees
+    min_gap_s: float | None = None
+
+
+def commit_to_next_plan_s(*, table: Path, checkpoint: Path) -> list[float]:
+    """Per batch N whose next batch was planned: seconds from its Delta commit (the log
+    file's modification time) to ``offsets/N+1``'s."""
+    import json
+
+    gaps = []
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if info is None or "chkpt.batchId" not in info:
+                continue
+            following = checkpoint / "offsets" / str(int(info["chkpt.batchId"]) + 1)
+            if following.exists():
+                gaps.append(following.stat().st_mtime - entry.stat().st_mtime)
+    return gaps
 
 
 def measure(
@@ -75,6 +95,7 @@ def measure(
         )
         if setting == "warmup":
             continue
+        gaps = commit_to_next_plan_s(table=workdir / name, checkpoint=workdir / f"chk-{name}")
         rows.append(
             asdict(
                 PauseRun(
@@ -84,6 +105,7 @@ def measure(
                     seconds=round(took, 2),
                     rate=round(records / took),
                     batches=phases["batches"],
+                    min_gap_s=round(min(gaps), 2) if gaps else None,
                 )
             )
         )
@@ -122,6 +144,8 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
         figures = f"{row['rate']:,.0f} records/s, {row['batches']} batches"
         if row["seconds"] is not None:
             figures += f", {row['seconds']} s for {row['records']:,} records"
+        if row.get("min_gap_s") is not None:
+            figures += f", commit to next plan >= {row['min_gap_s']} s"
         if row["p50_ms"] is not None:
             figures += f", latency p50 {row['p50_ms']:.0f} ms p99 {row['p99_ms']:.0f} ms"
         lines.append(f"  {row['run']:<14} pause {row['min_pause']:<6} {figures}")
