@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
 
-.PHONY: setup test unit demo bench lint format broker clean docs docs-serve wheel
+.PHONY: setup test unit demo bench lint format broker clean docs docs-serve docs-shots wheel
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
@@ -30,9 +30,12 @@ CONFLUENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test
 # Two pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
 # a test file per worker at a time (a module's fixtures are built once): the kill chains
 # and Spark tests mostly wait on JVM starts and triggers, so two fit the 2-core machine
-# (about half the serial time). PYTEST_WORKERS=0 runs in one process.
+# (about half the serial time). Files go out in collection order (--no-loadscope-reorder),
+# so tests/fault's few long kill chains start first: xdist's default order, most tests
+# first, left them to the end on one worker while the other sat idle. PYTEST_WORKERS=0
+# runs in one process.
 PYTEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: setup
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
@@ -60,13 +63,43 @@ format: setup
 broker: setup
 	$(BIN)/spark-chkpt broker $(BROKER_ARGS)
 
+# Mermaid's runtime, served with the site: mkdocs-material otherwise loads it from
+# unpkg.com when a page is viewed, and where that is unreachable the drawings stay code.
+# Fetched with npm once into .cache/npm (git-ignored); without npm the site falls back
+# to unpkg.com.
+MERMAID_VERSION := 11.12.0
+MERMAID_JS := docs/javascripts/mermaid.min.js
+
+$(MERMAID_JS):
+	@mkdir -p .cache/npm $(dir $(MERMAID_JS))
+	@if command -v npm >/dev/null && \
+	  (cd .cache/npm && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null) && \
+	  tar -xzf .cache/npm/mermaid-$(MERMAID_VERSION).tgz -O package/dist/mermaid.min.js > $@.part; \
+	then mv $@.part $@; \
+	else rm -f $@.part; echo "Mermaid $(MERMAID_VERSION) not fetched (npm missing or offline): the site loads it from unpkg.com when viewed"; fi
+
 # The docs site (mkdocs.yml, docs/): built into site/, strict, as CI builds it.
-docs: setup
+docs: setup $(MERMAID_JS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 DOCS_PORT ?= 8000
-docs-serve: setup
+docs-serve: setup $(MERMAID_JS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# Screenshots of the built site in headless Chromium (Debian's `chromium`), to look at
+# the pages a reader sees: the start page, the options reference, a page of diagrams.
+SHOTS_PORT ?= 8765
+SHOT_PAGES := index:/ options:/reference/options/ barriers:/concepts/barriers/
+docs-shots: docs
+	@command -v chromium >/dev/null || { echo "chromium is required (apt-get install chromium)"; exit 1; }
+	@mkdir -p site-shots
+	@$(BIN)/python -m http.server $(SHOTS_PORT) --bind 127.0.0.1 --directory site >/dev/null 2>&1 & \
+	  server=$$!; sleep 1; \
+	  for page in $(SHOT_PAGES); do \
+	    chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=10000 \
+	      --window-size=1280,1800 --screenshot=site-shots/$${page%%:*}.png \
+	      http://127.0.0.1:$(SHOTS_PORT)$${page#*:} 2>/dev/null; \
+	  done; kill $$server; ls site-shots
 
 # The wheel users install (dist/), built with `build` in an isolated environment.
 wheel: setup
@@ -74,4 +107,4 @@ wheel: setup
 	$(BIN)/python -m build --wheel --outdir dist .
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site site-shots *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -132,6 +132,11 @@ API: dict[str, tuple[str, ...]] = {
         "spark_chkpt.savepoint.restore.restore_savepoint",
         "spark_chkpt.savepoint.stop.stop_with_savepoint",
         "spark_chkpt.savepoint.stop.StopRequests",
+        "spark_chkpt.savepoint.plan.load_job",
+        "spark_chkpt.savepoint.check.check_savepoint",
+        "spark_chkpt.savepoint.check.CheckReport",
+        "spark_chkpt.savepoint.diff.diff_tables",
+        "spark_chkpt.savepoint.diff.TableDiff",
     ),
     "Errors": ("spark_chkpt.errors",),
 }

@@ -146,6 +146,16 @@ class SavepointError(ChkptError):
     option or batch."""
 
 
+class PlannedStartError(BaseException):
+    """Not a failure: ``savepoint check`` planned a job's query instead of starting it
+    (:mod:`spark_chkpt.savepoint.plan`). A ``BaseException``, so that no ``except
+    Exception`` in the job's script, or a supervisor's, takes it for a failure."""
+
+    def __init__(self, writer: object) -> None:
+        super().__init__("start() intercepted by spark-chkpt savepoint check: planned, not run")
+        self.writer = writer
+
+
 class InjectedFailureError(RuntimeError):
     """Raised at an armed fail point (:mod:`spark_chkpt.testing.failpoints`): a test's
     stand-in for a failing executor task or commit. Not a :class:`ChkptError` on

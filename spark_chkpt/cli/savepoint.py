@@ -1,8 +1,9 @@
-"""``spark-chkpt savepoint``: create, stop, list, show, restore."""
+"""``spark-chkpt savepoint``: create, stop, list, show, check, restore."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -129,9 +130,61 @@ def _savepoint_states(checkpoint: str, operators: Sequence[Any], limit: int | No
         spark.stop()
 
 
+def _job_plan(job: str, job_args: Sequence[str]) -> Any:
+    """The new job's plan (nothing run); a ``module:function`` job gets a small local
+    session, a script makes its own."""
+    from spark_chkpt.savepoint.plan import load_job
+
+    arguments = list(job_args)
+    if arguments[:1] == ["--"]:
+        arguments = arguments[1:]
+    return load_job(
+        job=job, args=arguments, session=lambda: reader_session("spark-chkpt-savepoint-check")
+    )
+
+
+def _savepoint_check(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_chkpt.savepoint.check import check_savepoint
+    from spark_chkpt.savepoint.manifest import load_savepoint, verify_files
+
+    # After JOB: our --json, then the script job's arguments (argparse drops a "--"
+    # that directly follows JOB, so both spellings arrive here).
+    rest = list(args.job_args)
+    if "--" in rest:
+        ours, job_args = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+    else:
+        lead = next((i for i, a in enumerate(rest) if a != "--json"), len(rest))
+        ours, job_args = rest[:lead], rest[lead:]
+    unknown = [a for a in ours if a != "--json"]
+    if unknown or (job_args and ":" in args.job):
+        print(
+            f"spark-chkpt savepoint check: {' '.join(unknown or job_args)}: unknown option "
+            "(only a script job takes arguments, after --)",
+            file=sys.stderr,
+        )
+        return 2
+    json_output = args.json or "--json" in ours
+    point = load_savepoint(location=args.savepoint)
+    verify_files(point)
+    report = check_savepoint(savepoint=point, plan=_job_plan(args.job, job_args))
+    if json_output:
+        print(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(report.lines()))
+    return int(report.status)
+
+
 def _savepoint_restore(args: argparse.Namespace) -> int:
+    import shlex
+
     from spark_chkpt.savepoint.restore import restore_savepoint
 
+    if args.shadow and args.mode != "fork":
+        print("spark-chkpt savepoint restore: --shadow needs --mode fork", file=sys.stderr)
+        return 2
+    job = _job_plan(args.job, shlex.split(args.job_args)) if args.job else None
     result = restore_savepoint(
         savepoint=args.savepoint,
         checkpoint_location=args.checkpoint,
@@ -139,7 +192,18 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         table=args.table,
         discard_other_writers=[w.strip() for w in args.discard_other_writers.split(",") if w],
         dead_letter_table=args.dead_letter_table,
+        job=job,
+        allow_non_restored_state=args.allow_non_restored_state,
+        shadow=args.shadow,
     )
+    if result.shadow:
+        print("shadow fork: production's checkpoint and table are left alone")
+    if result.dropped_operators:
+        print(
+            "state of operator(s) "
+            + ", ".join(str(o) for o in result.dropped_operators)
+            + " left out (--allow-non-restored-state)"
+        )
     print(
         f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
         f"{result.query_id} resumes at batch {result.resumes_at}, generation "
@@ -174,7 +238,8 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     sp = sub.add_parser(
         "savepoint",
-        help="savepoints: create, stop with one, list, show, restore (rewind or fork)",
+        help="savepoints: create, stop with one, list, show, check a new job, restore "
+        "(rewind or fork)",
     ).add_subparsers(dest="action", required=True)
     create = sp.add_parser("create", help="savepoint a query's newest completed snapshot")
     create.add_argument("checkpoint", help="the query's checkpointLocation")
@@ -199,6 +264,27 @@ def add_parser(sub: Any) -> None:
     show.add_argument("--limit", type=int, default=None, help="print at most L keys")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(run=_savepoint_show)
+    check = sp.add_parser(
+        "check",
+        help="dry run: will the savepoint restore into a new version of the job? (exit 0: "
+        "yes, 1: some state would be dropped, 2: incompatible)",
+        description="Plan the new job without running it and compare it with the "
+        "savepoint: sources, sink, output mode, and each stateful operator's key and value "
+        "schemas. JOB is path/to/job.py:function or module:function (a function of the "
+        "SparkSession returning the query's DataStreamWriter, without start()), or "
+        "path/to/job.py or a module: the script you run, run here with the arguments "
+        "after JOB, whose start() only plans.",
+    )
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.add_argument("savepoint", help="the savepoint's folder")
+    check.add_argument("job", help="the new job: path/to/job.py[:function] or module[:function]")
+    check.add_argument(
+        "job_args",
+        nargs=argparse.REMAINDER,
+        metavar="-- ARGS",
+        help="a script job's command line (after --)",
+    )
+    check.set_defaults(run=_savepoint_check)
     restore = sp.add_parser(
         "restore",
         help="write a new checkpoint from a savepoint: rewind (same query, table "
@@ -224,5 +310,26 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="the sink's dead-letter table (deadLetterPath), only for a savepoint of an "
         "earlier release that does not name it: a rewind rolls it back too",
+    )
+    restore.add_argument(
+        "--job",
+        default=None,
+        help="the job to start on the new checkpoint (as for savepoint check): the "
+        "restore checks it first and refuses an incompatible one before writing anything",
+    )
+    restore.add_argument(
+        "--job-args", default="", metavar="'ARGS'", help="a script job's command line, quoted"
+    )
+    restore.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="with --job: leave out the state of operators the job no longer has "
+        "(default: refused)",
+    )
+    restore.add_argument(
+        "--shadow",
+        action="store_true",
+        help="fork only: a shadow beside production, refused unless it writes nothing "
+        "production owns (its table, topic, checkpoint, consumer group)",
     )
     restore.set_defaults(run=_savepoint_restore)

@@ -60,6 +60,17 @@ def table_snapshots(
     """Per query id, the snapshot record of its newest commit. That is the highest
     batch, but after a savepoint rewind: the restore commit carries the record of the
     batch it rolled the table back to, and the later batches' commits no longer count."""
+    newest: dict[str, TableSnapshot] = {}
+    for snapshot in snapshot_history(table_uri=table_uri, storage_options=storage_options):
+        if snapshot.app_id not in newest:  # newest first: the app's newest commit
+            newest[snapshot.app_id] = snapshot
+    return newest
+
+
+def snapshot_history(
+    *, table_uri: str, storage_options: Mapping[str, str] | None = None
+) -> list[TableSnapshot]:
+    """Every commit of the table that carries a snapshot record, newest first."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -67,7 +78,7 @@ def table_snapshots(
         table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
     except TableNotFoundError as e:
         raise RecoveryError(f"{table_uri} is not a Delta table: {e}") from e
-    newest: dict[str, TableSnapshot] = {}
+    found = []
     for entry in table.history():  # newest first
         text = entry.get(SNAPSHOT_KEY)
         if not text:
@@ -78,11 +89,8 @@ def table_snapshots(
             raise RecoveryError(
                 f"{table_uri} version {entry.get('version')}: unreadable snapshot record ({e})"
             ) from e
-        if record.app_id not in newest:  # history is newest first: the app's newest commit
-            newest[record.app_id] = TableSnapshot(
-                record=record, table_version=int(entry["version"])
-            )
-    return newest
+        found.append(TableSnapshot(record=record, table_version=int(entry["version"])))
+    return found
 
 
 def last_snapshot(

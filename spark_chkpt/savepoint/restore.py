@@ -20,6 +20,10 @@ N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names)
 The protocol (``# Step N`` in the body):
 
 1. the savepoint: complete (its manifest) and whole (every file it lists, by size);
+   given the job to be started on it, ``savepoint check``
+   (:mod:`spark_chkpt.savepoint.check`): an incompatible job is refused, and state the
+   job would drop is left out only with ``allow_non_restored_state``; a shadow fork is
+   checked not to touch production (:mod:`spark_chkpt.savepoint.shadow`);
 2. the mode against the sink: a rewind needs the table (the manifest's, or ``table``,
    which must then be the same); the table must hold snapshot N's own commit (the
    manifest's Delta version, whose source offsets are the savepoint's: not batch N of a
@@ -71,6 +75,7 @@ from spark_chkpt.delta.table import DeltaTarget, TxnCommit
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
+from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.dead_letters import (
     REWIND_KEY,
     DeadLetterTable,
@@ -84,6 +89,8 @@ from spark_chkpt.savepoint.manifest import (
     load_savepoint,
     verify_files,
 )
+from spark_chkpt.savepoint.plan import JobPlan
+from spark_chkpt.savepoint.shadow import check_shadow
 from spark_chkpt.snapshot.epoch import generation_app_id
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR
@@ -113,6 +120,8 @@ class RestoreResult:
     dead_letter_table: str | None = None  # the dead-letter table a rewind rolled back
     dead_letters_rolled_back_from: int | None = None  # its version before the rewind
     dead_letters_restore_version: int | None = None  # its restore commit (None: nothing to undo)
+    dropped_operators: tuple[int, ...] = ()  # state not restored (allow_non_restored_state)
+    shadow: bool = False  # a shadow fork (restore_savepoint's shadow)
 
 
 def restore_savepoint(
@@ -124,6 +133,9 @@ def restore_savepoint(
     storage_options: Mapping[str, str] | None = None,
     discard_other_writers: Sequence[str] = (),
     dead_letter_table: str | None = None,
+    job: JobPlan | None = None,
+    allow_non_restored_state: bool = False,
+    shadow: bool = False,
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
     the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
@@ -131,7 +143,15 @@ def restore_savepoint(
     commits after N a rewind may undo (in the table and its dead-letter table).
     ``dead_letter_table``: the sink's dead-letter table, needed only for a savepoint of
     an earlier release whose table does not name it (a rewind rolls it back; a fork
-    checks that its new one differs)."""
+    checks that its new one differs).
+
+    ``job``: the plan of the job to be started on the new checkpoint
+    (:func:`spark_chkpt.savepoint.plan.load_job`); the restore then runs
+    ``savepoint check`` first and refuses an incompatible job, or one that drops an
+    operator's state unless ``allow_non_restored_state`` (that state is then left out of
+    the new checkpoint: Spark refuses state of an operator the query no longer has).
+    ``shadow``: a fork that runs beside production (:mod:`spark_chkpt.savepoint.shadow`):
+    refused unless it provably writes nothing production owns."""
     if mode not in ("rewind", "fork"):
         raise SavepointError(f"restore mode {mode!r}: rewind or fork")
     # Step 1
@@ -139,6 +159,18 @@ def restore_savepoint(
     verify_files(point)
     manifest = point.manifest
     sink = manifest.sink
+    dropped: tuple[int, ...] = ()
+    if job is not None:
+        dropped = restorable_operators(
+            savepoint=point, plan=job, allow_non_restored_state=allow_non_restored_state
+        )
+    production: dict[str, Any] | None = None
+    if shadow:
+        if mode != "fork":
+            raise SavepointError("--shadow is a fork beside production: use it with --mode fork")
+        production = check_shadow(
+            savepoint=point, checkpoint_location=checkpoint_location, table=table, job=job
+        )
     # Step 2
     target: DeltaTarget | None = None
     letters: DeadLetterTable | None = None
@@ -180,6 +212,9 @@ def restore_savepoint(
         "sink": sink.kind if sink else None,
         "target": sink.target if sink else None,
         "restored_ms": int(time.time() * 1000),
+        "dropped_operators": list(dropped),
+        "shadow": shadow,
+        "production": production,
     }
     previous = _previous_restore(root)
     if previous is not None and (
@@ -204,7 +239,7 @@ def restore_savepoint(
         root.child(*RESTORE_FILE.split("/")).write_atomic(
             json.dumps({**marker, "query_id": query_id, "generation": generation}, indent=2) + "\n"
         )
-        _write(point, location, query_id, mode, generation)
+        _write(point, location, query_id, mode, generation, dropped)
     result = RestoreResult(
         checkpoint_location=location,
         mode=mode,
@@ -213,6 +248,8 @@ def restore_savepoint(
         resumes_at=manifest.batch_id + 1,
         table=target.uri if target is not None else None,
         generation=generation,
+        dropped_operators=dropped,
+        shadow=shadow,
     )
     # Step 5
     if target is not None:
@@ -261,9 +298,16 @@ def _refuse_moved_on(root: Location, location: str, batch: int) -> None:
 
 
 def _write(
-    point: Savepoint, location: str, query_id: str, mode: RestoreMode, generation: int
+    point: Savepoint,
+    location: str,
+    query_id: str,
+    mode: RestoreMode,
+    generation: int,
+    dropped: Sequence[int] = (),
 ) -> None:
-    """Spark's files from the savepoint's checkpoint copy, the state before metadata."""
+    """Spark's files from the savepoint's checkpoint copy, the state before metadata
+    (but the ``dropped`` operators')."""
+    left_out = tuple(f"state/{op}/" for op in dropped)
     manifest = point.manifest
     source = resolve(point.checkpoint)
     batch = manifest.batch_id
@@ -282,7 +326,7 @@ def _write(
 
     def copy_rest(root: Location) -> None:
         for f in manifest.files:
-            if not f.path.startswith(_SPARK_LOGS):
+            if not f.path.startswith(_SPARK_LOGS) and not f.path.startswith(left_out):
                 source.child(f.path).copy_to(root.child(f.path))
 
     write_checkpoint(

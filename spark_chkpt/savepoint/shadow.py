@@ -1,0 +1,110 @@
+"""A shadow fork: a new version of a job run beside production from a savepoint, into
+its own table, to be compared with production by ``spark-chkpt diff`` (a blue/green
+deployment of a streaming job).
+
+A fork already gets a new query id (so its own ``txn(appId)`` and generation). A shadow
+must also provably leave production alone, so :func:`check_shadow` refuses, before the
+restore writes anything:
+
+* a checkpoint location that is production's (the savepoint's ``taken from``) or inside
+  it;
+* no table of its own: ``table`` (or the job's ``path``) must be given and differ from
+  production's table and dead-letter table; for a Kafka sink, the job's topic must
+  differ from production's (its control topic ``__chkpt.<topic>`` then differs too),
+  which needs the job (``--job``);
+* a job whose ``checkpointLocation`` is not the shadow's new checkpoint (it would run
+  elsewhere: on production's, say);
+* a job whose Kafka source sets ``kafka.group.id``: the source commits the offsets it
+  read to that group (lag tools read them), and production may use the same group.
+
+The restore marks the new checkpoint as a shadow (``chkpt/restore.json``: ``"shadow":
+true`` and what production is), so tools and people can tell it from production.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_chkpt.errors import SavepointError
+from spark_chkpt.fs import qualify
+from spark_chkpt.savepoint.manifest import Savepoint
+from spark_chkpt.savepoint.plan import JobPlan
+
+
+def check_shadow(
+    *,
+    savepoint: Savepoint,
+    checkpoint_location: str,
+    table: str | None,
+    job: JobPlan | None,
+) -> dict[str, Any]:
+    """Refuse a shadow fork that could touch production (see the module docstring);
+    return what production is, for the restore's marker."""
+    manifest = savepoint.manifest
+    sink = manifest.sink
+    prod_checkpoint = manifest.checkpoint
+    new = _norm(checkpoint_location)
+    if new == _norm(prod_checkpoint) or new.startswith(_norm(prod_checkpoint) + "/"):
+        raise SavepointError(
+            f"--shadow: {checkpoint_location} is production's checkpoint ({prod_checkpoint}) "
+            "or inside it: a shadow gets a folder of its own"
+        )
+    own = {"table": table, "job's path": job.sink_options.get("path") if job else None}
+    prod = {
+        "table": sink.target if sink else None,
+        "dead-letter table": sink.dead_letters if sink else None,
+    }
+    for what, value in own.items():
+        for prod_what, prod_value in prod.items():
+            if value and prod_value and _norm(value) == _norm(prod_value):
+                raise SavepointError(
+                    f"--shadow: the {what} {value} is production's {prod_what}: a shadow "
+                    "writes a table of its own"
+                )
+    path = job.sink_options.get("path") if job is not None else None
+    if table and path and _norm(table) != _norm(path):
+        raise SavepointError(f"--shadow: --table {table} is not the table the job writes ({path})")
+    if sink is not None and sink.kind == "chkpt-kafka":
+        topic = job.sink_options.get("topic") if job is not None else None
+        if topic is None:
+            raise SavepointError(
+                f"--shadow: production writes Kafka ({sink.target}); give the shadow's job "
+                "(--job) so that its topic can be checked to differ"
+            )
+        if set(_topics(topic)) & set(_topics(sink.target)):
+            raise SavepointError(
+                f"--shadow: the job writes topic {topic}, production's ({sink.target}): its "
+                "records and its control topic would reach production's readers"
+            )
+    elif not table and (job is None or not job.sink_options.get("path")):
+        raise SavepointError(
+            "--shadow: name the shadow's own table (--table, or --job whose sink has a path) "
+            "so that it can be checked to differ from production's"
+        )
+    if job is not None:
+        if job.checkpoint_location and _norm(job.checkpoint_location) != new:
+            raise SavepointError(
+                f"--shadow: the job's checkpointLocation is {job.checkpoint_location}, not the "
+                f"shadow's {checkpoint_location}: start it on the restored checkpoint"
+            )
+        for i, source in enumerate(job.sources):
+            group = source.options.get("kafka.group.id")
+            if group:
+                raise SavepointError(
+                    f"--shadow: source {i} of the job sets kafka.group.id={group}: the shadow "
+                    "would commit its offsets to a group production may use; leave it out"
+                )
+    return {
+        "checkpoint": prod_checkpoint,
+        "query_id": manifest.query_id,
+        "sink": sink.kind if sink else None,
+        "target": sink.target if sink else None,
+    }
+
+
+def _norm(uri: str) -> str:
+    return qualify(uri).rstrip("/")
+
+
+def _topics(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
