@@ -168,16 +168,21 @@ def measure(
     seconds: float,
     partitions: int,
     client: str,
+    min_pause: str | None = None,
 ) -> Latency:
-    """Run the job at ``rate`` records/s for ``seconds`` and measure each record's latency."""
+    """Run the job at ``rate`` records/s for ``seconds`` and measure each record's latency
+    (``min_pause``: the sink's ``minPauseBetweenSnapshots``)."""
     from spark_chkpt.jobs.kafka_to_delta import start
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
-    topic = f"latency-{rate}"
+    suffix = f"-pause{min_pause}" if min_pause else ""
+    topic = f"latency-{rate}{suffix}"
     create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
-    name = f"latency{rate}"
+    name = f"latency{rate}{suffix}"
+    pause = {"sink.minPauseBetweenSnapshots": min_pause} if min_pause else {}
     settings = {
+        **pause,
         "source.kafka.bootstrap.servers": servers,
         "source.subscribe": topic,
         "source.startingOffsets": "earliest",

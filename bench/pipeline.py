@@ -22,7 +22,10 @@ native: Spark's own ``format("kafka")`` into delta-spark's sink (n) and into its
     (nk), on the same topic (bench/native.py; ``--no-native`` leaves them out);
 latency: the job with ``processingTime=0`` while records arrive at 5,000 and 20,000/s,
     from a record's produce time to its Delta commit, p50 and p99; and at 5,000/s
-    through ``chkpt-kafka`` → ``chkpt-kafka`` to the aligned downstream read's commit.
+    through ``chkpt-kafka`` → ``chkpt-kafka`` to the aligned downstream read's commit;
+min pause (``--min-pause 500ms``): a backlog drain and a steady 5,000/s run without and
+    with the sink's ``minPauseBetweenSnapshots``: records/s and batches (bench/min_pause.py;
+    ``--min-pause-only`` runs just these, in a minute or two).
 
 (b), (c), (e), (f) and (g) alternate ``--repeat`` times (default 3, the order rotating
 each round) after warm-up queries on the same data; the fastest run of each counts. It
@@ -215,11 +218,13 @@ def run(
     quix_python: str | None = None,
     native: bool = True,
     bootstrap_servers: str | None = None,
+    min_pause: str | None = None,
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
     from bench import batch_cost, kafka_to_kafka, latency
     from bench import cold as cold_runs
+    from bench import min_pause as pause_runs
     from bench import native as native_runs
     from bench.query import bench_session, run_query
     from bench.synthetic import FORMAT, write_partitions
@@ -342,6 +347,16 @@ def run(
         result.batch_cost = batch_cost.measure(
             spark=spark, servers=servers, workdir=workdir, partitions=partitions, client=client
         )
+        if min_pause:
+            print(f"[bench] minPauseBetweenSnapshots {min_pause}, and none", flush=True)
+            result.min_pause = pause_runs.measure(
+                spark=spark,
+                servers=servers,
+                workdir=workdir,
+                partitions=partitions,
+                client=client,
+                pause=min_pause,
+            )
         quix = _quix_python(quix_python)
         if quix is not None:
             print(f"[bench] Quix Streams exactly-once ({quix})", flush=True)
@@ -468,10 +483,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run on this broker instead of an embedded one (it must not have a 'bench' "
         "topic yet); Spark's own connector needs a Kafka broker, not the embedded Tansu",
     )
+    parser.add_argument(
+        "--min-pause",
+        default=None,
+        metavar="DURATION",
+        help="also measure the sink's minPauseBetweenSnapshots at this value (e.g. 500ms) "
+        "against none: a backlog drain and a steady 5,000 records/s run",
+    )
+    parser.add_argument(
+        "--min-pause-only",
+        action="store_true",
+        help="run only the --min-pause rows (default pause 500ms)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-bench-"))
+    if args.min_pause_only:
+        return _min_pause_only(args, workdir)
     result = run(
         records=args.records,
         partitions=args.partitions,
@@ -486,10 +515,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         quix_python=args.quix_python,
         native=not args.no_native,
         bootstrap_servers=args.bootstrap_servers,
+        min_pause=args.min_pause,
     )
     from bench.report import report
 
     print(report(result), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(result), indent=2))
+    return 0
+
+
+def _min_pause_only(args: argparse.Namespace, workdir: Path) -> int:
+    """``--min-pause-only``: the min pause rows alone, on the broker of ``--bootstrap-servers``
+    or a real Kafka broker started for the run."""
+    from bench import min_pause
+    from bench.query import bench_session
+
+    pause = args.min_pause or "500ms"
+    with _broker(args.bootstrap_servers) as servers:
+        spark = bench_session(partitions=args.partitions)
+        rows = min_pause.measure(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            partitions=args.partitions,
+            client=args.client,
+            pause=pause,
+        )
+        spark.stop()
+    print("\n".join(min_pause.report_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

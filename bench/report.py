@@ -109,6 +109,10 @@ def report(result: Result) -> str:
             f"per-batch fixed cost ({cost['batches']} batches of {cost['per_batch']:,} "
             f"records, median ms): {shown}"
         )
+    if result.min_pause:
+        from bench.min_pause import report_lines as pause_lines
+
+        lines += pause_lines(result.min_pause)
     lines.append(
         f"peak RSS of a Python worker: {result.worker_peak_rss_mb:.0f} MB"
         if result.worker_peak_rss_mb

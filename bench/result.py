@@ -25,3 +25,4 @@ class Result:
     quix: dict[str, Any] = field(default_factory=dict)
     batch_cost: dict[str, Any] = field(default_factory=dict)
     native: dict[str, Any] = field(default_factory=dict)  # bench/native.py's NativeRuns
+    min_pause: list[dict[str, Any]] = field(default_factory=list)  # bench/min_pause.py

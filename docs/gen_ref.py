@@ -70,6 +70,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
         prefixes=("kafka.",),
         fields={
             "path": None,
+            "snapshotTimeout": "snapshot_timeout_ms",
+            "minPauseBetweenSnapshots": "min_pause_between_snapshots_ms",
             "kafka.bootstrap.servers": "bootstrap_servers",
             "kafka.client": "client",
             "kafka.*": "producer_settings",
@@ -85,6 +87,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
         fields={
             "targetFileSize": "target_file_bytes",
             "orphanRetention": "orphan_retention_ms",
+            "snapshotTimeout": "snapshot_timeout_ms",
+            "minPauseBetweenSnapshots": "min_pause_between_snapshots_ms",
             "storage.*": "storage_options",
         },
     ),

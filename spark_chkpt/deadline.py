@@ -16,9 +16,10 @@ class Deadline:
     def after(cls, *, seconds: float) -> Deadline:
         return cls(at=time.monotonic() + seconds)
 
-    def remaining(self) -> float:
-        """Seconds left, never negative."""
-        return max(0.0, self.at - time.monotonic())
+    def remaining(self, *, now: float | None = None) -> float:
+        """Seconds left, never negative (``now``: the monotonic clock's reading, if the
+        caller has its own clock)."""
+        return max(0.0, self.at - (time.monotonic() if now is None else now))
 
-    def expired(self) -> bool:
-        return time.monotonic() >= self.at
+    def expired(self, *, now: float | None = None) -> bool:
+        return (time.monotonic() if now is None else now) >= self.at

@@ -110,6 +110,7 @@ class CommitFailureReason(str, Enum):
 
     SINK_COMMIT_FAILED = "sink-commit-failed"  # the sink refused the commit (not a conflict)
     TOO_MANY_CONFLICTS = "too-many-conflicts"  # other writers won every retry
+    TIMEOUT = "timeout"  # snapshotTimeout passed before the batch was made visible
 
 
 class CommitError(ChkptError):
@@ -119,6 +120,15 @@ class CommitError(ChkptError):
     def __init__(self, message: str, *, reason: CommitFailureReason) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class SnapshotTimeoutError(CommitError):
+    """A snapshot's commit passed ``snapshotTimeout`` before it made the batch visible
+    (Flink's expired checkpoint): nothing of the batch became visible, Spark fails it
+    and the restart replays it. The message names the batch, the sink and the option."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=CommitFailureReason.TIMEOUT)
 
 
 class CommitConflictError(ChkptError):

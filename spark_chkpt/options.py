@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from spark_chkpt.errors import ConfigError
 
@@ -96,3 +97,47 @@ def parse_size(option: str, raw: str | None, *, default: int) -> int:
     if size <= 0:
         raise ConfigError(option, raw, "must be greater than 0")
     return size
+
+
+# The sinks' snapshot timing options (chkpt-delta, chkpt-kafka; DeltaUpsert's arguments
+# snapshot_timeout and min_pause_between_snapshots), Flink's checkpoint timeout and min
+# pause between checkpoints.
+SNAPSHOT_TIMEOUT = "snapshotTimeout"
+MIN_PAUSE = "minPauseBetweenSnapshots"
+SNAPSHOT_TIMING_OPTIONS = (SNAPSHOT_TIMEOUT, MIN_PAUSE)
+
+
+@dataclass(frozen=True)
+class SnapshotTiming:
+    """When a sink's snapshot gives up, and how long it keeps the next batch waiting.
+
+    ``timeout_ms`` (``snapshotTimeout``; None: no timeout): a commit (phase 2) still
+    short of making the batch visible that long after it began fails the batch with
+    :class:`~spark_chkpt.errors.SnapshotTimeoutError`. ``min_pause_ms``
+    (``minPauseBetweenSnapshots``): the commit returns only that long after the snapshot
+    completed, so Spark plans the next batch no sooner. See
+    :class:`spark_chkpt.snapshot.coordinator.SnapshotCoordinator`."""
+
+    timeout_ms: int | None = None
+    min_pause_ms: int = 0
+
+    @classmethod
+    def from_options(
+        cls, options: Mapping[str, str], *, names: tuple[str, str] = SNAPSHOT_TIMING_OPTIONS
+    ) -> SnapshotTiming:
+        """Both settings from Spark's lower-cased ``options`` (``names``: how the caller
+        calls them, for the error)."""
+        timeout_name, pause_name = names
+        raw_timeout = options.get(timeout_name.lower())
+        timeout: int | None = None
+        if raw_timeout is not None and raw_timeout.strip():
+            timeout = parse_duration_ms(timeout_name, raw_timeout, default_ms=0)
+            if timeout <= 0:
+                raise ConfigError(
+                    timeout_name,
+                    raw_timeout,
+                    "must be a duration greater than 0, such as 60s (leave it unset for no "
+                    "timeout)",
+                )
+        pause = parse_duration_ms(pause_name, options.get(pause_name.lower()), default_ms=0)
+        return cls(timeout_ms=timeout, min_pause_ms=pause)

@@ -9,6 +9,7 @@ spark-chkpt savepoint list DIR | show SAVEPOINT [--state]       print manifests 
 spark-chkpt savepoint check SAVEPOINT JOB [-- ARGS]            will it restore into a new job?
 spark-chkpt savepoint restore SAVEPOINT --checkpoint NEW --mode rewind|fork [--shadow]
 spark-chkpt diff TABLE_A TABLE_B [--key COLS] [--json]          two tables at equal offsets
+spark-chkpt lineage TABLE --version V [--bootstrap-servers S] [--json]  a version's lineage
 spark-chkpt demo [...]                                          run the demo pipeline
 spark-chkpt bench [...]                                         run the benchmark
 """
@@ -23,7 +24,16 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from spark_chkpt.cli import broker, diff, programs, recover, savepoint, snapshots, state
+from spark_chkpt.cli import (
+    broker,
+    diff,
+    lineage,
+    programs,
+    recover,
+    savepoint,
+    snapshots,
+    state,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recover.add_parser(sub)
     savepoint.add_parser(sub)
     diff.add_parser(sub)
+    lineage.add_parser(sub)
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] in found:  # its options belong to the program's parser
         logging.basicConfig(level=logging.WARNING)

@@ -12,13 +12,15 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.metrics.reporter import as_table, store_records, summarize
+    from spark_chkpt.snapshot.store import SnapshotStore
 
     records = store_records(checkpoint_location=args.checkpoint)
+    failures = SnapshotStore(checkpoint_location=args.checkpoint).failures()
     if args.json:
         print(
             json.dumps(
                 {
-                    "summary": summarize(records),
+                    "summary": summarize(records, failures=failures),
                     "snapshots": [json.loads(r.to_json()) for r in records],
                 },
                 indent=2,
@@ -45,11 +47,13 @@ def run(args: argparse.Namespace) -> int:
             f"{row['batch']:>6} {row['outcome']:<10} {row['rows']:>10} {row['files']:>6} "
             f"{row['commit_ms']:>10.1f} {row['version']!s:>8} {row['dead_letters']:>6}{state}"
         )
-    summary = summarize(records)
+    summary = summarize(records, failures=failures)
     print(
         f"commit latency p50 {summary['commit_ms_p50']:.1f} ms, p99 "
         f"{summary['commit_ms_p99']:.1f} ms; last offsets {json.dumps(summary['last_offsets'])}"
     )
+    if summary["timed_out"]:
+        print(f"{summary['timed_out']} snapshot(s) failed on snapshotTimeout")
     return 0
 
 

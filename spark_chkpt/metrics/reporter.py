@@ -52,8 +52,13 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank - 1]
 
 
-def summarize(records: Iterable[SnapshotRecord]) -> dict[str, Any]:
+def summarize(
+    records: Iterable[SnapshotRecord], *, failures: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Figures over snapshot records and the store's recorded failures
+    (:meth:`~spark_chkpt.snapshot.store.SnapshotStore.failures`)."""
     items = list(records)
+    failed = list(failures)
     commit_ms = [r.commit_ms for r in items]
     return {
         "snapshots": len(items),
@@ -65,6 +70,7 @@ def summarize(records: Iterable[SnapshotRecord]) -> dict[str, Any]:
         "commit_ms_p50": percentile(commit_ms, 50),
         "commit_ms_p99": percentile(commit_ms, 99),
         "duplicates": sum(1 for r in items if r.outcome == "duplicate"),
+        "timed_out": sum(1 for f in failed if f.get("reason") == "timeout"),
         "last_offsets": items[-1].source_offsets if items else None,
     }
 
@@ -184,6 +190,14 @@ class SnapshotReporter(StreamingQueryListener):
 
     def records(self, query: StreamingQuery) -> list[SnapshotRecord]:
         return list(self.history.get(str(query.id), []))
+
+    def timed_out(self, query: StreamingQuery) -> int:
+        """How many snapshots of ``query`` failed on ``snapshotTimeout`` (the coordinator
+        records each in the store; a failed batch has no progress event)."""
+        store = self._stores.get(str(query.id))
+        if store is None:
+            return 0
+        return sum(1 for f in store.failures() if f.get("reason") == "timeout")
 
     def onQueryStarted(self, event: Any) -> None:
         pass

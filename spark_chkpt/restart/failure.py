@@ -5,7 +5,8 @@ failure of a query; its text carries the Python traceback. A **snapshot failure*
 error of the sink's commit on the driver (phase 2): Spark reports the ``chkpt-delta`` and
 ``chkpt-kafka`` commits as ``PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR ... perform
 commit``, and the coordinators raise :class:`~spark_chkpt.errors.CommitError` (with its
-:class:`~spark_chkpt.errors.CommitFailureReason`), also from ``DeltaUpsert`` in
+:class:`~spark_chkpt.errors.CommitFailureReason`; a commit past ``snapshotTimeout``
+raises :class:`~spark_chkpt.errors.SnapshotTimeoutError`), also from ``DeltaUpsert`` in
 ``foreachBatch``. Every other query failure is a **task failure** (executors, or the
 query's own driver work). A failure that a restart from the same checkpoint cannot fix
 (a fenced writer, another query's checkpoint, a bad option, a schema the table refuses)
@@ -24,7 +25,7 @@ from spark_chkpt.errors import ConfigError, FencedError, QueryIdentityError, Sch
 FATAL_ERRORS = (FencedError, QueryIdentityError, ConfigError, SchemaMismatchError)
 _FATAL = re.compile(r"\b(" + "|".join(e.__name__ for e in FATAL_ERRORS) + r")\b")
 # Spark's wrapper of an error in a Python sink's driver-side commit, and the coordinators'.
-_SNAPSHOT = re.compile(r"data source perform commit\b|\bCommitError\b")
+_SNAPSHOT = re.compile(r"data source perform commit\b|\b(CommitError|SnapshotTimeoutError)\b")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*")
 MAX_CAUSE = 500
 

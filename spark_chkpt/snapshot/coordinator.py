@@ -37,6 +37,9 @@ only the hooks (``begin``, ``sink_generation``, ``prepare``, ``already_committed
 
 A crash anywhere leaves either nothing visible (Spark re-runs batch N with the same
 offsets) or the whole batch visible and findable by step 3 of the re-run.
+
+**Timing**: ``snapshotTimeout`` and ``minPauseBetweenSnapshots``, checked and spent by
+:mod:`spark_chkpt.snapshot.timing` at the points it names.
 """
 
 from __future__ import annotations
@@ -47,17 +50,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import (
     ChkptError,
     CommitConflictError,
     CommitError,
     CommitFailureReason,
+    SnapshotTimeoutError,
 )
 from spark_chkpt.offsets import meta_of
+from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.epoch import Epoch, check_fence, read_epoch
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.snapshot.timing import check_deadline, deadline_of, pause_s
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
@@ -75,6 +82,7 @@ class Batch:
     attempts: Sequence[str] = ()  # the attempts a duplicate's record names
     epoch: Epoch = field(default_factory=Epoch)  # the checkpoint's, read at step 1
     started: float = field(default_factory=time.monotonic)
+    deadline: Deadline | None = None  # snapshotTimeout's, on the coordinator's clock
 
 
 B = TypeVar("B", bound=Batch)
@@ -95,6 +103,9 @@ class SnapshotCoordinator(Generic[B]):
     sink: str = ""
     # Where the batch became visible, before the store has its record (Delta's sinks).
     visible_point: FaultPoint | None = None
+    # The monotonic clock and the sleep of the timing options (handed in by unit tests).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
 
     def __init__(
         self,
@@ -104,8 +115,10 @@ class SnapshotCoordinator(Generic[B]):
         query_name: str | None,
         retained_snapshots: int,
         target: str | None = None,
+        timing: SnapshotTiming | None = None,
     ) -> None:
         self.app_id = app_id
+        self.timing = timing or SnapshotTiming()
         self.target_name = target
         self.query_name = query_name
         self.checkpoint = SparkCheckpoint(location=checkpoint_location)
@@ -119,6 +132,7 @@ class SnapshotCoordinator(Generic[B]):
         """Complete snapshot ``batch_id`` from the tasks' ``messages`` (steps 1-5 of the
         module docstring); ``details`` are the sink's own (:meth:`new_batch`)."""
         batch = self.new_batch(batch_id=batch_id, messages=messages, **details)
+        batch.deadline = deadline_of(self.timing, now=self.clock())
         failed = True
         try:
             # Step 1
@@ -133,9 +147,15 @@ class SnapshotCoordinator(Generic[B]):
                 what=f"{self.sink} batch {batch_id}",
             )
             failed = False
-            return record
+        except SnapshotTimeoutError as e:
+            self.store.put_failure(
+                batch_id=batch_id, reason=e.reason.value, message=str(e), sink=self.sink
+            )
+            raise
         finally:
             self.release(batch, failed=failed)
+        self.pause(batch_id)
+        return record
 
     def _complete(self, batch: B, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
         # Step 3
@@ -152,11 +172,41 @@ class SnapshotCoordinator(Generic[B]):
                 committed=earlier.record,
             )
         # Step 4
+        self.check_deadline(batch, before="making it visible")
         record = self.make_visible(batch, plan, retry=retry)
+        if batch.deadline is not None and batch.deadline.expired(now=self.clock()):
+            log.warning(
+                "%s batch %d completed past snapshotTimeout (%s ms) while being made "
+                "visible, which is never interrupted",
+                self.sink,
+                batch.batch_id,
+                self.timing.timeout_ms,
+            )
         if self.visible_point is not None:
             failpoint(self.visible_point, batch.batch_id)
         # Step 5
         return self.finish(self.completed(batch, record))
+
+    def check_deadline(self, batch: B, *, before: str) -> None:
+        """Fail the batch with :class:`SnapshotTimeoutError` if its ``snapshotTimeout``
+        has passed. Call it only where nothing of the batch is visible yet (``before``:
+        the step that would come next, for the message)."""
+        check_deadline(
+            batch.deadline,
+            now=self.clock(),
+            timing=self.timing,
+            what=f"{self.sink} batch {batch.batch_id}"
+            + (f" to {self.target_name}" if self.target_name else ""),
+            before=before,
+        )
+
+    def pause(self, batch_id: int) -> None:
+        """``minPauseBetweenSnapshots``: hold the commit's return (and so the start of
+        the next batch) that long after the snapshot completed."""
+        seconds = pause_s(self.timing)
+        if seconds:
+            log.info("%s snapshot %d complete; pausing %.3f s", self.sink, batch_id, seconds)
+            self.sleep(seconds)
 
     def fence(self, batch: B) -> None:
         """Step 1's end: refuse a writer older than the sink's generation of the app id."""

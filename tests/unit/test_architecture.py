@@ -65,6 +65,13 @@ LAYERS = {
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.
     "spark_chkpt.restart": {"spark_chkpt.metrics"},
+    # Lineage reads the table's records and, like the source's planner, the control
+    # topics the sink writes (their reader only).
+    "spark_chkpt.lineage": {
+        "spark_chkpt.snapshot",
+        "spark_chkpt.alignment",
+        "spark_chkpt.kafka.sink.control_topic",
+    },
 }
 # Packages whose modules are shared by the sub-packages listed in LAYERS under them.
 SHARED = {"spark_chkpt.delta": {"spark_chkpt.delta.sink", "spark_chkpt.delta.upsert"}}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.replay import check_replay, other_writers, refuse_overlap
@@ -26,6 +26,7 @@ from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
@@ -59,6 +60,7 @@ class CommitSettings:
     # outputMode("complete"): each snapshot's commit replaces all the table's files with
     # the batch's (remove actions for every file, add actions for the batch's).
     complete: bool = False
+    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
 
     @classmethod
     def from_config(cls, config: DeltaSinkConfig, *, app_id: str, complete: bool) -> CommitSettings:
@@ -77,6 +79,7 @@ class CommitSettings:
             refuse_other_writers=config.other_writers == "refuse",
             dead_letter_uri=config.dead_letter_path,
             complete=complete,
+            timing=config.timing,
         )
 
 
@@ -121,6 +124,7 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
             query_name=settings.query_name,
             retained_snapshots=settings.retained_snapshots,
             target=settings.table_uri,
+            timing=settings.timing,
         )
         self.settings = settings
         self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
 from spark_chkpt.options import (
+    SNAPSHOT_TIMING_OPTIONS,
+    SnapshotTiming,
     lowercase,
     parse_bool,
     parse_duration_ms,
@@ -30,6 +32,7 @@ _KNOWN_DELTA_OPTIONS = {
         "checkpointLocation",
         "queryName",
         "retainedSnapshots",
+        *SNAPSHOT_TIMING_OPTIONS,
         "maxRecordsPerFile",
         "targetFileSize",
         "orphanRetention",
@@ -56,6 +59,14 @@ class DeltaSinkConfig:
     storage_options: Mapping[str, str]
     other_writers: str = "refuse"
     dead_letter_path: str | None = None
+    snapshot_timeout_ms: int | None = None  # snapshotTimeout (None: no timeout)
+    min_pause_between_snapshots_ms: int = 0
+
+    @property
+    def timing(self) -> SnapshotTiming:
+        return SnapshotTiming(
+            timeout_ms=self.snapshot_timeout_ms, min_pause_ms=self.min_pause_between_snapshots_ms
+        )
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
@@ -87,6 +98,7 @@ class DeltaSinkConfig:
         warn_unknown(
             opts, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
         )
+        timing = SnapshotTiming.from_options(opts)
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder
             checkpoint_location=qualify(checkpoint),
@@ -115,6 +127,8 @@ class DeltaSinkConfig:
             dead_letter_path=qualify(opts["deadletterpath"].strip())
             if opts.get("deadletterpath", "").strip()
             else None,
+            snapshot_timeout_ms=timing.timeout_ms,
+            min_pause_between_snapshots_ms=timing.min_pause_ms,
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:

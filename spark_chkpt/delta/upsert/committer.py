@@ -75,6 +75,7 @@ from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
 from spark_chkpt.fs import qualify
+from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
@@ -112,8 +113,10 @@ class DeltaUpsert:
     ``chkpt-delta`` sink's ``txnAppId``). A batch row whose boolean ``delete_column`` is
     true deletes the table's row with its keys; the column is never written.
     ``partition_by`` applies when the first batch creates the table. ``batch_size``:
-    rows per Arrow batch the driver streams to delta-rs. See the module docstring for the
-    protocol and what holds memory.
+    rows per Arrow batch the driver streams to delta-rs. ``snapshot_timeout`` and
+    ``min_pause_between_snapshots`` (durations such as ``"60s"``, ``"500ms"``) are the
+    ``chkpt-delta`` sink's ``snapshotTimeout`` and ``minPauseBetweenSnapshots``. See the
+    module docstring for the protocol and what holds memory.
     """
 
     def __init__(
@@ -131,6 +134,8 @@ class DeltaUpsert:
         batch_size: int = 65_536,
         max_records_per_file: int = 1_000_000,
         target_file_bytes: int = 128 * 1024**2,
+        snapshot_timeout: str | None = None,
+        min_pause_between_snapshots: str | None = None,
     ) -> None:
         if importlib.util.find_spec("pandas") is None:
             raise ChkptError(
@@ -170,6 +175,17 @@ class DeltaUpsert:
         self.batch_size = batch_size
         self.max_records_per_file = max_records_per_file
         self.target_file_bytes = target_file_bytes
+        self.timing = SnapshotTiming.from_options(
+            {
+                k: v
+                for k, v in (
+                    ("snapshot_timeout", snapshot_timeout),
+                    ("min_pause_between_snapshots", min_pause_between_snapshots),
+                )
+                if v is not None
+            },
+            names=("snapshot_timeout", "min_pause_between_snapshots"),
+        )
         self.target = DeltaTarget(uri=self.path, storage_options=self.storage_options)
         self.merger = KeyedMerge(target=self.target, keys=self.keys, delete_column=delete_column)
         # Read at the first batch: the checkpoint's metadata exists once the query runs.
@@ -380,6 +396,7 @@ class UpsertCommitter(SnapshotCoordinator[UpsertBatch]):
             query_name=upsert.query_name,
             retained_snapshots=upsert.retained_snapshots,
             target=upsert.path,
+            timing=upsert.timing,
         )
         self.upsert = upsert
         self.target = upsert.target
@@ -439,6 +456,8 @@ class UpsertCommitter(SnapshotCoordinator[UpsertBatch]):
                 batch.batch_df, batch.schema, self.app_id, batch.batch_id, create=create
             )
             failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
+        # Staging ran the batch's plan: the MERGE is the point of no return.
+        self.check_deadline(batch, before="the MERGE")
         # Step 5
         record = replace(
             self.record(

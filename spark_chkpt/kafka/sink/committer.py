@@ -29,6 +29,7 @@ from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.offsets import META_KEY
+from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
@@ -55,6 +56,7 @@ class BarrierSettings:
     query_name: str | None
     retained_snapshots: int
     producer_settings: dict[str, Any]
+    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
 
     @classmethod
     def from_config(cls, config: KafkaSinkConfig, *, app_id: str) -> BarrierSettings:
@@ -69,6 +71,7 @@ class BarrierSettings:
             query_name=config.query_name,
             retained_snapshots=config.retained_snapshots,
             producer_settings=dict(config.producer_settings),
+            timing=config.timing,
         )
 
 
@@ -107,6 +110,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             query_name=settings.query_name,
             retained_snapshots=settings.retained_snapshots,
             target=settings.topic,
+            timing=settings.timing,
         )
         self.settings = settings
 

@@ -22,7 +22,13 @@ from spark_chkpt.kafka.client.settings import (
     librdkafka_producer_settings,
     parse_client,
 )
-from spark_chkpt.options import lowercase, parse_positive_int, warn_unknown
+from spark_chkpt.options import (
+    SNAPSHOT_TIMING_OPTIONS,
+    SnapshotTiming,
+    lowercase,
+    parse_positive_int,
+    warn_unknown,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -36,6 +42,7 @@ _KNOWN_KAFKA_SINK_OPTIONS = {
         "queryName",
         "txnAppId",
         "retainedSnapshots",
+        *SNAPSHOT_TIMING_OPTIONS,
         "path",
     )
 }
@@ -96,6 +103,14 @@ class KafkaSinkConfig:
     producer_settings: Mapping[str, Any]  # kafka-python's (also the driver's barrier writes)
     client: ClientKind = "kafka-python"  # the write tasks' producer
     librdkafka_settings: Mapping[str, Any] | None = None  # with client "confluent"
+    snapshot_timeout_ms: int | None = None  # snapshotTimeout (None: no timeout)
+    min_pause_between_snapshots_ms: int = 0
+
+    @property
+    def timing(self) -> SnapshotTiming:
+        return SnapshotTiming(
+            timeout_ms=self.snapshot_timeout_ms, min_pause_ms=self.min_pause_between_snapshots_ms
+        )
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
@@ -124,6 +139,7 @@ class KafkaSinkConfig:
         }
         settings.update(kafka_client_settings(opts, role="producer"))
         _check_delivery(opts, settings)
+        timing = SnapshotTiming.from_options(opts)
         client = parse_client(opts)
         librdkafka: dict[str, Any] | None = None
         if client == "confluent":
@@ -143,6 +159,8 @@ class KafkaSinkConfig:
             producer_settings=settings,
             client=client,
             librdkafka_settings=librdkafka,
+            snapshot_timeout_ms=timing.timeout_ms,
+            min_pause_between_snapshots_ms=timing.min_pause_ms,
         )
 
     def producer_kwargs(self, *, client_id: str) -> dict[str, Any]:

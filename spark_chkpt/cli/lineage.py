@@ -1,0 +1,48 @@
+"""``spark-chkpt lineage``: a Delta version back to every upstream snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    from spark_chkpt.fs import qualify
+    from spark_chkpt.lineage import trace
+
+    lineage = trace(
+        table=qualify(args.table),
+        version=args.version,
+        bootstrap_servers=args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        upstream=[qualify(c) for c in args.upstream],
+    )
+    print(lineage.to_json() if args.json else lineage.to_text())
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    lineage = sub.add_parser(
+        "lineage",
+        help="from a Delta version to the snapshot that wrote it, its source offsets and, "
+        "through the barriers, every upstream query's snapshot and its offsets",
+    )
+    lineage.add_argument("table", help="the chkpt-delta (or DeltaUpsert) table's path")
+    lineage.add_argument("--version", type=int, required=True, help="the Delta version")
+    lineage.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="the Kafka broker of the barrier topics, to follow upstream queries through "
+        "their control topics (default: $KAFKA_BOOTSTRAP_SERVERS; without it the walk "
+        "stops at the table's writer)",
+    )
+    lineage.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="CHECKPOINT",
+        help="an upstream query's checkpointLocation: adds the snapshot records it holds "
+        "(repeat for several queries)",
+    )
+    lineage.add_argument("--json", action="store_true", help="print JSON")
+    lineage.set_defaults(run=run)
