@@ -156,6 +156,9 @@ class IndexEntry:
     # The writer's generation of the app id (fencing; 0: a fresh checkpoint's, or an
     # entry written before generations were).
     generation: int = 0
+    # delivery "exactly-once-transactions": the Kafka transactions the intent fixes, as
+    # (transactional id, producer id, producer epoch); the coordinator commits them.
+    transactions: tuple[tuple[str, int, int], ...] = ()
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -175,6 +178,11 @@ class IndexEntry:
                 **({"topic_id": self.topic_id} if self.topic_id else {}),
                 **({} if self.sources is None else {"sources": list(self.sources)}),
                 **({"generation": self.generation} if self.generation else {}),
+                **(
+                    {"transactions": [list(t) for t in self.transactions]}
+                    if self.transactions
+                    else {}
+                ),
             },
             separators=(",", ":"),
         ).encode()
@@ -204,6 +212,9 @@ class IndexEntry:
             raw_sources = doc.get("sources")
             if raw_sources is not None and not isinstance(raw_sources, list):
                 raise InvalidTypeError(f"field 'sources' is {raw_sources!r}")
+            transactions = tuple(
+                (str(t[0]), int(t[1]), int(t[2])) for t in doc.get("transactions") or ()
+            )
         except (TypeError, ValueError) as e:
             raise CorruptMarkerError(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -219,4 +230,5 @@ class IndexEntry:
             topic_id=topic_id,
             sources=None if raw_sources is None else tuple(raw_sources),
             generation=generation,
+            transactions=transactions,
         )
