@@ -159,6 +159,9 @@ class IndexEntry:
     # delivery "exactly-once-transactions": the Kafka transactions the intent fixes, as
     # (transactional id, producer id, producer epoch); the coordinator commits them.
     transactions: tuple[tuple[str, int, int], ...] = ()
+    # An intent whose transactions the broker aborted, all of them (nothing of the
+    # snapshot is visible): the snapshot's next commit writes an intent of its own.
+    void: bool = False
 
     def key(self) -> bytes:
         return self.app_id.encode()
@@ -183,6 +186,7 @@ class IndexEntry:
                     if self.transactions
                     else {}
                 ),
+                **({"void": True} if self.void else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -231,4 +235,5 @@ class IndexEntry:
             sources=None if raw_sources is None else tuple(raw_sources),
             generation=generation,
             transactions=transactions,
+            void=bool(doc.get("void")),
         )

@@ -3,6 +3,8 @@ refused at ``start()``, the transactional ids, the intent entry's transactions."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from spark_chkpt.alignment.barrier import IndexEntry
@@ -105,3 +107,42 @@ def test_the_intent_entry_keeps_its_transactions() -> None:
     plain = IndexEntry(kind="intent", app_id="q1", snapshot_id=4, topic="out", attempts=())
     assert b"transactions" not in plain.value()
     assert IndexEntry.parse(plain.value(), topic="c", partition=0, offset=0).transactions == ()
+
+
+def test_a_void_intent_says_so() -> None:
+    entry = IndexEntry(
+        kind="intent",
+        app_id="q1",
+        snapshot_id=4,
+        topic="out",
+        attempts=("a1",),
+        transactions=(("chkpt-q1-out-0-0", 7, 3),),
+        void=True,
+    )
+    back = IndexEntry.parse(entry.value(), topic="__chkpt.out", partition=0, offset=9)
+    assert back.void and back.transactions == entry.transactions
+    assert not IndexEntry.parse(
+        replace(entry, void=False).value(), topic="c", partition=0, offset=0
+    ).void
+
+
+class Entries:
+    """Stands in for a ControlTopic: only its entries are read."""
+
+    def __init__(self, *entries: IndexEntry) -> None:
+        self.entries = list(entries)
+
+
+def test_the_open_intent_is_the_newest_unless_void() -> None:
+    from spark_chkpt.kafka.sink.committer import open_intent
+
+    def intent(n: int, **kw: object) -> IndexEntry:
+        return IndexEntry(kind="intent", app_id="q1", snapshot_id=n, topic="out", **kw)  # type: ignore[arg-type]
+
+    first = intent(4, attempts=("a",), transactions=(("t", 1, 0),))
+    void = replace(first, void=True)
+    again = intent(4, attempts=("b",), transactions=(("t", 1, 2),))
+    assert open_intent(Entries(first), app_id="q1", batch_id=4) == first  # type: ignore[arg-type]
+    assert open_intent(Entries(first, void), app_id="q1", batch_id=4) is None  # type: ignore[arg-type]
+    assert open_intent(Entries(first, void, again), app_id="q1", batch_id=4) == again  # type: ignore[arg-type]
+    assert open_intent(Entries(first), app_id="q2", batch_id=4) is None  # type: ignore[arg-type]

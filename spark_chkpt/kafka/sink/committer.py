@@ -24,12 +24,17 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError, QueryIdentityError, TransactionLostError
+from spark_chkpt.errors import (
+    ChkptError,
+    QueryIdentityError,
+    TransactionLostError,
+    TransactionsAbortedError,
+)
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.transactions import EndResult, TransactionClient
 from spark_chkpt.kafka.sink.committable import ProducedOutput
@@ -200,7 +205,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         for topic in batch.topics:
             index = self._index(topic)
             complete = index.first(app_id=app, snapshot_id=batch_id, kind="complete")
-            intent = index.first(app_id=app, snapshot_id=batch_id, kind="intent")
+            intent = open_intent(index, app_id=app, batch_id=batch_id)
             for entry in (intent, complete):
                 if entry is not None:
                     self._check_identity(
@@ -305,16 +310,20 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         client = self._transaction_client(batch)
         lost: list[str] = []
         committed = 0
+        results = []
         for n, (txn_id, producer_id, epoch) in enumerate(intent.transactions):
             if n == 1:
                 failpoint(FaultPoint.BETWEEN_TRANSACTIONS, batch.batch_id)
             result = client.end(
                 transactional_id=txn_id, producer_id=producer_id, epoch=epoch, commit=True
             )
+            results.append(result)
             if result is EndResult.DONE:
                 committed += 1
             else:
                 lost.append(f"{txn_id} (producer id {producer_id}, epoch {epoch}: {result.value})")
+        if lost and all(r is EndResult.FENCED for r in results):
+            self._void(batch, intent)
         if lost:
             raise TransactionLostError(
                 f"chkpt-kafka batch {batch.batch_id} of appId {self.app_id}: the broker no "
@@ -330,6 +339,30 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 "read_committed consumers; see docs/known-limits.md for the way back"
             )
         failpoint(FaultPoint.AFTER_TRANSACTIONS, batch.batch_id)
+
+    def _void(self, batch: KafkaBatch, intent: IndexEntry) -> None:
+        """Every recorded transaction is fenced and none was committed: nothing of the
+        batch is visible. Fenced means the epoch moved on, by the broker's timeout abort
+        or an ``initTransactions`` on the id; the ids' next holders are the next tasks,
+        which run only after this commit (or :meth:`resume`), so none of these
+        transactions was committed before. A void intent lets the batch's next commit
+        record transactions of its own, which the re-run of the batch produces."""
+        index = self._index(intent.topic)
+        batch.producer = batch.producer or self._producer()
+        write_entry(
+            batch.producer,
+            control_topic=index.control_topic,
+            entry=replace(intent, void=True, offset=None),
+            settings=self.settings.producer_settings,
+        )
+        raise TransactionsAbortedError(
+            f"chkpt-kafka batch {batch.batch_id} of appId {self.app_id}: the broker aborted "
+            f"all {len(intent.transactions)} Kafka transactions its intent entry (control "
+            f"topic offset {intent.offset}) records for topic {intent.topic} "
+            f"(transaction.timeout.ms is {self.settings.transaction_timeout_ms} ms), before "
+            "any was committed: nothing of the batch is visible. The intent is marked void; "
+            "the batch runs again and commits transactions of its own"
+        )
 
     def _abort_transactions(self, batch: KafkaBatch, *, keep: Sequence[Any]) -> None:
         """``EndTxn(abort)`` of this commit's task transactions not in ``keep`` (the ones
@@ -370,6 +403,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 for e in index.entries
                 if e.app_id == app
                 and e.kind == "intent"
+                and open_intent(index, app_id=app, batch_id=e.snapshot_id) is not None
                 and index.first(app_id=app, snapshot_id=e.snapshot_id, kind="complete") is None
             }
         )
@@ -379,7 +413,10 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 "transactions it records before the tasks run",
                 batch_id,
             )
-            self.commit(batch_id=batch_id, messages=())
+            try:
+                self.commit(batch_id=batch_id, messages=())
+            except TransactionsAbortedError as e:
+                log.warning("%s", e)
         return unfinished
 
     # -- the rest ----------------------------------------------------------------------------
@@ -495,7 +532,15 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         the batch's tasks could have used (those whose message never came back)."""
         failpoint(FaultPoint.IN_ABORT, batch_id)
         if self.settings.transactional and self.settings.topic is not None:
-            self._fence_all(messages=messages, batch_id=batch_id)
+            index = self._index(self.settings.topic)
+            if open_intent(index, app_id=self.app_id, batch_id=batch_id) is None:
+                self._fence_all(messages=messages, batch_id=batch_id)
+            else:  # the commit failed after the intent: the restart commits what it records
+                log.warning(
+                    "chkpt-kafka batch %d aborted after its intent entry: its recorded "
+                    "transactions stay open for the restart to commit",
+                    batch_id,
+                )
         attempts = sorted(m.attempt for m in messages if m is not None)
         log.warning(
             "chkpt-kafka batch %d aborted: records of attempt(s) %s stay unconfirmed",
@@ -525,6 +570,18 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             log.warning("chkpt-kafka batch %d: fencing its transactions failed: %s", batch_id, e)
         finally:
             client.close()
+
+
+def open_intent(index: ControlTopic, *, app_id: str, batch_id: int) -> IndexEntry | None:
+    """The newest ``intent`` entry of (``app_id``, ``batch_id``), unless it is void."""
+    intents = [
+        e
+        for e in index.entries
+        if e.app_id == app_id and e.snapshot_id == batch_id and e.kind == "intent"
+    ]
+    if not intents or intents[-1].void:
+        return None
+    return intents[-1]
 
 
 def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:
