@@ -1,6 +1,9 @@
 """Kafka → Kafka exactly once: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers, then the
 downstream aligned read that counts the output.
 
+With ``delivery="exactly-once-transactions"`` the sink also commits each batch through
+Kafka transactions (kafka-python only), the row to compare with barrier mode.
+
 The upstream query copies the benchmark topic (key and value) into a new topic with
 ``Trigger.AvailableNow``: the sink's producers tag each record with its task attempt and
 the driver writes a barrier per batch. The downstream query reads that topic with
@@ -24,6 +27,7 @@ class KafkaToKafka:
     downstream_s: float
     upstream_batches: int
     downstream_rows: int
+    delivery: str = "barriers"  # or "exactly-once-transactions" (with barriers too)
 
 
 def _sum_rows(query: Any) -> int:
@@ -42,6 +46,7 @@ def run(
     name: str,
     source_client: str,
     sink_client: str,
+    delivery: str = "barriers",
 ) -> KafkaToKafka:
     from spark_chkpt.kafka.client.topics import create_topic
 
@@ -65,6 +70,8 @@ def run(
     )
     if sink_client != "kafka-python":
         writer = writer.option("kafka.client", sink_client)
+    if delivery != "barriers":  # barriers too: the aligned downstream read counts the rows
+        writer = writer.option("delivery", delivery).option("barriers", "true")
     started = time.monotonic()
     query = writer.start()
     query.awaitTermination()
@@ -102,4 +109,5 @@ def run(
         downstream_s=downstream_s,
         upstream_batches=upstream_batches,
         downstream_rows=rows,
+        delivery=delivery,
     )

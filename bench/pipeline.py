@@ -329,6 +329,21 @@ def run(
                 sink_client=sink_client,
             )
             result.kafka_to_kafka.append(asdict(k2k))
+        print("[bench] Kafka -> Kafka, Kafka transactions (kafka-python)", flush=True)
+        k2k = kafka_to_kafka.run(
+            spark=spark,
+            servers=servers,
+            topic=TOPIC,
+            records=records,
+            partitions=partitions,
+            per_trigger=per_trigger,
+            workdir=workdir,
+            name="k2k-transactions",
+            source_client=client,
+            sink_client="kafka-python",
+            delivery="exactly-once-transactions",
+        )
+        result.kafka_to_kafka.append(asdict(k2k))
         if native:
             print("[bench] Spark's own connectors: Kafka -> Delta, Kafka -> Kafka", flush=True)
             result.native = asdict(
@@ -414,8 +429,20 @@ def _derive(result: Result, workdir: Path) -> None:
             3,
         )
     if result.quix and result.kafka_to_kafka:
-        fastest = min(k2k["upstream_s"] for k2k in result.kafka_to_kafka)
+        fastest = min(
+            k2k["upstream_s"]
+            for k2k in result.kafka_to_kafka
+            if k2k.get("delivery", "barriers") == "barriers"
+        )
         result.ratios["k2k/quix"] = round(result.quix["seconds"] / fastest, 3)
+    seconds_of = {
+        (k2k["sink_client"], k2k.get("delivery", "barriers")): k2k["upstream_s"]
+        for k2k in result.kafka_to_kafka
+    }
+    barriers_s = seconds_of.get(("kafka-python", "barriers"))
+    transactions_s = seconds_of.get(("kafka-python", "exactly-once-transactions"))
+    if barriers_s and transactions_s:  # the same client: what the transactions cost
+        result.ratios["k2k transactions/barriers"] = round(barriers_s / transactions_s, 3)
     from bench.native import ratios as native_ratios
 
     native_ratios(result)

@@ -39,6 +39,8 @@ def _rates(result: Result) -> list[str]:
         lines.append(f"{label:<50}{cold['seconds']:>9.2f}{rate:>12,}")
     for k2k in result.kafka_to_kafka:
         label = f"k2k chkpt-kafka -> chkpt-kafka, sink {k2k['sink_client']}"
+        if k2k.get("delivery", "barriers") != "barriers":
+            label = "k2k chkpt-kafka -> chkpt-kafka, Kafka transactions"
         rate = round(result.records / k2k["upstream_s"])
         lines.append(f"{label:<50}{k2k['upstream_s']:>9.2f}{rate:>12,}")
         label = f"    its aligned downstream read ({k2k['downstream_rows']:,} rows)"

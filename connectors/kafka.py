@@ -84,4 +84,9 @@ class KafkaDataSource(DataSource):
         app_id = (
             config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id()
         )
-        return KafkaStreamWriter(config=config, app_id=app_id)
+        writer = KafkaStreamWriter(config=config, app_id=app_id)
+        if config.transactional:
+            # Before this batch's tasks reuse the transactional ids: commit what a
+            # crashed driver recorded but did not commit.
+            writer.resume()
+        return writer

@@ -17,7 +17,13 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.sink.committer import BarrierSettings, KafkaCoordinator
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
-from spark_chkpt.kafka.sink.writer import ProducedOutput, build_producer, produce_all
+from spark_chkpt.kafka.sink.transactional import TransactionalProducer
+from spark_chkpt.kafka.sink.writer import (
+    ProducedOutput,
+    RecordProducer,
+    build_producer,
+    produce_all,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,15 +45,27 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         context = TaskContext.get()
         batch_prop = context.getLocalProperty("streaming.sql.batchId") if context else None
+        batch_id = int(batch_prop) if batch_prop is not None else None
+        task = context.partitionId() if context else 0
         with self._broker_calls(f"producing batch {batch_prop}'s records"):
-            producer = build_producer(
-                config=self.config,
-                batch_id=int(batch_prop) if batch_prop is not None else None,
-                task=context.partitionId() if context else 0,
-            )
+            producer: RecordProducer
+            if self.config.transactional:
+                producer = TransactionalProducer(
+                    config=self.config,
+                    app_id=self.app_id,
+                    batch_id=batch_id,
+                    task=task,
+                    attempt_number=context.attemptNumber() if context else 0,
+                )
+            else:
+                producer = build_producer(config=self.config, batch_id=batch_id, task=task)
             out = produce_all(producer, iterator)
         return ProducedMessage(
-            attempt=out.attempt, batch_id=out.batch_id, task=out.task, counts=out.counts
+            attempt=out.attempt,
+            batch_id=out.batch_id,
+            task=out.task,
+            counts=out.counts,
+            transaction=out.transaction,
         )
 
     def _broker_calls(self, doing: str) -> AbstractContextManager[None]:
@@ -61,6 +79,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return KafkaCoordinator(
             settings=BarrierSettings.from_config(self.config, app_id=self.app_id)
         )
+
+    def resume(self) -> list[int]:
+        """Finish the batches a crashed driver recorded but did not commit (transactions)."""
+        with self._broker_calls("committing the transactions of an unfinished batch"):
+            return self._coordinator().resume()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         produced = [m if isinstance(m, ProducedOutput) else None for m in messages]

@@ -75,6 +75,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
             "kafka.bootstrap.servers": "bootstrap_servers",
             "kafka.client": "client",
             "kafka.*": "producer_settings",
+            "maxBatchDuration": "max_batch_duration_ms",
+            "maxRestartTime": "max_restart_time_ms",
         },
     ),
     OptionsRef(

@@ -177,3 +177,16 @@ class ControlTopicConfigError(ChkptError):
     """A control topic exists with a setting under which the broker would drop index
     entries (compaction, a finite ``retention.bytes``, a ``retention.ms`` shorter than its
     data topic's); the message names the topic, the setting and the fix."""
+
+
+class TransactionLostError(DataLossError):
+    """A Kafka transaction the ``chkpt-kafka`` sink recorded in an intent entry can no
+    longer be committed: the broker aborted it (``transaction.timeout.ms`` ran out while
+    the driver was down) or another producer fenced its transactional id. The message
+    names the transactional ids, the batch and the settings rule that prevents it."""
+
+
+class TransactionsAbortedError(ChkptError):
+    """Every Kafka transaction a batch's intent entry recorded was aborted by the broker
+    (``transaction.timeout.ms``) before the ``chkpt-kafka`` sink committed any: nothing of
+    the batch is visible. The intent is marked void and the batch is run again."""

@@ -180,6 +180,13 @@ class IndexEntry:
         start, end = self.starts.get(partition, 0), self.positions[partition]
         return (start, end) if end > start else None
 
+    # delivery "exactly-once-transactions": the Kafka transactions the intent fixes, as
+    # (transactional id, producer id, producer epoch); the coordinator commits them.
+    transactions: tuple[tuple[str, int, int], ...] = ()
+    # An intent whose transactions the broker aborted, all of them (nothing of the
+    # snapshot is visible): the snapshot's next commit writes an intent of its own.
+    void: bool = False
+
     def key(self) -> bytes:
         return self.app_id.encode()
 
@@ -206,6 +213,12 @@ class IndexEntry:
                     if self.kind == "revoke"
                     else {}
                 ),
+                **(
+                    {"transactions": [list(t) for t in self.transactions]}
+                    if self.transactions
+                    else {}
+                ),
+                **({"void": True} if self.void else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -243,6 +256,9 @@ class IndexEntry:
                 )
             revoked = tuple(int(s) for s in raw_revoked)
             starts = {int(p): int(o) for p, o in raw_starts.items()}
+            transactions = tuple(
+                (str(t[0]), int(t[1]), int(t[2])) for t in doc.get("transactions") or ()
+            )
         except (TypeError, ValueError) as e:
             raise CorruptMarkerError(f"corrupt {what} at {where}: {e}") from e
         return cls(
@@ -260,4 +276,6 @@ class IndexEntry:
             generation=generation,
             revoked=revoked,
             starts=starts,
+            transactions=transactions,
+            void=bool(doc.get("void")),
         )

@@ -52,6 +52,8 @@ class FaultPoint(str, Enum):
     IN_ABORT = "in-abort"  # abort entered; staged files not deleted yet
     AFTER_INTENT = "after-intent"  # Kafka sink: intent entry written, no barrier yet
     BETWEEN_BARRIERS = "between-barriers"  # Kafka sink: barrier in the first partition only
+    BETWEEN_TRANSACTIONS = "between-transactions"  # Kafka transactions: the first committed
+    AFTER_TRANSACTIONS = "after-transactions"  # Kafka transactions: all committed, no barrier
     AFTER_BARRIERS = "after-barriers"  # Kafka sink: barrier records written, index not yet
     AFTER_COMPLETE = "after-complete"  # Kafka sink: complete entry written, store not yet
     IN_WRITE = "in-write"  # a task fails (or the driver is killed) after staging part of

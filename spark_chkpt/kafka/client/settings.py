@@ -35,7 +35,10 @@ _SOURCE_REJECTED = {
 _PRODUCER_REJECTED = {
     "key.serializer": "keys are written as given (string or binary column)",
     "value.serializer": "values are written as given (string or binary column)",
-    "transactional.id": "the sink commits through barrier markers, not Kafka transactions",
+    "transactional.id": (
+        "the sink derives its transactional ids (delivery=exactly-once-transactions: "
+        "chkpt-<appId>-<topic>-<partition>-<slot>); barrier delivery uses none"
+    ),
 }
 # kafka-python settings that take Python objects, not strings.
 _OBJECT_SETTINGS = {

@@ -21,6 +21,9 @@ class ProducedOutput:
     batch_id: int | None
     task: int
     counts: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> partition -> n
+    # delivery "exactly-once-transactions": the attempt's open transaction, as
+    # (transactional id, producer id, producer epoch), which the driver commits or aborts
+    transaction: tuple[str, int, int] | None = None
 
     @property
     def rows(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
@@ -26,6 +26,8 @@ from spark_chkpt.options import (
     SNAPSHOT_TIMING_OPTIONS,
     SnapshotTiming,
     lowercase,
+    parse_bool,
+    parse_duration_ms,
     parse_positive_int,
     warn_unknown,
 )
@@ -44,8 +46,18 @@ _KNOWN_KAFKA_SINK_OPTIONS = {
         "retainedSnapshots",
         *SNAPSHOT_TIMING_OPTIONS,
         "path",
+        "delivery",
+        "barriers",
+        "maxBatchDuration",
+        "maxRestartTime",
     )
 }
+
+Delivery = Literal["barriers", "exactly-once-transactions"]
+DELIVERIES: tuple[Delivery, ...] = ("barriers", "exactly-once-transactions")
+# Kafka's transaction.max.timeout.ms default: a longer transaction.timeout.ms is refused by
+# the broker at InitProducerId unless the broker allows more.
+_BROKER_MAX_TIMEOUT_MS = 900_000
 
 
 # Why each kafka.* producer setting the sink's exactly-once needs may not be weakened.
@@ -67,6 +79,64 @@ _IN_FLIGHT_WHY = (
     "must be at most 5: the idempotent producer that exactly-once needs keeps order "
     "only with at most 5 requests in flight per connection"
 )
+
+
+def _parse_delivery(
+    opts: Mapping[str, str], settings: dict[str, Any], client: ClientKind
+) -> tuple[Delivery, bool, int, int]:
+    """``delivery``, ``barriers``, ``maxBatchDuration``, ``maxRestartTime``, and the
+    transaction timeout rule: ``kafka.transaction.timeout.ms >= maxBatchDuration +
+    maxRestartTime``. A transaction opens when a write task starts; the driver commits
+    it after every task of the batch finished; if the driver dies in between, the restart
+    commits it. The broker aborts it when ``transaction.timeout.ms`` runs out first,
+    and then the batch's recorded output is lost, so the timeout must cover the longest
+    batch (trigger interval plus processing) plus the longest restart."""
+    raw = (opts.get("delivery") or "barriers").strip().lower()
+    if raw not in DELIVERIES:
+        raise ConfigError(
+            "delivery", opts.get("delivery"), f"must be one of {', '.join(DELIVERIES)}"
+        )
+    delivery: Delivery = "exactly-once-transactions" if raw != "barriers" else "barriers"
+    transactional = delivery == "exactly-once-transactions"
+    barriers = parse_bool("barriers", opts.get("barriers"), default=not transactional)
+    if not transactional and not barriers:
+        raise ConfigError(
+            "barriers", opts.get("barriers"), "with delivery=barriers the barriers are the commit"
+        )
+    batch_ms = parse_duration_ms(
+        "maxBatchDuration", opts.get("maxbatchduration"), default_ms=300_000
+    )
+    restart_ms = parse_duration_ms("maxRestartTime", opts.get("maxrestarttime"), default_ms=600_000)
+    if not transactional:
+        return delivery, barriers, batch_ms, restart_ms
+    if client != "kafka-python":
+        raise ConfigError(
+            "kafka.client",
+            client,
+            "delivery=exactly-once-transactions produces with kafka-python: librdkafka cannot "
+            "hand an open transaction to the driver (Flink's resumeTransaction)",
+        )
+    if not opts.get("topic"):
+        raise ConfigError(
+            "topic",
+            None,
+            "delivery=exactly-once-transactions needs option 'topic': the restart commits a "
+            "recorded transaction before any task runs, so it must know the topic at start",
+        )
+    settings.setdefault("transaction_timeout_ms", _BROKER_MAX_TIMEOUT_MS)
+    timeout = int(settings["transaction_timeout_ms"])
+    if timeout < batch_ms + restart_ms:
+        raise ConfigError(
+            "kafka.transaction.timeout.ms",
+            str(timeout),
+            f"must be at least maxBatchDuration + maxRestartTime ({batch_ms} + {restart_ms} "
+            f"= {batch_ms + restart_ms} ms): the broker aborts a transaction that is open "
+            "longer, and a batch whose driver died after recording its transactions would "
+            "lose them. Raise kafka.transaction.timeout.ms (and the broker's "
+            "transaction.max.timeout.ms), or lower maxBatchDuration / maxRestartTime to "
+            "what the trigger interval and the restart really take",
+        )
+    return delivery, barriers, batch_ms, restart_ms
 
 
 def _check_delivery(opts: Mapping[str, str], settings: Mapping[str, Any]) -> None:
@@ -112,6 +182,19 @@ class KafkaSinkConfig:
             timeout_ms=self.snapshot_timeout_ms, min_pause_ms=self.min_pause_between_snapshots_ms
         )
 
+    delivery: Delivery = "barriers"  # or Kafka transactions (read_committed consumers)
+    barriers: bool = True  # barrier records (chkpt-kafka readers); off: transactions only
+    max_batch_duration_ms: int = 300_000  # the transaction timeout rule's terms
+    max_restart_time_ms: int = 600_000
+
+    @property
+    def transactional(self) -> bool:
+        return self.delivery == "exactly-once-transactions"
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        return int(self.producer_settings.get("transaction_timeout_ms", _BROKER_MAX_TIMEOUT_MS))
+
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
         opts = lowercase(options)
@@ -141,6 +224,7 @@ class KafkaSinkConfig:
         _check_delivery(opts, settings)
         timing = SnapshotTiming.from_options(opts)
         client = parse_client(opts)
+        delivery, barriers, batch_ms, restart_ms = _parse_delivery(opts, settings, client)
         librdkafka: dict[str, Any] | None = None
         if client == "confluent":
             librdkafka = librdkafka_producer_settings(settings)
@@ -161,6 +245,10 @@ class KafkaSinkConfig:
             librdkafka_settings=librdkafka,
             snapshot_timeout_ms=timing.timeout_ms,
             min_pause_between_snapshots_ms=timing.min_pause_ms,
+            delivery=delivery,
+            barriers=barriers,
+            max_batch_duration_ms=batch_ms,
+            max_restart_time_ms=restart_ms,
         )
 
     def producer_kwargs(self, *, client_id: str) -> dict[str, Any]:

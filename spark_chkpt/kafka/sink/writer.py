@@ -61,14 +61,22 @@ def build_producer(*, config: KafkaSinkConfig, batch_id: int | None, task: int) 
 class KafkaPythonProducer:
     """:class:`RecordProducer` on kafka-python's ``KafkaProducer``."""
 
-    def __init__(self, *, config: KafkaSinkConfig, batch_id: int | None, task: int) -> None:
+    def __init__(
+        self,
+        *,
+        config: KafkaSinkConfig,
+        batch_id: int | None,
+        task: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         from kafka import KafkaProducer
 
         self.config = config
         self.output = ProducedOutput.start(batch_id=batch_id, task=task)
         self._tag = self.output.tag
         self._producer = KafkaProducer(
-            **config.producer_kwargs(client_id=f"spark-chkpt-sink-{self.output.attempt}")
+            **config.producer_kwargs(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
+            **(extra or {}),
         )
         self._lock = threading.Lock()
         self._error: BaseException | None = None

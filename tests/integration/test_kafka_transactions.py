@@ -1,0 +1,93 @@
+"""The EndTxn client on the real Apache Kafka broker (no Spark): what the driver of
+``delivery=exactly-once-transactions`` relies on, as the broker answers it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from spark_chkpt.kafka.client.transactions import EndResult, TransactionClient
+
+
+def open_transaction(servers: str, topic: str, txn_id: str, values: list[bytes]) -> tuple[int, int]:
+    """Produce ``values`` in a transaction left open, like a write task; (pid, epoch)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=servers, transactional_id=txn_id)
+    producer.init_transactions()
+    producer.begin_transaction()
+    for value in values:
+        producer.send(topic, value=value)
+    producer.flush()
+    ids = producer._transaction_manager.producer_id_and_epoch
+    producer.close()  # does not abort the transaction
+    return int(ids.producer_id), int(ids.epoch)
+
+
+def committed_values(servers: str, topic: str) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=2000,
+    )
+    consumer.assign([TopicPartition(topic, 0)])
+    try:
+        return [r.value for r in consumer]
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def client(bootstrap_servers: str):  # type: ignore[no-untyped-def]
+    c = TransactionClient(bootstrap_servers=bootstrap_servers, settings={})
+    yield c
+    c.close()
+
+
+def test_a_repeated_commit_is_done_and_a_fenced_one_is_reported(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    topic_name: str,
+    client: TransactionClient,
+) -> None:
+    topic = make_topic()
+    txn = f"{topic_name}-t"
+    pid, epoch = open_transaction(bootstrap_servers, topic, txn, [b"a", b"b"])
+    assert committed_values(bootstrap_servers, topic) == []
+    commit = {"transactional_id": txn, "producer_id": pid, "epoch": epoch}
+    assert client.end(**commit, commit=True) is EndResult.DONE
+    # a restarted driver commits the recorded transaction again: done, nothing twice
+    assert client.end(**commit, commit=True) is EndResult.DONE
+    assert client.end(**commit, commit=False) is EndResult.INVALID_STATE
+    assert committed_values(bootstrap_servers, topic) == [b"a", b"b"]
+
+    # an open transaction whose id a later holder initialises is aborted: fenced
+    pid, epoch = open_transaction(bootstrap_servers, topic, txn, [b"lost"])
+    new_pid, new_epoch = client.fence(transactional_id=txn, transaction_timeout_ms=60_000)
+    # the abort of the open transaction bumps the epoch, and so does the new holder's init
+    assert new_pid == pid and new_epoch == epoch + 2
+    assert (
+        client.end(transactional_id=txn, producer_id=pid, epoch=epoch, commit=True)
+        is EndResult.FENCED
+    )
+    assert committed_values(bootstrap_servers, topic) == [b"a", b"b"]
+
+
+def test_aborting_twice_is_done(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    topic_name: str,
+    client: TransactionClient,
+) -> None:
+    topic = make_topic()
+    txn = f"{topic_name}-t"
+    pid, epoch = open_transaction(bootstrap_servers, topic, txn, [b"x"])
+    ids = {"transactional_id": txn, "producer_id": pid, "epoch": epoch}
+    assert client.end(**ids, commit=False) is EndResult.DONE
+    assert client.end(**ids, commit=False) is EndResult.DONE
+    assert client.end(**ids, commit=True) is EndResult.INVALID_STATE
+    assert committed_values(bootstrap_servers, topic) == []
