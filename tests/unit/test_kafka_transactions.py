@@ -132,6 +132,9 @@ class Entries:
     def __init__(self, *entries: IndexEntry) -> None:
         self.entries = list(entries)
 
+    def live(self) -> list[IndexEntry]:  # no revocations among them
+        return self.entries
+
 
 def test_the_open_intent_is_the_newest_unless_void() -> None:
     from spark_chkpt.kafka.sink.committer import open_intent
@@ -146,3 +149,33 @@ def test_the_open_intent_is_the_newest_unless_void() -> None:
     assert open_intent(Entries(first, void), app_id="q1", batch_id=4) is None  # type: ignore[arg-type]
     assert open_intent(Entries(first, void, again), app_id="q1", batch_id=4) == again  # type: ignore[arg-type]
     assert open_intent(Entries(first), app_id="q2", batch_id=4) is None  # type: ignore[arg-type]
+
+
+def test_an_intent_a_rewind_revoked_is_not_open() -> None:
+    """After a savepoint rewind to snapshot 3, the revoked timeline's intent of batch 4
+    is neither finished by ``resume`` nor compared with the restored query's batch 4
+    (which read other offsets): only the new generation's intent counts."""
+    from spark_chkpt.alignment.index import BarrierIndex
+    from spark_chkpt.kafka.sink.committer import open_intent
+
+    old = IndexEntry(
+        kind="intent", app_id="q1", snapshot_id=4, topic="out", attempts=("a",), offset=5
+    )
+    revoke = IndexEntry(
+        kind="revoke",
+        app_id="q1",
+        snapshot_id=3,
+        topic="out",
+        attempts=("a",),
+        positions={0: 40},
+        starts={0: 20},
+        revoked=(4,),
+        generation=1,
+        offset=6,
+    )
+    new = replace(old, attempts=("b",), generation=1, offset=7)
+    index = BarrierIndex(data_topic="out")
+    index.add([old, revoke])
+    assert open_intent(index, app_id="q1", batch_id=4) is None  # type: ignore[arg-type]
+    index.add([new])
+    assert open_intent(index, app_id="q1", batch_id=4) == new  # type: ignore[arg-type]

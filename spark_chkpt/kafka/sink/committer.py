@@ -404,7 +404,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         unfinished = sorted(
             {
                 e.snapshot_id
-                for e in index.entries
+                for e in index.live()
                 if e.app_id == app
                 and e.kind == "intent"
                 and open_intent(index, app_id=app, batch_id=e.snapshot_id) is not None
@@ -577,10 +577,11 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
 
 def open_intent(index: ControlTopic, *, app_id: str, batch_id: int) -> IndexEntry | None:
-    """The newest ``intent`` entry of (``app_id``, ``batch_id``), unless it is void."""
+    """The newest live ``intent`` entry of (``app_id``, ``batch_id``), unless it is void
+    (an intent of a timeline a savepoint rewind revoked is not live)."""
     intents = [
         e
-        for e in index.entries
+        for e in index.live()
         if e.app_id == app_id and e.snapshot_id == batch_id and e.kind == "intent"
     ]
     if not intents or intents[-1].void:
