@@ -10,7 +10,10 @@ is its own query with its own checkpoint; run them as two jobs:
     spark-submit jobs/two_stage.py --stage b --bootstrap-servers host:9092 \\
         --middle page-views-enriched --table /data/page_views --checkpoint /chk/stage-b
 
-(or ``python -m spark_chkpt.jobs.two_stage ...``). A consumer other than chkpt-kafka
+(or ``python -m spark_chkpt.jobs.two_stage ...``). Each stage runs under the restart
+supervisor (:mod:`spark_chkpt.restart`): ``--restart restart-strategy.type=fixed-delay
+--restart restart-strategy.fixed-delay.attempts=3`` restarts a failed query from its
+checkpoint, as in Flink; without ``--restart`` a failure exits 1. A consumer other than chkpt-kafka
 reading the middle topic sees the records of failed stage-A attempts too; see the
 README for the header it can filter on.
 """
@@ -143,8 +146,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="stage a: an option of its chkpt-kafka sink, e.g. kafka.delivery.timeout.ms=5000",
     )
+    parser.add_argument(
+        "--restart",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a restart-strategy.* setting by Flink's name, e.g. "
+        "restart-strategy.type=fixed-delay (default: none, a failure exits 1)",
+    )
     parser.add_argument("--master", default=None)
     args = parser.parse_args(argv)
+    restart = dict(kv.split("=", 1) for kv in args.restart if "=" in kv)
+    if len(restart) != len(args.restart):
+        parser.error("--restart takes KEY=VALUE, e.g. restart-strategy.type=fixed-delay")
     if args.stage == "b" and not args.table:
         parser.error("--stage b needs --table")
     logging.basicConfig(
@@ -161,17 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         master=args.master,
         conf={"spark.sql.shuffle.partitions": "4"},
     )
+    from spark_chkpt.restart import RestartConfig, run_supervised
+
+    config = RestartConfig.from_options(restart)  # a bad setting fails here, naming it
     reporter = SnapshotReporter.attach(spark)
-    query = (stage_a if args.stage == "a" else stage_b)(spark, args)
-    reporter.track(query, checkpoint_location=args.checkpoint)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    if query.exception() is not None:
-        log.error("stage %s failed: %s", args.stage, query.exception())
-        return 1
-    return 0
+
+    def start_query() -> StreamingQuery:  # again at each restart, on the same checkpoint
+        query = (stage_a if args.stage == "a" else stage_b)(spark, args)
+        reporter.track(query, checkpoint_location=args.checkpoint)
+        return query
+
+    return int(run_supervised(start=start_query, strategy=config, metrics=reporter.restarts))
 
 
 if __name__ == "__main__":

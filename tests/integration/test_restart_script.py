@@ -10,12 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spark_chkpt.restart import ExitCode
-from tests.helpers import user_env
+from tests.helpers import produce, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -66,3 +67,55 @@ def test_a_supervised_script_recovers_from_transient_failures_and_stops_on_perma
     last = [line for line in failed.stderr.splitlines() if "Last cause:" in line][-1]
     assert "restart strategy exhausted (restart 2 of 2) after 2 restart(s); exit code 3" in last
     assert "InjectedFailureError: spark-chkpt fault injection: failing in-commit of batch 0" in last
+
+
+def test_the_two_stage_job_runs_under_the_restart_strategy_it_is_given(
+    tmp_path: Path,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: object,
+) -> None:
+    """The packaged two-stage job, as spark-submit users run it (stage b, into Delta): a
+    commit that always fails is restarted the configured number of times and exits with
+    the exhausted strategy's code (without ``--restart`` it would exit 1 at the first
+    failure)."""
+    middle = make_topic()
+    produce(producer, middle, [b'{"app": "app1", "user_id": "u1"}'] * 3)
+    extra = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+    supervised = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_chkpt.jobs.two_stage",
+            "--stage",
+            "b",
+            "--bootstrap-servers",
+            bootstrap_servers,
+            "--middle",
+            middle,
+            "--alignment",
+            "none",
+            "--table",
+            str(tmp_path / "table"),
+            "--checkpoint",
+            str(tmp_path / "chk"),
+            "--trigger",
+            "availableNow",
+            "--master",
+            "local[1]",
+            "--restart",
+            "restart-strategy.type=fixed-delay",
+            "--restart",
+            "restart-strategy.fixed-delay.attempts=1",
+            "--restart",
+            "restart-strategy.fixed-delay.delay=100ms",
+        ],
+        cwd=tmp_path,
+        env=user_env(**extra, SPARK_CHKPT_FAIL_AT="in-commit@0"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert supervised.returncode == ExitCode.RESTARTS_EXHAUSTED, supervised.stderr[-4000:]
+    restarts = [line for line in supervised.stderr.splitlines() if "restart #" in line]
+    assert len(restarts) == 1 and "(snapshot failure)" in restarts[0], supervised.stderr[-4000:]
