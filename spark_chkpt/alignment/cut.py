@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
 from spark_chkpt.alignment.barrier import IndexEntry
@@ -177,22 +177,16 @@ def plan_topic(
                 f"snapshot {last.snapshot_id} alone spans {span} offsets, more than "
                 f"maxOffsetsPerTrigger={max_records}: read whole to keep the cut consistent"
             )
-        return TopicCut(
+        return _read_cut(
             topic=topic,
             mode="aligned",
+            begin=begin,
             end=end,
-            filters=record_filters(
-                topic=topic,
-                mode="aligned",
-                begin=begin,
-                end=end,
-                entries=entries,
-                revocations=revocations,
-            ),
-            revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
+            entries=entries,
+            ahead=ahead,
+            revocations=revocations,
             app_id=app_id,
             snapshots=tuple(e.snapshot_id for e in chosen),
-            barriers=_barriers(ahead, begin, end, topic),
             note=note,
         )
 
@@ -213,22 +207,43 @@ def plan_topic(
     covered = tuple(
         e.snapshot_id for e in done if all(e.positions[tp.partition] < end[tp] for tp in partitions)
     )
-    return TopicCut(
+    return _read_cut(
         topic=topic,
         mode="at-least-once",
+        begin=begin,
         end=end,
-        filters=record_filters(
-            topic=topic,
-            mode="at-least-once",
-            begin=begin,
-            end=end,
-            entries=entries,
-            revocations=revocations,
-        ),
+        entries=entries,
+        ahead=ahead,
+        revocations=revocations,
         app_id=app_id,
         snapshots=covered,
+    )
+
+
+def _read_cut(
+    *,
+    topic: str,
+    mode: Literal["aligned", "unaligned", "at-least-once"],
+    begin: Mapping[TopicPartition, int],
+    end: dict[TopicPartition, int],
+    entries: Sequence[IndexEntry],
+    ahead: Sequence[IndexEntry],
+    revocations: Sequence[IndexEntry],
+    **cut: Any,
+) -> TopicCut:
+    """The cut of a mode that reads ``[begin, end)``: with the record filters of that
+    mode, the barriers inside the range and the revoked offsets it skips, all derived
+    from the range; ``cut`` holds the rest of the :class:`TopicCut`."""
+    return TopicCut(
+        topic=topic,
+        mode=mode,
+        end=end,
+        filters=record_filters(
+            topic=topic, mode=mode, begin=begin, end=end, entries=entries, revocations=revocations
+        ),
         barriers=_barriers(ahead, begin, end, topic),
         revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
+        **cut,
     )
 
 
@@ -280,24 +295,18 @@ def _plan_unaligned(
             )
         )
     )
-    return TopicCut(
+    return _read_cut(
         topic=topic,
         mode="unaligned",
+        begin=begin,
         end=end,
-        filters=record_filters(
-            topic=topic,
-            mode="unaligned",
-            begin=begin,
-            end=end,
-            entries=entries,
-            revocations=revocations,
-        ),
+        entries=entries,
+        ahead=ahead,
+        revocations=revocations,
         app_id=app_id,
         snapshots=covered,
-        barriers=_barriers(ahead, begin, end, topic),
         note=note,
         reached=reached,
-        revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
     )
 
 
