@@ -26,3 +26,83 @@ def test_control_topic_is_created_once_with_infinite_retention(
     assert calls[0]["name"] == "__chkpt.t" and calls[0]["partitions"] == 1
     assert calls[0]["exist_ok"] is True
     assert calls[0]["config"] == {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
+class _Record:
+    def __init__(self, offset: int, value: bytes) -> None:
+        self.offset = offset
+        self.value = value
+
+
+class _StaleConsumer:
+    """A kafka-python consumer reused across refreshes: its ``highwater`` is the one of
+    its last fetch response until a new response arrives, and the first poll after a
+    seek returns nothing (the fetch is still in flight), as on a loaded machine."""
+
+    def __init__(self, log: list[bytes], *, stale_highwater: int | None) -> None:
+        self.log = log
+        self._highwater: int | None = stale_highwater
+        self._position = 0
+        self._polls = 0
+
+    def topics(self) -> set[str]:
+        return {"__chkpt.t"}
+
+    def assign(self, partitions: list[Any]) -> None:
+        pass
+
+    def seek(self, tp: Any, offset: int) -> None:
+        self._position = offset
+        self._polls = 0
+
+    def end_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+        return {tp: len(self.log) for tp in partitions}
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[Any, list[_Record]]:
+        from kafka import TopicPartition
+
+        self._polls += 1
+        if self._polls == 1:
+            return {}
+        self._highwater = len(self.log)
+        records = [_Record(o, self.log[o]) for o in range(self._position, len(self.log))]
+        self._position = len(self.log)
+        return {TopicPartition("__chkpt.t", 0): records} if records else {}
+
+    def highwater(self, tp: Any) -> int | None:
+        return self._highwater
+
+    def position(self, tp: Any) -> int:
+        return self._position
+
+
+def _complete(snapshot: int) -> bytes:
+    from spark_chkpt.alignment.barrier import IndexEntry
+
+    entry = IndexEntry(
+        kind="complete",
+        app_id="app",
+        snapshot_id=snapshot,
+        topic="t",
+        attempts=("a",),
+        positions={0: 10},
+    )
+    return entry.value()
+
+
+def test_a_refresh_returns_every_entry_acknowledged_before_it_started() -> None:
+    """The read ends at the control topic's end offset asked for at the start of the
+    refresh, not at the high watermark a reused consumer remembers from its previous
+    fetch: with that stale mark a first empty poll ended the read, and a commit's
+    'already committed?' check missed the complete entry written just before (red
+    before: the second refresh returned nothing)."""
+    log = [_complete(0)]
+    index = control_topic.ControlTopic(
+        bootstrap_servers="b:9092", control_topic="__chkpt.t", data_topic="t"
+    )
+    consumer = _StaleConsumer(log, stale_highwater=None)  # a new consumer
+    index._consumer = consumer
+    assert [e.snapshot_id for e in index.refresh()] == [0]
+    log.append(_complete(1))  # acknowledged by the broker before the next refresh
+    consumer._highwater = 1  # what the consumer remembers of its last fetch
+    assert [e.snapshot_id for e in index.refresh()] == [1]

@@ -157,13 +157,16 @@ class ControlTopic(BarrierIndex):
         # The position moves only once the entries read are added: a read that fails
         # half way (a broker gone, retried by the planner) is read again from the start.
         position = self._position
+        # The end to read to is asked for now (ListOffsets), so every entry the broker
+        # acknowledged before this call is read: the high watermark a reused consumer
+        # reports is the one of its previous fetch until a new response arrives, and
+        # ending on it missed a complete entry written just before ("already committed?").
+        end = int(consumer.end_offsets([tp])[tp])
         consumer.seek(tp, position)
         read: list[IndexEntry] = []
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
-        fetched = False
-        while True:
+        while position < end:
             polled = consumer.poll(timeout_ms=60, max_records=10_000)
-            fetched = fetched or consumer.highwater(tp) is not None
             for record in polled.get(tp, []):
                 read.append(
                     IndexEntry.parse(
@@ -171,13 +174,10 @@ class ControlTopic(BarrierIndex):
                     )
                 )
             position = max(position, int(consumer.position(tp)))
-            highwater = consumer.highwater(tp)
-            if fetched and not polled and highwater is not None and position >= int(highwater):
-                break
             if deadline.expired():
                 raise ChkptError(
                     f"reading control topic {self.control_topic} timed out at "
-                    f"offset {position} (high watermark {highwater})"
+                    f"offset {position} (end offset {end})"
                 )
         stale = self.stale
         kept = self.add(read)
