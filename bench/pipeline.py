@@ -16,8 +16,10 @@ On the embedded broker, with the same records (page-view JSON, about 200 bytes):
 (g) (f) into ``noop``: Spark's Python path alone;
 (d) ``deltalake.write_deltalake`` of (b)'s rows alone (what delta-rs costs);
 cold: (b) and (f) as the first query of a fresh Spark session, each in a new process;
-k2k: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers, per sink client, and the aligned
-    downstream read that must count every record once;
+k2k: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers, per sink client, and with
+    ``delivery=exactly-once-transactions`` (kafka-python), each with the aligned
+    downstream read that must count every record once; against Quix Streams
+    exactly-once (``--quix-python``) on the same topic;
 native: Spark's own ``format("kafka")`` into delta-spark's sink (n) and into its Kafka sink
     (nk), on the same topic (bench/native.py; ``--no-native`` leaves them out);
 latency: the job with ``processingTime=0`` while records arrive at 5,000 and 20,000/s,
@@ -443,6 +445,8 @@ def _derive(result: Result, workdir: Path) -> None:
     transactions_s = seconds_of.get(("kafka-python", "exactly-once-transactions"))
     if barriers_s and transactions_s:  # the same client: what the transactions cost
         result.ratios["k2k transactions/barriers"] = round(barriers_s / transactions_s, 3)
+    if result.quix and transactions_s:  # both through Kafka transactions
+        result.ratios["k2k transactions/quix"] = round(result.quix["seconds"] / transactions_s, 3)
     from bench.native import ratios as native_ratios
 
     native_ratios(result)

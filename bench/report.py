@@ -70,6 +70,11 @@ def report(result: Result) -> str:
         f"Kafka -> Kafka (fastest sink client) / Quix Streams = {k2k}: {_target(k2k, 3.0)}"
     )
     lines.append(
+        "Kafka -> Kafka, Kafka transactions / barriers (kafka-python) = "
+        f"{r.get('k2k transactions/barriers', 'not measured')}; "
+        f"/ Quix Streams exactly-once = {r.get('k2k transactions/quix', 'not measured')}"
+    )
+    lines.append(
         f"(b)/(a) = {r['b/a']:.2f}   (f)/(g), chkpt-delta against noop = {r['f/g']:.2f}   "
         f"(b)/(c) = {r['b/c']:.2f} (snapshot overhead {r['snapshot_overhead']:.1%})   "
         f"prefetch gain (b)/(e) = {r['b/e']:.2f}"

@@ -26,17 +26,26 @@ class KafkaDataSource(DataSource):
 
     # The task slots of the session this class was registered with (see for_session).
     task_slots: int | None = None
+    # That session's spark.speculation (a SparkContext setting, fixed for its life).
+    speculation: bool = False
 
     @classmethod
     def name(cls) -> str:
         return "chkpt-kafka"
 
     @classmethod
-    def for_session(cls, *, task_slots: int | None) -> type[KafkaDataSource]:
+    def for_session(
+        cls, *, task_slots: int | None, speculation: bool = False
+    ) -> type[KafkaDataSource]:
         """This format as registered with one session: reads size their tasks to its
-        ``task_slots``. Spark ships the registered class to its Python workers by value,
-        so the figure travels with it."""
-        return type(cls.__name__, (cls,), {"task_slots": task_slots, "__doc__": cls.__doc__})
+        ``task_slots``; the sink refuses ``delivery=exactly-once-transactions`` when its
+        ``spark.speculation`` is on. Spark ships the registered class to its Python
+        workers by value, so the figures travel with it."""
+        return type(
+            cls.__name__,
+            (cls,),
+            {"task_slots": task_slots, "speculation": speculation, "__doc__": cls.__doc__},
+        )
 
     def _config(self, *, streaming: bool | None) -> SourceConfig:
         return SourceConfig.from_options(
@@ -73,6 +82,16 @@ class KafkaDataSource(DataSource):
             )
         config = KafkaSinkConfig.from_options(self.options)
         check_sink_schema(schema, config)
+        if config.transactional and self.speculation:
+            raise ConfigError(
+                "spark.speculation",
+                "true",
+                "the chkpt-kafka sink's delivery=exactly-once-transactions needs "
+                "spark.speculation=false (Spark's default): a speculative copy of a write "
+                "task fences the transaction of the attempt before it, which can be the one "
+                "the driver commits (TransactionLostError). Start the session without "
+                "spark.speculation, or use delivery=barriers",
+            )
         if config.topic:
             require_output_topic(bootstrap_servers=config.bootstrap_servers, name=config.topic)
             # Before any task produces: a reader that found no control topic would read

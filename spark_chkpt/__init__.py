@@ -71,9 +71,19 @@ def register(spark: SparkSession) -> list[str]:
     slots = _task_slots(spark)
     for source in DATA_SOURCES:
         if source is KafkaDataSource:
-            source = KafkaDataSource.for_session(task_slots=slots)
+            source = KafkaDataSource.for_session(task_slots=slots, speculation=_speculation(spark))
         spark.dataSource.register(source)
     return [source.name() for source in DATA_SOURCES]
+
+
+def _speculation(spark: SparkSession) -> bool:
+    """``spark.speculation`` of ``spark``'s SparkContext (fixed when it starts); False
+    on Spark Connect, which has no SparkContext to ask."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect has no SparkContext
+        return False
+    return (context.getConf().get("spark.speculation") or "false").strip().lower() == "true"
 
 
 def _task_slots(spark: SparkSession) -> int | None:

@@ -14,8 +14,10 @@ starts:
   the points that can fail a task or a commit: ``in-write``, ``in-commit``), so Spark
   aborts the batch.
 - ``SPARK_CHKPT_STALL_AT=<point>@<batchId>``: pause there: create the file named by
-  ``SPARK_CHKPT_STALL_SIGNAL`` and sleep ``SPARK_CHKPT_STALL_SECONDS`` (default 10), so a
-  test can inject a fault of its own (freeze the broker) exactly there.
+  ``SPARK_CHKPT_STALL_SIGNAL`` and sleep ``SPARK_CHKPT_STALL_SECONDS`` (default 10), or
+  until the file ``SPARK_CHKPT_STALL_RELEASE`` names exists, so a test can inject a
+  fault of its own (freeze the broker) exactly there and let the engine go on when it
+  is done.
 
 Never set them outside tests. This is the one module of :mod:`spark_chkpt.testing` the
 engine imports.
@@ -39,6 +41,7 @@ FAIL_ENV = "SPARK_CHKPT_FAIL_AT"
 STALL_ENV = "SPARK_CHKPT_STALL_AT"  # <point>@<batchId>: pause there
 STALL_SIGNAL_ENV = "SPARK_CHKPT_STALL_SIGNAL"  # a file created when the stall begins
 STALL_SECONDS_ENV = "SPARK_CHKPT_STALL_SECONDS"  # how long it lasts (default 10)
+STALL_RELEASE_ENV = "SPARK_CHKPT_STALL_RELEASE"  # a file that ends the stall sooner
 
 
 class FaultPoint(str, Enum):
@@ -136,7 +139,14 @@ def _run(action: Action, point: FaultPoint, batch_id: int) -> None:
         if signal_file:
             with open(signal_file, "w") as out:
                 out.write(f"{point.value}@{batch_id}\n")
-        time.sleep(float(os.environ.get(STALL_SECONDS_ENV, "10")))
+        seconds = float(os.environ.get(STALL_SECONDS_ENV, "10"))
+        release = os.environ.get(STALL_RELEASE_ENV)
+        if not release:
+            time.sleep(seconds)
+            return
+        ends = time.monotonic() + seconds
+        while not os.path.exists(release) and time.monotonic() < ends:
+            time.sleep(0.1)
     elif action == "fail":
         raise InjectedFailureError(
             f"spark-chkpt fault injection: failing {point.value} of batch {batch_id}"

@@ -1,9 +1,13 @@
 """The EndTxn client on the real Apache Kafka broker (no Spark): what the driver of
-``delivery=exactly-once-transactions`` relies on, as the broker answers it."""
+``delivery=exactly-once-transactions`` relies on, as the broker answers it; and, in the
+tests' SparkSession, the mode refused at the start of a query when ``spark.speculation``
+is on."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +95,45 @@ def test_aborting_twice_is_done(
     assert client.end(**ids, commit=False) is EndResult.DONE
     assert client.end(**ids, commit=True) is EndResult.INVALID_STATE
     assert committed_values(bootstrap_servers, topic) == []
+
+
+def test_speculation_is_refused_at_start_naming_the_setting(
+    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """``spark.speculation=true`` on the session's SparkContext (set on its live conf,
+    which ``register`` reads; the scheduler of the running context is not changed): a
+    query with ``delivery=exactly-once-transactions`` fails before any task produces,
+    with one error naming the setting (on the old code it ran, and wrote)."""
+    from pyspark.errors import StreamingQueryException
+
+    import spark_chkpt
+
+    out = make_topic(partitions=1)
+    conf = spark.sparkContext._conf  # the live SparkContext's conf (getConf() copies it)
+    conf.set("spark.speculation", "true")
+    try:
+        spark_chkpt.register(spark)
+        query = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 10)
+            .load()
+            .selectExpr("CAST(value AS STRING) AS value")
+            .writeStream.format("chkpt-kafka")
+            .option("kafka.bootstrap.servers", bootstrap_servers)
+            .option("topic", out)
+            .option("delivery", "exactly-once-transactions")
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
+        try:
+            with pytest.raises(StreamingQueryException) as raised:
+                query.awaitTermination(90)
+        finally:
+            query.stop()
+        message = str(raised.value)
+        assert "option 'spark.speculation' = 'true'" in message, message
+        assert "delivery=exactly-once-transactions" in message
+        assert committed_values(bootstrap_servers, out) == []
+    finally:
+        conf.set("spark.speculation", "false")
+        spark_chkpt.register(spark)

@@ -137,7 +137,7 @@ class Entries:
 
 
 def test_the_open_intent_is_the_newest_unless_void() -> None:
-    from spark_chkpt.kafka.sink.committer import open_intent
+    from spark_chkpt.kafka.sink.transaction_steps import open_intent
 
     def intent(n: int, **kw: object) -> IndexEntry:
         return IndexEntry(kind="intent", app_id="q1", snapshot_id=n, topic="out", **kw)  # type: ignore[arg-type]
@@ -156,7 +156,7 @@ def test_an_intent_a_rewind_revoked_is_not_open() -> None:
     is neither finished by ``resume`` nor compared with the restored query's batch 4
     (which read other offsets): only the new generation's intent counts."""
     from spark_chkpt.alignment.index import BarrierIndex
-    from spark_chkpt.kafka.sink.committer import open_intent
+    from spark_chkpt.kafka.sink.transaction_steps import open_intent
 
     old = IndexEntry(
         kind="intent", app_id="q1", snapshot_id=4, topic="out", attempts=("a",), offset=5

@@ -10,12 +10,12 @@ records no barrier confirms.
 With ``delivery=exactly-once-transactions`` the intent also records the write tasks'
 open Kafka transactions, which the commit ends with ``EndTxn(commit)`` before the
 barriers (if any) and the ``complete`` entry; :meth:`KafkaCoordinator.resume` commits a
-crashed driver's recorded transactions before the next tasks run.
+crashed driver's recorded transactions before the next tasks run. Those steps are in
+:mod:`spark_chkpt.kafka.sink.transaction_steps`; the hooks here call them.
 
-Past 400 lines: the committer's hooks (intent, transactions, barriers, complete), the
-fencing hook and the metadata refresh that lets barriers cover partitions added to the
-topic belong to one commit; the barrier writing and the transaction steps would be the
-next pieces to move out.
+Past 400 lines: the committer's hooks (intent, barriers, complete), the fencing hook and
+the metadata refresh that lets barriers cover partitions added to the topic belong to
+one commit; the barrier writing would be the next piece to move out.
 """
 
 from __future__ import annotations
@@ -24,23 +24,21 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import (
-    ChkptError,
-    QueryIdentityError,
-    TransactionLostError,
-    TransactionsAbortedError,
-)
+from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
-from spark_chkpt.kafka.client.transactions import EndResult, TransactionClient
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
-from spark_chkpt.kafka.sink.transactional import every_transactional_id
+from spark_chkpt.kafka.sink.transaction_steps import (
+    TransactionSteps,
+    open_intent,
+    recorded_transactions,
+)
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
@@ -135,6 +133,9 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             timing=settings.timing,
         )
         self.settings = settings
+        self.transactions = TransactionSteps(
+            settings=settings, index=self._index, producer=self._producer
+        )
 
     def _producer(self) -> Any:
         key = self.settings.bootstrap_servers
@@ -250,8 +251,8 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                     topic,
                 )
             if self.settings.transactional:
-                self._commit_transactions(batch, intent)
-                self._abort_transactions(batch, keep=intent.transactions)
+                self.transactions.commit(batch, intent)
+                self.transactions.abort_unrecorded(batch, keep=intent.transactions)
             positions: dict[int, int] = {}
             if self.settings.barriers:
                 barrier = Barrier(
@@ -271,7 +272,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
     def discard(self, batch: KafkaBatch) -> None:
         """Step 3, the batch already committed: abort this attempt's transactions."""
         if self.settings.transactional:
-            self._abort_transactions(batch, keep=())
+            self.transactions.abort_unrecorded(batch, keep=())
 
     def completed(self, batch: KafkaBatch, record: SnapshotRecord) -> SnapshotRecord:
         log.info(
@@ -295,133 +296,13 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             if producer is not None:
                 producer.close(timeout=0)
 
-    # -- delivery "exactly-once-transactions" ----------------------------------------------
-
-    def _transaction_client(self, batch: KafkaBatch) -> TransactionClient:
-        if batch.transactions is None:
-            batch.transactions = TransactionClient(
-                bootstrap_servers=self.settings.bootstrap_servers,
-                settings=self.settings.producer_settings,
-            )
-        return batch.transactions
-
-    def _commit_transactions(self, batch: KafkaBatch, intent: IndexEntry) -> None:
-        """Step 4, after the intent: ``EndTxn(commit)`` of every transaction it records,
-        with the producer id and epoch the task returned (a transaction committed before,
-        by a commit that crashed, answers done). One the broker aborted (its
-        ``transaction.timeout.ms`` ran out) or fenced is lost: the batch fails with
-        :class:`TransactionLostError`."""
-        client = self._transaction_client(batch)
-        lost: list[str] = []
-        committed = 0
-        results = []
-        for n, (txn_id, producer_id, epoch) in enumerate(intent.transactions):
-            if n == 1:
-                failpoint(FaultPoint.BETWEEN_TRANSACTIONS, batch.batch_id)
-            result = client.end(
-                transactional_id=txn_id, producer_id=producer_id, epoch=epoch, commit=True
-            )
-            results.append(result)
-            if result is EndResult.DONE:
-                committed += 1
-            else:
-                lost.append(f"{txn_id} (producer id {producer_id}, epoch {epoch}: {result.value})")
-        if lost and all(r is EndResult.FENCED for r in results):
-            self._void(batch, intent)
-        if lost:
-            raise TransactionLostError(
-                f"chkpt-kafka batch {batch.batch_id} of appId {self.app_id}: the broker no "
-                f"longer holds {len(lost)} of the {len(intent.transactions)} Kafka "
-                f"transactions its intent entry (control topic offset {intent.offset}) "
-                f"records for topic {intent.topic}: {'; '.join(lost)}. "
-                f"{committed} were committed. The broker aborts a transaction that stays open "
-                f"longer than transaction.timeout.ms "
-                f"({self.settings.transaction_timeout_ms} ms here): the batch and the driver's "
-                f"restart took longer (maxRestartTime is "
-                f"{self.settings.max_restart_time_ms} ms), or another producer used these "
-                "transactional ids. The batch's records in these transactions are lost to "
-                "read_committed consumers; see docs/known-limits.md for the way back"
-            )
-        failpoint(FaultPoint.AFTER_TRANSACTIONS, batch.batch_id)
-
-    def _void(self, batch: KafkaBatch, intent: IndexEntry) -> None:
-        """Every recorded transaction is fenced and none was committed: nothing of the
-        batch is visible. Fenced means the epoch moved on, by the broker's timeout abort
-        or an ``initTransactions`` on the id; the ids' next holders are the next tasks,
-        which run only after this commit (or :meth:`resume`), so none of these
-        transactions was committed before. A void intent lets the batch's next commit
-        record transactions of its own, which the re-run of the batch produces."""
-        index = self._index(intent.topic)
-        batch.producer = batch.producer or self._producer()
-        write_entry(
-            batch.producer,
-            control_topic=index.control_topic,
-            entry=replace(intent, void=True, offset=None),
-            settings=self.settings.producer_settings,
-        )
-        raise TransactionsAbortedError(
-            f"chkpt-kafka batch {batch.batch_id} of appId {self.app_id}: the broker aborted "
-            f"all {len(intent.transactions)} Kafka transactions its intent entry (control "
-            f"topic offset {intent.offset}) records for topic {intent.topic} "
-            f"(transaction.timeout.ms is {self.settings.transaction_timeout_ms} ms), before "
-            "any was committed: nothing of the batch is visible. The intent is marked void; "
-            "the batch runs again and commits transactions of its own"
-        )
-
-    def _abort_transactions(self, batch: KafkaBatch, *, keep: Sequence[Any]) -> None:
-        """``EndTxn(abort)`` of this commit's task transactions not in ``keep`` (the ones
-        an earlier intent of the batch records): a replay's output when the batch is
-        already committed. Fenced (a later holder of the id aborted it) counts as done."""
-        kept = {tuple(t) for t in keep}
-        client = self._transaction_client(batch)
-        for output in batch.outputs:
-            txn = output.transaction
-            if txn is None or tuple(txn) in kept:
-                continue
-            result = client.end(
-                transactional_id=txn[0], producer_id=txn[1], epoch=txn[2], commit=False
-            )
-            if result is EndResult.INVALID_STATE:
-                log.error(
-                    "chkpt-kafka batch %d: transaction %s (producer id %d, epoch %d) of "
-                    "attempt %s, which no intent records, was committed",
-                    batch.batch_id,
-                    *txn,
-                    output.attempt,
-                )
-
     def resume(self) -> list[int]:
-        """Before a batch's tasks run (the sink's ``streamWriter``, on the driver): finish
-        every batch of this app id whose ``intent`` has no ``complete`` entry, committing
-        the transactions the intent records. It must come before the tasks: they reuse
-        the transactional ids, and their ``initTransactions`` would abort a recorded
-        transaction not yet committed. Returns the batches finished."""
-        topic = self.settings.topic
-        if topic is None:
-            return []
-        index = self._index(topic)
-        app = self.settings.app_id
-        unfinished = sorted(
-            {
-                e.snapshot_id
-                for e in index.live()
-                if e.app_id == app
-                and e.kind == "intent"
-                and open_intent(index, app_id=app, batch_id=e.snapshot_id) is not None
-                and index.first(app_id=app, snapshot_id=e.snapshot_id, kind="complete") is None
-            }
+        """Before a batch's tasks run (the sink's ``streamWriter``, on the driver): commit
+        every batch of this app id whose ``intent`` has no ``complete`` entry
+        (:meth:`TransactionSteps.resume`). Returns the batches finished."""
+        return self.transactions.resume(
+            commit=lambda batch_id: self.commit(batch_id=batch_id, messages=())
         )
-        for batch_id in unfinished:
-            log.warning(
-                "chkpt-kafka batch %d: its intent has no complete entry; committing the "
-                "transactions it records before the tasks run",
-                batch_id,
-            )
-            try:
-                self.commit(batch_id=batch_id, messages=())
-            except TransactionsAbortedError as e:
-                log.warning("%s", e)
-        return unfinished
 
     # -- the rest ----------------------------------------------------------------------------
 
@@ -452,13 +333,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             generation=batch.epoch.generation,
             transactions=intent.transactions
             if intent is not None
-            else tuple(
-                sorted(
-                    m.transaction
-                    for m in outputs
-                    if m.transaction is not None and topic in m.counts and m.rows
-                )
-            ),
+            else recorded_transactions(outputs, topic),
         )
         write_entry(
             batch.producer,
@@ -535,58 +410,14 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         transactions: abort the tasks' transactions, then fence every transactional id
         the batch's tasks could have used (those whose message never came back)."""
         failpoint(FaultPoint.IN_ABORT, batch_id)
-        if self.settings.transactional and self.settings.topic is not None:
-            index = self._index(self.settings.topic)
-            if open_intent(index, app_id=self.app_id, batch_id=batch_id) is None:
-                self._fence_all(messages=messages, batch_id=batch_id)
-            else:  # the commit failed after the intent: the restart commits what it records
-                log.warning(
-                    "chkpt-kafka batch %d aborted after its intent entry: its recorded "
-                    "transactions stay open for the restart to commit",
-                    batch_id,
-                )
+        if self.settings.transactional:
+            self.transactions.abort(messages=messages, batch_id=batch_id)
         attempts = sorted(m.attempt for m in messages if m is not None)
         log.warning(
             "chkpt-kafka batch %d aborted: records of attempt(s) %s stay unconfirmed",
             batch_id,
             ", ".join(attempts) or "-",
         )
-
-    def _fence_all(self, *, messages: Sequence[ProducedOutput | None], batch_id: int) -> None:
-        topic = self.settings.topic or ""
-        client = TransactionClient(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            settings=self.settings.producer_settings,
-        )
-        try:
-            ids = every_transactional_id(
-                app_id=self.app_id, topic=topic, partitions=max(1, len(messages))
-            )
-            for txn_id in ids:
-                client.fence(
-                    transactional_id=txn_id,
-                    transaction_timeout_ms=self.settings.transaction_timeout_ms,
-                )
-            log.warning(
-                "chkpt-kafka batch %d aborted: fenced %d transactional ids", batch_id, len(ids)
-            )
-        except ChkptError as e:  # the broker's timeout aborts them anyway
-            log.warning("chkpt-kafka batch %d: fencing its transactions failed: %s", batch_id, e)
-        finally:
-            client.close()
-
-
-def open_intent(index: ControlTopic, *, app_id: str, batch_id: int) -> IndexEntry | None:
-    """The newest live ``intent`` entry of (``app_id``, ``batch_id``), unless it is void
-    (an intent of a timeline a savepoint rewind revoked is not live)."""
-    intents = [
-        e
-        for e in index.live()
-        if e.app_id == app_id and e.snapshot_id == batch_id and e.kind == "intent"
-    ]
-    if not intents or intents[-1].void:
-        return None
-    return intents[-1]
 
 
 def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:

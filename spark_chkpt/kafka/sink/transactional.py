@@ -33,7 +33,14 @@ from spark_chkpt.kafka.client.transactions import TransactionClient
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.writer import KafkaPythonProducer
-from spark_chkpt.testing.failpoints import FAIL_ENV, FaultPoint, armed, failpoint
+from spark_chkpt.testing.failpoints import (
+    ENV,
+    FAIL_ENV,
+    STALL_ENV,
+    FaultPoint,
+    armed,
+    failpoint,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,12 +105,13 @@ class TransactionalProducer(KafkaPythonProducer):
     def send(self, batch: pa.RecordBatch) -> None:
         """Produce ``batch`` into the open transaction. Fail point ``in-write``: after the
         first Arrow batch is flushed (its records are in the broker, in this attempt's
-        open transaction), the first attempt of task 0 fails (or the driver is killed)."""
+        open transaction), the first attempt of task 0 fails (or the driver is killed, or
+        every task stalls)."""
         super().send(batch)
         self._sent += 1
-        if self._sent == 1 and (
-            armed(FaultPoint.IN_WRITE, self._batch_id or 0)
-            or armed(FaultPoint.IN_WRITE, self._batch_id or 0, env=FAIL_ENV)
+        if self._sent == 1 and any(
+            armed(FaultPoint.IN_WRITE, self._batch_id or 0, env=env)
+            for env in (ENV, FAIL_ENV, STALL_ENV)
         ):
             flush_within(self._producer, settings=self.config.producer_settings)
             failpoint(FaultPoint.IN_WRITE, self._batch_id, can_fail=self._first_attempt)
