@@ -244,7 +244,8 @@ def run(
     state_budget_s: float = 1_800,
 ) -> dict[str, Any]:
     """Every scaling row: partitions and state in one ``local[*]`` session, executors in
-    their own processes. The figures as a dict (``--json`` writes it under ``scaling``)."""
+    their own processes, each table printed when measured. The figures as a dict
+    (``--json`` writes it under ``scaling``)."""
     from bench import state_scaling
     from bench.query import bench_session
 
@@ -258,13 +259,7 @@ def run(
         client=client,
         repeat=repeat,
     )
-    state = state_scaling.measure(
-        spark=spark,
-        workdir=workdir,
-        sizes=state_scaling.SIZES if state_sizes is None else state_sizes,
-        budget_s=state_budget_s,
-    )
-    spark.stop()
+    print("\n".join(table_lines(partitions, title="Partitions")), flush=True)
     executors = measure_executors(
         servers=servers,
         workdir=workdir,
@@ -273,6 +268,15 @@ def run(
         client=client,
         partitions=executor_partitions,
     )
+    print("\n".join(table_lines(executors, title="Executors")), flush=True)
+    # The longest rows last: what was measured before them is printed already.
+    state = state_scaling.measure(
+        spark=spark,
+        workdir=workdir,
+        sizes=state_scaling.SIZES if state_sizes is None else state_sizes,
+        budget_s=state_budget_s,
+    )
+    spark.stop()
     return {"partitions": partitions, "executors": executors, "state": state}
 
 

@@ -26,6 +26,7 @@ and what the savepoint copied: bytes and files by kind (``.zip``, ``.sst``,
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -241,6 +242,7 @@ def measure(
             continue
         print(f"[bench] state: {keys:,} keys", flush=True)
         measured.append(measure_size(spark=spark, workdir=workdir, keys=keys))
+        print(json.dumps(measured[-1]), flush=True)
     return {"cli_floor_s": cli_floor_s, "sizes": measured, "skipped": skipped}
 
 
