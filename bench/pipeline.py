@@ -533,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scaling-records",
         type=int,
         default=200_000,
-        help="records of each partitions and executors row (maxOffsetsPerTrigger: a tenth)",
+        help="records of each partitions and executors row (maxOffsetsPerTrigger: a tenth); "
+        "0: the state rows alone",
     )
     parser.add_argument(
         "--state-keys",

@@ -250,25 +250,28 @@ def run(
     from bench.query import bench_session
 
     spark = bench_session(partitions=4)
-    partitions = measure_partitions(
-        spark=spark,
-        servers=servers,
-        workdir=workdir,
-        records=records,
-        per_trigger=per_trigger,
-        client=client,
-        repeat=repeat,
-    )
-    print("\n".join(table_lines(partitions, title="Partitions")), flush=True)
-    executors = measure_executors(
-        servers=servers,
-        workdir=workdir,
-        records=records,
-        per_trigger=per_trigger,
-        client=client,
-        partitions=executor_partitions,
-    )
-    print("\n".join(table_lines(executors, title="Executors")), flush=True)
+    partitions: list[dict[str, Any]] = []
+    executors: list[dict[str, Any]] = []
+    if records > 0:  # 0: the state rows alone
+        partitions = measure_partitions(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            records=records,
+            per_trigger=per_trigger,
+            client=client,
+            repeat=repeat,
+        )
+        print("\n".join(table_lines(partitions, title="Partitions")), flush=True)
+        executors = measure_executors(
+            servers=servers,
+            workdir=workdir,
+            records=records,
+            per_trigger=per_trigger,
+            client=client,
+            partitions=executor_partitions,
+        )
+        print("\n".join(table_lines(executors, title="Executors")), flush=True)
     # The longest rows last: what was measured before them is printed already.
     state = state_scaling.measure(
         spark=spark,
