@@ -526,12 +526,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run only the --min-pause rows (default pause 500ms)",
     )
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="also measure how cost grows (bench/scaling.py): partitions 4/16/64, "
+        "local-cluster with 1 and 2 executors, state of 10k/1M/10M keys",
+    )
+    parser.add_argument("--scaling-only", action="store_true", help="run only the --scaling rows")
+    parser.add_argument(
+        "--scaling-records",
+        type=int,
+        default=200_000,
+        help="records of each partitions and executors row (maxOffsetsPerTrigger: a tenth); "
+        "0: the state rows alone",
+    )
+    parser.add_argument(
+        "--state-keys",
+        default="10000,1000000,10000000",
+        help="state sizes (distinct keys) of the scaling rows, comma-separated",
+    )
+    parser.add_argument(
+        "--batch-cost-only",
+        action="store_true",
+        help="run only the per-batch fixed cost and its Spark/ours table (bench/batch_anatomy.py)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-bench-"))
     if args.min_pause_only:
         return _min_pause_only(args, workdir)
+    if args.scaling_only:
+        return _scaling(args, workdir, result=None)
+    if args.batch_cost_only:
+        return _batch_cost_only(args, workdir)
     result = run(
         records=args.records,
         partitions=args.partitions,
@@ -551,8 +579,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.report import report
 
     print(report(result), flush=True)
+    if args.scaling:
+        return _scaling(args, workdir, result=asdict(result))
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(result), indent=2))
+    return 0
+
+
+def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:
+    """``--batch-cost-only``: the per-batch fixed cost alone, after one warm-up query."""
+    from bench import batch_cost
+    from bench.batch_anatomy import table_lines
+    from bench.query import bench_session, run_query
+
+    with _broker(args.bootstrap_servers) as servers:
+        spark = bench_session(partitions=args.partitions)
+        warm = "bench-warm"
+        batch_cost.fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
+        run_query(
+            spark=spark,
+            settings={
+                "source.kafka.bootstrap.servers": servers,
+                "source.subscribe": warm,
+                "source.startingOffsets": "earliest",
+                "source.maxOffsetsPerTrigger": "1000",
+                "source.kafka.client": args.client,
+            },
+            workdir=workdir,
+            name="warmup",
+        )
+        cost = batch_cost.measure(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            partitions=args.partitions,
+            client=args.client,
+        )
+        spark.stop()
+    print(json.dumps(cost["median_ms"]), flush=True)
+    total = cost["spark_ms"].get("triggerExecution", 0.0)
+    print("\n".join(table_lines([tuple(r) for r in cost["anatomy"]], total=total)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(cost, indent=2))
+    return 0
+
+
+def _scaling(args: argparse.Namespace, workdir: Path, *, result: dict[str, Any] | None) -> int:
+    """The ``--scaling`` rows (bench/scaling.py) on the broker of ``--bootstrap-servers``
+    or a real Kafka broker started for them; with ``--json``, under ``scaling``."""
+    from bench import scaling
+
+    with _broker(args.bootstrap_servers) as servers:
+        rows = scaling.run(
+            servers=servers,
+            workdir=workdir,
+            records=args.scaling_records,
+            per_trigger=max(1, args.scaling_records // 10),
+            client=args.client,
+            state_sizes=[int(k) for k in args.state_keys.split(",") if k.strip()],
+        )
+    print("\n".join(scaling.report_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**(result or {}), "scaling": rows}, indent=2))
     return 0
 
 

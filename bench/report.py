@@ -116,6 +116,11 @@ def report(result: Result) -> str:
             f"per-batch fixed cost ({cost['batches']} batches of {cost['per_batch']:,} "
             f"records, median ms): {shown}"
         )
+        if cost.get("anatomy"):
+            from bench.batch_anatomy import table_lines as anatomy_lines
+
+            total = cost["spark_ms"].get("triggerExecution", 0.0)
+            lines += anatomy_lines([tuple(r) for r in cost["anatomy"]], total=total)
     if result.min_pause:
         from bench.min_pause import report_lines as pause_lines
 

@@ -1,0 +1,294 @@
+"""How cost grows: Kafka → Delta throughput and driver commit time against partitions and
+executors (issue 29). The state-size rows are in :mod:`bench.state_scaling`.
+
+    python -m bench --scaling-only            # these rows and the state rows alone
+    python -m bench --scaling                 # after the other rows, in the same run
+
+* partitions: the same ``records`` over topics of 4, 16 and 64 partitions, each drained
+  by the warm Kafka → Delta job (``chkpt-kafka`` → ``chkpt-delta``, exactly once,
+  ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger=per_trigger``) in one ``local[*]``
+  session, after a warm-up query; the runs alternate ``repeat`` times, the fastest counts;
+* executors: the same job on ``local-cluster[1,1,1024]`` and ``local-cluster[2,1,1024]``
+  (one and two executor JVMs of one core each, with their own Python workers), each in a
+  new process (the master is fixed when the JVM starts) with a warm-up query first.
+
+Commit time is the driver's Delta commit of each batch as the snapshot records in the
+Delta commits give it (``commit_ms``), p50 and p99 over the run's batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PARTITIONS = (4, 16, 64)
+MASTERS = ("local-cluster[1,1,1024]", "local-cluster[2,1,1024]")
+
+
+def commit_latencies(table: Path) -> list[float]:
+    """The driver commit time (ms) of every batch the snapshot records in ``table`` carry."""
+    from deltalake import DeltaTable
+
+    from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY
+
+    return [
+        float(json.loads(entry[SNAPSHOT_KEY])["commit_ms"])
+        for entry in DeltaTable(str(table)).history()
+        if SNAPSHOT_KEY in entry
+    ]
+
+
+def row(*, label: str, records: int, seconds: float, commits: list[float]) -> dict[str, Any]:
+    """One row of the table: records/s and the commit time p50/p99 over ``commits``."""
+    from spark_chkpt.metrics.reporter import percentile
+
+    return {
+        "label": label,
+        "records": records,
+        "seconds": round(seconds, 2),
+        "records_per_s": round(records / seconds) if seconds > 0 else None,
+        "batches": len(commits),
+        "commit_p50_ms": percentile(commits, 50),
+        "commit_p99_ms": percentile(commits, 99),
+    }
+
+
+def table_lines(rows: Sequence[dict[str, Any]], *, title: str) -> list[str]:
+    """A Markdown table of rows from :func:`row`, with each row's throughput against the
+    first row's."""
+    lines = [
+        f"**{title}**",
+        "",
+        "| run | records | s | records/s | × first | batches | commit p50 ms | commit p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = rows[0]["records_per_s"] if rows else None
+    for r in rows:
+        rate = r["records_per_s"]
+        versus = f"{rate / base:.2f}" if rate and base else "–"
+        lines.append(
+            f"| {r['label']} | {r['records']:,} | {r['seconds']:.2f} | "
+            f"{_number(rate)} | {versus} | {r['batches']} | "
+            f"{_number(r['commit_p50_ms'])} | {_number(r['commit_p99_ms'])} |"
+        )
+    return lines
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if value >= 100 else f"{value:g}"
+
+
+def _settings(servers: str, topic: str, per_trigger: int, client: str) -> dict[str, str]:
+    return {
+        "source.kafka.bootstrap.servers": servers,
+        "source.subscribe": topic,
+        "source.startingOffsets": "earliest",
+        "source.maxOffsetsPerTrigger": str(per_trigger),
+        "source.kafka.client": client,
+    }
+
+
+def fill(*, servers: str, topic: str, records: int, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` and produce the benchmark's ``records`` into it."""
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.testing.generator import produce_page_views
+
+    create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
+    produce_page_views(
+        bootstrap_servers=servers, topic=topic, first=0, count=records, spread_over=partitions
+    )
+
+
+def measure_partitions(
+    *,
+    spark: Any,
+    servers: str,
+    workdir: Path,
+    records: int,
+    per_trigger: int,
+    client: str,
+    repeat: int = 2,
+    counts: Sequence[int] = PARTITIONS,
+) -> list[dict[str, Any]]:
+    """The job on the same records over each partition count; the fastest of ``repeat``."""
+    from bench.query import run_query
+
+    topics = {p: f"scale-p{p}" for p in counts}
+    for p, topic in topics.items():
+        print(f"[bench] scaling: {records:,} records into {p} partitions", flush=True)
+        fill(servers=servers, topic=topic, records=records, partitions=p)
+    run_query(
+        spark=spark,
+        settings=_settings(servers, topics[counts[0]], per_trigger, client),
+        workdir=workdir,
+        name="scale-warmup",
+    )
+    best: dict[int, tuple[float, str]] = {}
+    for round_no in range(repeat):
+        order = list(counts)[round_no % len(counts) :] + list(counts)[: round_no % len(counts)]
+        for p in order:
+            name = f"scale-p{p}-{round_no}"
+            print(f"[bench] scaling round {round_no + 1}/{repeat}: {p} partitions", flush=True)
+            seconds, _, _ = run_query(
+                spark=spark,
+                settings=_settings(servers, topics[p], per_trigger, client),
+                workdir=workdir,
+                name=name,
+            )
+            if p not in best or seconds < best[p][0]:
+                best[p] = (seconds, name)
+    return [
+        row(
+            label=f"{p} partitions",
+            records=records,
+            seconds=best[p][0],
+            commits=commit_latencies(workdir / best[p][1]),
+        )
+        for p in counts
+    ]
+
+
+def measure_executors(
+    *,
+    servers: str,
+    workdir: Path,
+    records: int,
+    per_trigger: int,
+    client: str,
+    partitions: int,
+    masters: Sequence[str] = MASTERS,
+) -> list[dict[str, Any]]:
+    """The job on each ``local-cluster`` master, each in a new process, on one topic."""
+    from bench.cold import json_result
+
+    topic = f"scale-exec-p{partitions}"
+    fill(servers=servers, topic=topic, records=records, partitions=partitions)
+    rows = []
+    for index, master in enumerate(masters):
+        print(f"[bench] scaling: {master}", flush=True)
+        command = [
+            sys.executable,
+            "-m",
+            "bench.scaling",
+            "--master",
+            master,
+            "--workdir",
+            str(workdir),
+            "--name",
+            f"scale-exec-{index}",
+            "--partitions",
+            str(partitions),
+            "--records",
+            str(records),
+            "--settings",
+            json.dumps(_settings(servers, topic, per_trigger, client)),
+        ]
+        rows.append(json_result(command, what=f"scaling run on {master}"))
+    return rows
+
+
+def _child(argv: Sequence[str] | None = None) -> int:
+    """One executors row in this process: a warm-up query, then the measured one."""
+    parser = argparse.ArgumentParser(prog="python -m bench.scaling")
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--settings", required=True, help="the query's settings as JSON")
+    args = parser.parse_args(argv)
+    from bench.query import SESSION_CONF, run_query
+    from spark_chkpt.session import build_session
+
+    spark = build_session(
+        app_name="spark-chkpt-bench-scaling",
+        master=args.master,
+        conf={**SESSION_CONF, "spark.sql.shuffle.partitions": str(args.partitions)},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    settings = json.loads(args.settings)
+    workdir = Path(args.workdir)
+    run_query(spark=spark, settings=settings, workdir=workdir, name=f"{args.name}-warmup")
+    seconds, _, _ = run_query(spark=spark, settings=settings, workdir=workdir, name=args.name)
+    measured = row(
+        label=args.master,
+        records=args.records,
+        seconds=seconds,
+        commits=commit_latencies(workdir / args.name),
+    )
+    print(json.dumps(measured), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child())
+
+
+def run(
+    *,
+    servers: str,
+    workdir: Path,
+    records: int,
+    per_trigger: int,
+    client: str,
+    executor_partitions: int = 4,
+    repeat: int = 2,
+    state_sizes: Sequence[int] | None = None,
+    state_budget_s: float = 1_800,
+) -> dict[str, Any]:
+    """Every scaling row: partitions and state in one ``local[*]`` session, executors in
+    their own processes, each table printed when measured. The figures as a dict
+    (``--json`` writes it under ``scaling``)."""
+    from bench import state_scaling
+    from bench.query import bench_session
+
+    spark = bench_session(partitions=4)
+    partitions: list[dict[str, Any]] = []
+    executors: list[dict[str, Any]] = []
+    if records > 0:  # 0: the state rows alone
+        partitions = measure_partitions(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            records=records,
+            per_trigger=per_trigger,
+            client=client,
+            repeat=repeat,
+        )
+        print("\n".join(table_lines(partitions, title="Partitions")), flush=True)
+        executors = measure_executors(
+            servers=servers,
+            workdir=workdir,
+            records=records,
+            per_trigger=per_trigger,
+            client=client,
+            partitions=executor_partitions,
+        )
+        print("\n".join(table_lines(executors, title="Executors")), flush=True)
+    # The longest rows last: what was measured before them is printed already.
+    state = state_scaling.measure(
+        spark=spark,
+        workdir=workdir,
+        sizes=state_scaling.SIZES if state_sizes is None else state_sizes,
+        budget_s=state_budget_s,
+    )
+    spark.stop()
+    return {"partitions": partitions, "executors": executors, "state": state}
+
+
+def report_lines(scaling: dict[str, Any]) -> list[str]:
+    """The scaling tables, Markdown, as the performance page quotes them."""
+    from bench.state_scaling import table_lines as state_lines
+
+    lines = table_lines(scaling["partitions"], title="Partitions (Kafka → Delta, warm, local[*])")
+    lines += [""]
+    lines += table_lines(scaling["executors"], title="Executors (Kafka → Delta, warm)")
+    lines += [""]
+    return lines + state_lines(scaling["state"])
