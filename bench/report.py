@@ -111,6 +111,10 @@ def report(result: Result) -> str:
             f"per-batch fixed cost ({cost['batches']} batches of {cost['per_batch']:,} "
             f"records, median ms): {shown}"
         )
+    if result.decode:
+        from bench.decode import report_lines as decode_lines
+
+        lines += decode_lines(result.decode)
     if result.min_pause:
         from bench.min_pause import report_lines as pause_lines
 
