@@ -19,6 +19,7 @@ it fills a topic of its own on an embedded broker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,9 +28,26 @@ RUNS = ("raw", "records", "columns")
 
 
 def _raw(servers: str, topic: str, ends: dict[Any, int]) -> int:
-    from bench.pipeline import _drain_raw
+    """Drain ``ends`` with a bare kafka-python consumer (as make bench's raw row)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
 
-    return _drain_raw(servers, topic, ends, "kafka-python")
+    consumer = KafkaConsumer(
+        bootstrap_servers=servers, enable_auto_commit=False, group_id=None, max_poll_records=10_000
+    )
+    remaining = {KafkaTopicPartition(tp.topic, tp.partition): end for tp, end in ends.items()}
+    consumer.assign(list(remaining))
+    for ktp in remaining:
+        consumer.seek(ktp, 0)
+    remaining = {ktp: end for ktp, end in remaining.items() if end > 0}
+    count = 0
+    while remaining:
+        for ktp, records in consumer.poll(timeout_ms=1000).items():
+            count += len(records)
+            if ktp in remaining and consumer.position(ktp) >= remaining[ktp]:
+                del remaining[ktp]
+    consumer.close()
+    return count
 
 
 def _source(servers: str, topic: str, ends: dict[Any, int], decode: str) -> int:
@@ -99,14 +117,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", default=None)
     args = parser.parse_args(argv)
 
-    from bench.pipeline import _broker
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.kafka.source.offset_reader import OffsetReader
     from spark_chkpt.kafka.source.options import SourceConfig
     from spark_chkpt.testing.generator import produce_page_views
 
     topic = f"bench-decode-{int(time.time())}"
-    with _broker(args.bootstrap_servers) as servers:
+    with contextlib.ExitStack() as stack:
+        servers = args.bootstrap_servers
+        if not servers:
+            from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+
+            servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
         create_topic(bootstrap_servers=servers, name=topic, partitions=args.partitions)
         produce_page_views(
             bootstrap_servers=servers,
