@@ -142,7 +142,9 @@ def _sink_clients() -> list[str]:
     return clients
 
 
-def _prepare(*, servers: str, records: int, partitions: int, client: str, result: Result) -> None:
+def _prepare(
+    *, servers: str, records: int, partitions: int, client: str, result: Result
+) -> dict[Any, int]:
     """Create and fill the topic, then drain it with the raw client(s): (a) and (a')."""
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.kafka.source.offset_reader import OffsetReader
@@ -169,6 +171,7 @@ def _prepare(*, servers: str, records: int, partitions: int, client: str, result
         result.seconds[key] = time.monotonic() - started
         if drained != records:
             raise RuntimeError(f"raw {raw_client} consumer read {drained} of {records}")
+    return dict(ends)
 
 
 def _quix_python(chosen: str | None) -> str | None:
@@ -221,11 +224,13 @@ def run(
     native: bool = True,
     bootstrap_servers: str | None = None,
     min_pause: str | None = None,
+    decode: str = "columns",
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
     from bench import batch_cost, kafka_to_kafka, latency
     from bench import cold as cold_runs
+    from bench import decode as decode_runs
     from bench import min_pause as pause_runs
     from bench import native as native_runs
     from bench.query import bench_session, run_query
@@ -234,9 +239,11 @@ def run(
     result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
     synthetic = workdir / "synthetic"
     with _broker(bootstrap_servers) as servers:
-        _prepare(
+        ends = _prepare(
             servers=servers, records=records, partitions=partitions, client=client, result=result
         )
+        print("[bench] read path per core: raw kafka-python, decode=records, decode=columns")
+        result.decode = decode_runs.measure(servers=servers, topic=TOPIC, ends=ends)
         write_partitions(folder=synthetic, topic=TOPIC, records=records, partitions=partitions)
         kafka_settings = {
             "source.kafka.bootstrap.servers": servers,
@@ -244,6 +251,7 @@ def run(
             "source.startingOffsets": "earliest",
             "source.maxOffsetsPerTrigger": str(per_trigger),
             "source.kafka.client": client,
+            "source.decode": decode,
         }
         ceiling_settings = {
             "source.path": str(synthetic),
@@ -550,6 +558,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run only the per-batch fixed cost and its Spark/ours table (bench/batch_anatomy.py)",
     )
+    parser.add_argument(
+        "--decode",
+        choices=("columns", "records"),
+        default="columns",
+        help="the source's decode option in every chkpt-kafka row: records is the read "
+        "path before columns (for a before/after figure in one checkout)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -575,6 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         native=not args.no_native,
         bootstrap_servers=args.bootstrap_servers,
         min_pause=args.min_pause,
+        decode=args.decode,
     )
     from bench.report import report
 

@@ -121,6 +121,10 @@ def report(result: Result) -> str:
 
             total = cost["spark_ms"].get("triggerExecution", 0.0)
             lines += anatomy_lines([tuple(r) for r in cost["anatomy"]], total=total)
+    if result.decode:
+        from bench.decode import report_lines as decode_lines
+
+        lines += decode_lines(result.decode)
     if result.min_pause:
         from bench.min_pause import report_lines as pause_lines
 

@@ -26,3 +26,4 @@ class Result:
     batch_cost: dict[str, Any] = field(default_factory=dict)
     native: dict[str, Any] = field(default_factory=dict)  # bench/native.py's NativeRuns
     min_pause: list[dict[str, Any]] = field(default_factory=list)  # bench/min_pause.py
+    decode: dict[str, Any] = field(default_factory=dict)  # bench/decode.py

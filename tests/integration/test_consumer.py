@@ -382,3 +382,104 @@ def test_a_barrier_confirms_its_attempts_when_the_index_lost_them(
     assert _values(first) == ["a-0", "a-1", "plain-0"]
     assert _values(second) == ["b-0", "plain-1"]
     assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (1, {"X"})
+
+
+def _mixed_topic(bootstrap_servers: str, topic: str, producer: Any) -> int:
+    """One partition holding every shape of batch a read meets; returns its end offset.
+
+    Plain batches with null keys, null values, headers and empty headers; one batch per
+    codec; committed and aborted transactions (their markers take offsets); a barrier
+    record and tagged records (read as plain: the barrier is never a row)."""
+    from kafka import KafkaProducer
+
+    produce(
+        producer,
+        topic,
+        [b"v%d" % i if i % 11 else b"" for i in range(40)],
+        key=lambda i: None if i % 7 == 0 else b"k%d" % i,
+        headers=lambda i: [("h", b"%d" % i), ("empty", b"")] if i % 3 == 0 else None,
+    )
+    producer.send(topic, key=b"null-value", value=None, partition=0)
+    for codec in ("gzip", "snappy", "lz4", "zstd"):
+        compressed = KafkaProducer(
+            bootstrap_servers=bootstrap_servers, compression_type=codec, linger_ms=50
+        )
+        produce(
+            compressed,
+            topic,
+            [(b"%s-%d-" % (codec.encode(), i)) * 20 for i in range(60)],
+            headers=lambda i: [("i", b"%d" % i)] if i % 5 == 0 else None,
+        )
+        compressed.close()
+    tx = KafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        transactional_id=f"tx-{topic}",
+        compression_type="gzip",
+    )
+    tx.init_transactions()
+    for n, commit in enumerate((True, False, True, False, True)):
+        tx.begin_transaction()
+        for i in range(7):
+            tx.send(topic, value=b"tx%d-%d" % (n, i), key=b"%d" % i, partition=0)
+        tx.flush()  # an abort drops what is not sent yet: these reach the log
+        if commit:
+            tx.commit_transaction()
+        else:
+            tx.abort_transaction()
+    tx.close()
+    produce(producer, topic, [b"a-0", b"a-1"], headers=_tagged("A"))
+    _barrier_record(producer, topic, 0, ["A"])
+    produce(producer, topic, [b"after-%d" % i for i in range(30)])
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    reader = KafkaConsumer(bootstrap_servers=bootstrap_servers)
+    try:
+        ktp = KafkaTopicPartition(topic, 0)
+        return int(reader.end_offsets([ktp])[ktp])
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_columns_and_records_decode_the_same_table(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, isolation: str
+) -> None:
+    """decode=columns (record batches straight into Arrow) against decode=records
+    (kafka-python's record objects): the same rows, byte for byte, from every start,
+    with Arrow batches cut small and the prefetch buffer handing records across reads."""
+    topic = make_topic()
+    end = _mixed_topic(bootstrap_servers, topic, producer)
+    tp = TopicPartition(topic, 0)
+    tables: dict[str, list[pa.Table]] = {}
+    barriers: dict[str, int] = {}
+    for decode in ("columns", "records"):
+        config = _config(
+            bootstrap_servers,
+            topic,
+            "kafka-python",
+            decode=decode,
+            maxRecordsPerArrowBatch="50",
+            **{"kafka.isolation.level": isolation},
+        )
+        prefetch = PrefetchBuffer()
+        got = []
+        # starts inside compressed batches and inside transactions, ends past markers
+        for start, stop in ((0, end), (0, 45), (45, 130), (130, 131), (131, 290), (290, end)):
+            table, fetcher = _read(config, OffsetRange(tp, start, stop), prefetch=prefetch)
+            got.append(table)
+            assert fetcher._columnar == (decode == "columns")  # the path under test ran
+            barriers[decode] = barriers.get(decode, 0) + fetcher.stats.barriers
+        tables[decode] = got
+    columns, records = tables["columns"], tables["records"]
+    for a, b in zip(columns, records, strict=True):
+        assert a.schema == b.schema
+        assert a.equals(b), a.to_pylist()[:3]
+    whole = columns[0]
+    values = whole.column("value").to_pylist()
+    aborted = [v for v in values if v is not None and v.startswith((b"tx1-", b"tx3-"))]
+    assert bool(aborted) == (isolation == "read_uncommitted")
+    assert b"tx4-6" in values and b"zstd-59-" * 20 in values and None in values
+    assert whole.column("key").null_count > 0 and whole.column("headers").null_count > 0
+    assert barriers["columns"] == barriers["records"] == 2  # once whole, once in a part
+    assert pa.concat_tables(columns[1:]).equals(whole)

@@ -21,26 +21,16 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
+from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records, set_columnar
 from spark_chkpt.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
 ClientKind = Literal["kafka-python", "confluent"]
 CLIENTS: tuple[ClientKind, ...] = ("kafka-python", "confluent")
-
-
-class Record(NamedTuple):
-    """One Kafka record, with the field names of kafka-python's ``ConsumerRecord``."""
-
-    key: bytes | None
-    value: bytes | None
-    offset: int
-    timestamp: int
-    timestamp_type: int  # 0 create time, 1 log-append time (Spark's timestampType)
-    headers: list[tuple[str, bytes]] | None
 
 
 @dataclass(frozen=True)
@@ -94,6 +84,14 @@ class KafkaPythonConsumer:
         self._ktp = KafkaTopicPartition
         self._consumer = KafkaConsumer(**settings)
         self._tps: dict[Any, TopicPartition] = {}
+        self._columnar = False
+
+    def set_columnar(self, *, on: bool) -> bool:
+        """Poll :class:`~spark_chkpt.kafka.client.columnar.RecordColumns` instead of
+        ``ConsumerRecord``s (True if this consumer can; see that module)."""
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        self._columnar = fetcher is not None and set_columnar(fetcher, on=on)
+        return self._columnar
 
     def _k(self, tp: TopicPartition) -> Any:
         return self._ktp(tp.topic, tp.partition)
@@ -140,6 +138,12 @@ class KafkaPythonConsumer:
             polled = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
         except KafkaOffsetOutOfRange as e:
             raise OffsetOutOfRangeError(str(e)) from e
+        if self._columnar:  # what was fetched before the switch may still be records
+            return {
+                self._tps[k]: as_columns(items) for k, items in polled.items() if k in self._tps
+            }
+        if any(not hasattr(items[0], "offset") for items in polled.values() if items):
+            polled = {k: as_records(items) for k, items in polled.items()}
         return {self._tps[k]: records for k, records in polled.items() if k in self._tps}
 
     def position(self, tp: TopicPartition) -> int:

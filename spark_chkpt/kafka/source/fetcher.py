@@ -43,12 +43,17 @@ from spark_chkpt.errors import (
     KafkaReadError,
     OffsetOutOfRangeError,
 )
+from spark_chkpt.kafka.client.columnar import RecordColumns, as_columns, as_records, count
 from spark_chkpt.kafka.client.consumer import RangeConsumer, build_consumer
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.client.pool import POOL, ConsumerPool
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.prefetch import PREFETCH, PrefetchBuffer
-from spark_chkpt.kafka.source.records import arrow_schema, to_record_batch
+from spark_chkpt.kafka.source.records import (
+    arrow_schema,
+    columns_to_record_batch,
+    to_record_batch,
+)
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 
 if TYPE_CHECKING:
@@ -124,6 +129,7 @@ class RangeFetcher:
         self._prefetch_key = (self._settings.key(), client_id)
         self._schema = arrow_schema(include_headers=config.include_headers)
         self._align = align
+        self._columnar = False  # this task's records come as RecordColumns
         self.stats = ReadStats()
 
     def close(self, *, healthy: bool = True) -> None:
@@ -163,6 +169,11 @@ class RangeFetcher:
         if not channels:
             return
         consumer = self._consumer
+        # Plain topics (no barriers to place) are read as columns where the client can;
+        # barrier-carrying ones record by record, as the aligner and the filters need.
+        self._columnar = self._set_columnar(
+            consumer, want=all(not c.spec.markers for c in channels.values())
+        )
         begins = consumer.beginning_offsets(list(channels))
         aligner: Aligner[Any] | None = None
         if any(c.spec.markers for c in channels.values()) and len(channels) > 1:
@@ -256,6 +267,13 @@ class RangeFetcher:
                 ", ".join(str(c.spec.range) for c in channels.values()),
             )
 
+    def _set_columnar(self, consumer: RangeConsumer, *, want: bool) -> bool:
+        """Switch ``consumer`` to columns (``decode=columns`` and ``want``) or to records."""
+        switch = getattr(consumer, "set_columnar", None)
+        if switch is None:  # the confluent client hands out records
+            return False
+        return bool(switch(on=want and self._config.decode == "columns"))
+
     def _replace_consumer(self, channels: dict[TopicPartition, _Channel], stall_s: float) -> None:
         """Close the consumer and go on with a new one at the open channels' positions."""
         open_channels = [c for c in channels.values() if not c.done]
@@ -270,6 +288,7 @@ class RangeFetcher:
         else:
             self._consumer.close()
             self._consumer = build_consumer(self._settings)
+        self._columnar = self._set_columnar(self._consumer, want=self._columnar)
         self._consumer.assign({c.tp: c.position for c in open_channels})
         for channel in channels.values():
             channel.assigned = not channel.done
@@ -296,9 +315,14 @@ class RangeFetcher:
                 key=self._prefetch_key, tp=channel.tp, start=channel.position
             )
             if ahead:
-                self.stats.prefetched += len(ahead)
+                ahead = as_columns(ahead) if self._columnar else as_records(ahead)
+                self.stats.prefetched += count(ahead)
+                last = ahead[-1]
                 self._take(channel, ahead, aligner, channels)
-                channel.position = max(channel.position, ahead[-1].offset + 1)
+                channel.position = max(
+                    channel.position,
+                    (last.last_offset if isinstance(last, RecordColumns) else last.offset) + 1,
+                )
         if channel.position >= rng.end:
             channel.done = True
 
@@ -332,6 +356,9 @@ class RangeFetcher:
         aligner: Aligner[Any] | None,
         channels: dict[TopicPartition, _Channel],
     ) -> None:
+        if self._columnar:
+            self._take_columns(channel, records)
+            return
         spec = channel.spec
         end = spec.range.end
         if records[-1].offset >= end:  # offsets ascend: split once, no per-record test
@@ -392,6 +419,37 @@ class RangeFetcher:
                 channel.held.append(record)
                 continue
             self._pass(channel, record, aligner, channels)
+
+    def _take_columns(self, channel: _Channel, chunks: list[RecordColumns]) -> None:
+        """:meth:`_take` of a plain topic's records as columns: the same split at the
+        range's end and the same barrier rule, looking only at records with headers."""
+        spec = channel.spec
+        end = spec.range.end
+        ahead: list[RecordColumns] = []
+        for chunk in chunks:
+            if chunk.last_offset >= end:
+                chunk, past = chunk.split_at(end)
+                if len(past):
+                    ahead.append(past)
+            if not len(chunk):
+                continue
+            if chunk.headers:
+                headered = [chunk.record(i) for i in sorted(chunk.headers)]
+                if spec.missing_control is not None:
+                    _refuse_without_control(spec, headered)
+                barriers = [
+                    i
+                    for i in sorted(chunk.headers)
+                    if is_barrier(chunk.headers[i])  # type: ignore[arg-type]
+                ]
+                if barriers:
+                    self.stats.barriers += len(barriers)
+                    chunk = chunk.without(barriers)
+                    if not len(chunk):
+                        continue
+            channel.pending.append(chunk)
+        if ahead or (chunks and chunks[-1].last_offset >= end):
+            channel.ahead = ahead
 
     def _pass(
         self,
@@ -466,9 +524,10 @@ class RangeFetcher:
         self, channels: dict[TopicPartition, _Channel], minimum: int
     ) -> Iterator[pa.RecordBatch]:
         for channel in channels.values():
-            if channel.pending and len(channel.pending) >= minimum:
+            if channel.pending and count(channel.pending) >= minimum:
                 pending, channel.pending = channel.pending, []
-                yield to_record_batch(
+                build = columns_to_record_batch if self._columnar else to_record_batch
+                yield build(
                     pending,
                     topic=channel.tp.topic,
                     partition=channel.tp.partition,

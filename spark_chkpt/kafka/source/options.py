@@ -212,6 +212,7 @@ _KNOWN_SOURCE_OPTIONS = {
         "controlTopic",
         "partitionsPerTask",
         "prefetchRecords",
+        "decode",
     )
 }
 
@@ -246,6 +247,9 @@ class SourceConfig:
     task_slots: int | None = None
     client: ClientKind = "kafka-python"
     prefetch_records: int = 10_000
+    # kafka-python reads of plain topics: record batches straight into columns, or
+    # kafka-python's record objects (the path before columns, kept as a fallback)
+    decode: Literal["columns", "records"] = "columns"
 
     @classmethod
     def from_options(
@@ -335,6 +339,14 @@ class SourceConfig:
         settings = kafka_client_settings(opts, role="consumer")
         if client == "confluent":
             check_librdkafka(librdkafka_settings(settings), servers)
+        decode = opts.get("decode", "columns").strip().lower()
+        if decode not in ("columns", "records"):
+            raise ConfigError(
+                "decode",
+                decode,
+                "one of 'columns' (the default: record batches decoded straight into Arrow "
+                "columns) or 'records' (kafka-python's record objects, then columns)",
+            )
         max_records = (
             parse_positive_int(
                 "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"), default=10_000
@@ -375,6 +387,7 @@ class SourceConfig:
             ),
             task_slots=task_slots,
             client=client,
+            decode="records" if decode == "records" else "columns",
             prefetch_records=parse_positive_int(
                 "prefetchRecords",
                 opts.get("prefetchrecords"),

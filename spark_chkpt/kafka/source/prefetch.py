@@ -24,19 +24,23 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spark_chkpt.kafka.client.columnar import RecordColumns, count, head
 from spark_chkpt.offsets import TopicPartition
 
 
 @dataclass
 class _Ahead:
     follows: int  # the end offset of the range these records were fetched past
-    records: list[Any]
+    records: list[Any]  # record objects or RecordColumns (a columnar read's)
     stored: float
     size: int  # bytes of keys and values
 
 
 def _size(records: Sequence[Any]) -> int:
-    return sum(len(r.value or b"") + len(r.key or b"") for r in records)
+    return sum(
+        r.nbytes if isinstance(r, RecordColumns) else len(r.value or b"") + len(r.key or b"")
+        for r in records
+    )
 
 
 @dataclass
@@ -69,7 +73,7 @@ class PrefetchBuffer:
     def _drop(self, key: tuple[Hashable, TopicPartition]) -> _Ahead | None:
         ahead = self._entries.pop(key, None)
         if ahead is not None:
-            self._records -= len(ahead.records)
+            self._records -= count(ahead.records)
             self._bytes -= ahead.size
         return ahead
 
@@ -90,16 +94,16 @@ class PrefetchBuffer:
         limit: int,
     ) -> None:
         """Keep up to ``limit`` of ``records`` (consecutive, from ``follows`` on) for later."""
-        kept = list(records[:limit]) if limit > 0 else []
+        kept = head(records, limit) if limit > 0 else []
         now = time.monotonic()
         with self._lock:
             self._drop((key, tp))
             if kept:
                 size = _size(kept)
                 self._entries[(key, tp)] = _Ahead(follows, kept, now, size)
-                self._records += len(kept)
+                self._records += count(kept)
                 self._bytes += size
-                self.stats.records_stored += len(kept)
+                self.stats.records_stored += count(kept)
             self._expire(now)
 
     def take(self, *, key: Hashable, tp: TopicPartition, start: int) -> list[Any]:
@@ -113,7 +117,7 @@ class PrefetchBuffer:
                 self.stats.invalidated += 1
                 return []
             self.stats.hits += 1
-            self.stats.records_served += len(ahead.records)
+            self.stats.records_served += count(ahead.records)
             return ahead.records
 
     def clear(self) -> None:

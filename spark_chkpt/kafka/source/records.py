@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from spark_chkpt.kafka.client.columnar import RecordColumns
+
 SPARK_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
@@ -76,3 +78,75 @@ def to_record_batch(
             )
         )
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _binary(buffer: Any, positions: list[int], lengths: list[int]) -> pa.Array:
+    """A binary column of the byte ranges of ``buffer`` at ``positions`` (ascending, not
+    overlapping); a negative length is a null. No per-record ``bytes`` and no per-byte
+    index: the ranges and the gaps between them, alternately, are one zero-copy binary
+    array over ``buffer``, and Arrow's ``take`` of every other element copies the ranges."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(lengths)
+    if n == 0:
+        return pa.array([], type=pa.binary())
+    sizes = np.asarray(lengths, dtype=np.int64)
+    valid = sizes >= 0
+    nulls = n - int(np.count_nonzero(valid))
+    starts = np.asarray(positions, dtype=np.int64)
+    bounds = np.empty(2 * n + 1, dtype=np.int32)
+    bounds[0 : 2 * n : 2] = starts
+    bounds[1 : 2 * n : 2] = starts + np.maximum(sizes, 0)
+    bounds[2 * n] = bounds[2 * n - 1]
+    spans = pa.Array.from_buffers(
+        pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(buffer)]
+    )
+    taken = pc.take(spans, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    if not nulls:
+        return taken
+    validity = pa.array(valid, type=pa.bool_()).buffers()[1]
+    _, offsets, data = taken.buffers()
+    return pa.Array.from_buffers(pa.binary(), n, [validity, offsets, data], null_count=nulls)
+
+
+def columns_to_record_batch(
+    chunks: Sequence[RecordColumns], *, topic: str, partition: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    """Build one Arrow batch from one partition's decoded columns
+    (:class:`spark_chkpt.kafka.client.columnar.RecordColumns`); the same table
+    :func:`to_record_batch` makes of the same records."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    batches = []
+    for chunk in chunks:
+        n = len(chunk)
+        timestamps = pa.array(chunk.timestamps, type=pa.int64())
+        columns = [
+            _binary(chunk.buffer, chunk.key_pos, chunk.key_len),
+            _binary(chunk.buffer, chunk.value_pos, chunk.value_len),
+            pa.repeat(pa.scalar(topic, type=pa.string()), n),
+            pa.repeat(pa.scalar(partition, type=pa.int32()), n),
+            pa.array(chunk.offsets, type=pa.int64()),
+            pc.multiply(timestamps, 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(chunk.timestamp_types, type=pa.int32()),
+        ]
+        if len(schema) > 7:
+            found = chunk.headers
+            columns.append(
+                pa.array(
+                    [
+                        [{"key": k, "value": v} for k, v in found[i]] if i in found else None
+                        for i in range(n)
+                    ]
+                    if found
+                    else pa.nulls(n, schema.field("headers").type),
+                    type=schema.field("headers").type,
+                )
+            )
+        batches.append(pa.RecordBatch.from_arrays(columns, schema=schema))
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches, schema=schema).combine_chunks().to_batches()[0]

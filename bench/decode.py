@@ -1,0 +1,155 @@
+"""The read path's decode, per core: records per CPU-second of this process, same topic.
+
+Three readers drain the same topic in this one process, each in turn, twice (the
+faster of the two counts), and the figure is records over the process's CPU time
+(``time.process_time``: every thread, kafka-python's network included), so a loaded
+machine changes it less than a wall-clock rate:
+
+- ``raw``: kafka-python's ``KafkaConsumer.poll`` into ``ConsumerRecord``s, nothing more
+  (the raw consumer of ``make bench``'s row (a'));
+- ``records``: the source's read task with ``decode=records``: kafka-python's records,
+  then Arrow columns (the path before columns);
+- ``columns``: the same with ``decode=columns`` (the default): record batches straight
+  into Arrow (:mod:`spark_chkpt.kafka.client.columnar`).
+
+``make bench`` runs it on the benchmark's topic; standalone (``python -m bench.decode``)
+it fills a topic of its own on an embedded broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+RUNS = ("raw", "records", "columns")
+
+
+def _raw(servers: str, topic: str, ends: dict[Any, int]) -> int:
+    """Drain ``ends`` with a bare kafka-python consumer (as make bench's raw row)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=servers, enable_auto_commit=False, group_id=None, max_poll_records=10_000
+    )
+    remaining = {KafkaTopicPartition(tp.topic, tp.partition): end for tp, end in ends.items()}
+    consumer.assign(list(remaining))
+    for ktp in remaining:
+        consumer.seek(ktp, 0)
+    remaining = {ktp: end for ktp, end in remaining.items() if end > 0}
+    count = 0
+    while remaining:
+        for ktp, records in consumer.poll(timeout_ms=1000).items():
+            count += len(records)
+            if ktp in remaining and consumer.position(ktp) >= remaining[ktp]:
+                del remaining[ktp]
+    consumer.close()
+    return count
+
+
+def _source(servers: str, topic: str, ends: dict[Any, int], decode: str) -> int:
+    from spark_chkpt.kafka.client.pool import ConsumerPool
+    from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec
+    from spark_chkpt.kafka.source.options import SourceConfig
+    from spark_chkpt.offsets import OffsetRange
+
+    config = SourceConfig.from_options(
+        {"kafka.bootstrap.servers": servers, "subscribe": topic, "decode": decode},
+        streaming=False,
+    )
+    pool = ConsumerPool()
+    rows = 0
+    try:
+        with RangeFetcher(config=config, client_id="bench-decode", pool=pool) as fetcher:
+            specs = [ReadSpec(range=OffsetRange(tp, 0, end)) for tp, end in ends.items()]
+            for batch in fetcher.read_group(specs):
+                rows += batch.num_rows
+    finally:
+        pool.close_all()
+    return rows
+
+
+def measure(*, servers: str, topic: str, ends: dict[Any, int], rounds: int = 2) -> dict[str, Any]:
+    """Records per CPU-second and per wall-second of each reader (the best of ``rounds``)."""
+    records = sum(ends.values())
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(rounds):
+        for run in RUNS:
+            wall, cpu = time.perf_counter(), time.process_time()
+            got = _raw(servers, topic, ends) if run == "raw" else _source(servers, topic, ends, run)
+            cpu = time.process_time() - cpu
+            wall = time.perf_counter() - wall
+            if got != records:
+                raise RuntimeError(f"decode bench: {run} read {got} of {records} records")
+            if run not in best or cpu < best[run][0]:
+                best[run] = (cpu, wall)
+    per_core = {run: round(records / cpu) for run, (cpu, _) in best.items()}
+    return {
+        "records": records,
+        "per_cpu_second": per_core,
+        "per_second": {run: round(records / wall) for run, (_, wall) in best.items()},
+        "columns/raw": round(per_core["columns"] / per_core["raw"], 2),
+        "columns/records": round(per_core["columns"] / per_core["records"], 2),
+        "records/raw": round(per_core["records"] / per_core["raw"], 2),
+    }
+
+
+def report_lines(decode: dict[str, Any]) -> list[str]:
+    if not decode:
+        return []
+    rates = decode["per_cpu_second"]
+    return [
+        f"read path per core ({decode['records']:,} records, records per CPU-second): "
+        f"raw kafka-python {rates['raw']:,}, source decode=records {rates['records']:,}, "
+        f"decode=columns {rates['columns']:,}; columns/raw = {decode['columns/raw']}, "
+        f"columns/records = {decode['columns/records']}"
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__)
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--bootstrap-servers", default=None)
+    args = parser.parse_args(argv)
+
+    from spark_chkpt.kafka.client.topics import create_topic
+    from spark_chkpt.kafka.source.offset_reader import OffsetReader
+    from spark_chkpt.kafka.source.options import SourceConfig
+    from spark_chkpt.testing.generator import produce_page_views
+
+    topic = f"bench-decode-{int(time.time())}"
+    with contextlib.ExitStack() as stack:
+        servers = args.bootstrap_servers
+        if not servers:
+            from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+
+            servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+        create_topic(bootstrap_servers=servers, name=topic, partitions=args.partitions)
+        produce_page_views(
+            bootstrap_servers=servers,
+            topic=topic,
+            first=0,
+            count=args.records,
+            spread_over=args.partitions,
+        )
+        reader = OffsetReader(
+            config=SourceConfig.from_options(
+                {"kafka.bootstrap.servers": servers, "subscribe": topic}
+            ),
+            client_id="bench-decode",
+        )
+        ends = reader.latest(reader.partitions())
+        reader.close()
+        decode = measure(servers=servers, topic=topic, ends=ends, rounds=args.rounds)
+    print("\n".join(report_lines(decode)), flush=True)
+    print(f"records per wall-second: {decode['per_second']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
