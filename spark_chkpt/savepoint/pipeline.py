@@ -221,7 +221,19 @@ def job_tree(jobs: list[JobCheckpoint]) -> tuple[JobCheckpoint, list[Edge]]:
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise SavepointError(f"two jobs share a query name ({', '.join(names)}): name them apart")
-    writers = {t: j for j in jobs for t in j.writes}
+    writers: dict[str, JobCheckpoint] = {}
+    for job in jobs:
+        for topic in sorted(job.writes):
+            first = writers.setdefault(topic, job)
+            if first is not job:
+                raise SavepointError(
+                    f"topic {topic} is written by two jobs of the pipeline (jobs "
+                    f"{first.name} and {job.name}, apps {first.writes[topic]} and "
+                    f"{job.writes[topic]}): fan-in into one topic is not supported yet (a cut "
+                    "would have to hold both apps' barriers on every partition, and each "
+                    "downstream batch ends at one app's barrier only). Savepoint each "
+                    "upstream's pipeline on its own, or write them to separate topics"
+                )
     edges = []
     for job in jobs:
         ups = [(t, writers[t]) for t in sorted(job.reads) if t in writers and writers[t] is not job]

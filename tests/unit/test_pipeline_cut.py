@@ -102,3 +102,14 @@ def test_jobs_sharing_a_query_name_are_named_by_their_folders() -> None:
     one, two = job("stage_a", {0: {"raw": {0: 1}}}), job("stage_a", {0: at(0)})
     two.checkpoint = "/chk/second/"
     assert [j.name for j in _distinct_names([one, two])] == ["stage_a", "second"]
+
+
+def test_two_upstreams_writing_one_topic_are_refused_naming_both() -> None:
+    # Fan-in into one topic: the cut would need both apps' barriers on every partition.
+    # Before, the second writer silently replaced the first (only its barriers joined).
+    twin = job("a2", {n: {"raw2": {0: n}} for n in range(6)}, writes={"mid": "A2"})
+    b = job("b", {n: at(n) for n in range(4)})
+    with pytest.raises(SavepointError) as refused:
+        job_tree([A, twin, b])
+    for part in ("topic mid", "jobs a and a2", "fan-in", "every partition"):
+        assert part in str(refused.value), part
