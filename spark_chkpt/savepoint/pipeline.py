@@ -9,7 +9,8 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 
 1. reads each job's checkpoint: the topics it reads (its offsets), the topic it writes
    and its app id (its snapshot records), its committed batches; the jobs form a tree
-   (each downstream job reads one listed job's topic; fan-out allowed, fan-in refused);
+   (each downstream job reads one listed job's topic; fan-out allowed, fan-in refused:
+   two jobs writing one topic, or one job reading two jobs' topics);
 2. finds the newest snapshot N of the upstream job (the root) such that every
    downstream job has a committed batch ending at the barrier of its upstream's chosen
    snapshot, reading the barrier offsets from the topic's control topic index (live
@@ -25,9 +26,9 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 naming the job and the reason, before changing anything; then restores the jobs,
 upstream first, each into ``<checkpoint_dir>/<job>``. A rewind of a job that writes
 Kafka revokes its snapshots after N (:mod:`spark_chkpt.savepoint.revocation`), so the
-restored downstream job reads each record of the new timeline once. Forking a pipeline
-(new topics) is not supported yet: the downstream savepoints' offsets name the
-original topics.
+restored downstream job reads each record of the new timeline once. A fork restores
+every job as a new query into new topics and tables, the downstream jobs starting at
+the new topics' first offsets (:mod:`spark_chkpt.savepoint.pipeline_fork`).
 
 (Over 400 lines: the manifest's dataclasses, the search for the cut across the jobs'
 checkpoints and the barrier index, and create / load / list / restore of one pipeline
@@ -41,7 +42,7 @@ import logging
 import posixpath
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,10 +53,12 @@ from spark_chkpt.fs import qualify, resolve
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
+from spark_chkpt.savepoint.pipeline_fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.state.operators import committed_batches
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 
@@ -435,28 +438,50 @@ def restore_pipeline(
     mode: RestoreMode,
     kafka_bootstrap_servers: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    rename_topics: Mapping[str, str] | None = None,
+    table_paths: Sequence[str] = (),
 ) -> list[RestoreResult]:
     """Restore every job of the pipeline savepoint at ``pipeline`` into
     ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
-    fails, naming it), then restored, upstream first."""
+    fails, naming it), then restored, upstream first. A fork
+    (:mod:`spark_chkpt.savepoint.pipeline_fork`) writes new topics (``rename_topics``,
+    old -> new, every Kafka sink topic) and new tables (``table_paths``: ``JOB=PATH``, or
+    ``PATH`` when one job writes a table)."""
     point = load_pipeline(location=pipeline)
-    if mode != "rewind":
-        raise SavepointError(
-            f"pipeline {point.manifest.name}: restore mode {mode!r} is not supported for a "
-            "pipeline yet (a fork would need new topics, and the downstream savepoints' "
-            "offsets name the original ones); restore it with --mode rewind, or fork one "
-            "job at a time"
-        )
     order = _upstream_first(point.manifest)
+    fork: ForkPlan | None = None
+    if mode == "fork":
+        fork = plan_fork(
+            pipeline_id=point.manifest.pipeline_id,
+            pipeline=point.manifest.name,
+            savepoints={j.name: point.savepoint_of(j) for j in order},
+            checkpoints={j.name: j.checkpoint for j in order},
+            checkpoint_dir=checkpoint_dir,
+            rename_topics=dict(rename_topics or {}),
+            table_paths=table_paths,
+            bootstrap_servers=kafka_bootstrap_servers,
+        )
+    elif rename_topics or table_paths:
+        raise SavepointError(
+            "--rename-topic and --table-path name a fork's topics and tables: a rewind "
+            "writes the pipeline's own (use them with --mode fork)"
+        )
+    reads = {
+        j.name: sorted({x.topic for x in point.manifest.joins if x.downstream == j.name})
+        for j in order
+    }
 
     def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
+        kafka_rewind = mode == "rewind" and job.sink == "chkpt-kafka"
         return restore_savepoint(
             savepoint=point.savepoint_of(job),
             checkpoint_location=posixpath.join(qualify(checkpoint_dir), job.name),
             mode=mode,
+            table=fork.tables.get(job.name) if fork is not None else None,
             storage_options=storage_options,
-            kafka_bootstrap_servers=kafka_bootstrap_servers if job.sink == "chkpt-kafka" else None,
+            kafka_bootstrap_servers=kafka_bootstrap_servers if kafka_rewind else None,
             check_only=check_only,
+            source_rewrite=fork.rewrite_for(reads[job.name]) if fork is not None else None,
         )
 
     refused = []
@@ -470,7 +495,15 @@ def restore_pipeline(
             f"pipeline {point.manifest.name}: {len(refused)} of {len(order)} job(s) cannot "
             "be restored; nothing was changed. " + " | ".join(refused)
         )
-    return [restore(job, check_only=False) for job in order]
+    if fork is not None:
+        fork = prepare_topics(
+            fork, checkpoint_dir=checkpoint_dir, bootstrap_servers=kafka_bootstrap_servers
+        )
+    results = []
+    for i, job in enumerate(order):
+        results.append(restore(job, check_only=False))
+        failpoint(FaultPoint.IN_PIPELINE_RESTORE, i)
+    return results
 
 
 def _upstream_first(manifest: PipelineManifest) -> list[PipelineJob]:
