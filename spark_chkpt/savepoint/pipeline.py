@@ -9,13 +9,15 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 
 1. reads each job's checkpoint: the topics it reads (its offsets), the topic it writes
    and its app id (its snapshot records), its committed batches; the jobs form a tree
-   (each downstream job reads one listed job's topic; fan-out allowed, fan-in refused:
-   two jobs writing one topic, or one job reading two jobs' topics);
+   (fan-out and a job reading the topics of several listed jobs allowed; two jobs
+   writing one topic refused: an aligned reader aligns on one app's barriers);
 2. finds the newest snapshot N of the upstream job (the root) such that every
    downstream job has a committed batch ending at the barrier of its upstream's chosen
-   snapshot, reading the barrier offsets from the topic's control topic index (live
-   entries only: a revoked snapshot never joins); if there is none, it waits (up to
-   ``timeout_s``) for the downstream jobs to commit one, then says which job lacks it;
+   snapshot (and a job reading several upstream jobs' topics, a batch ending at a
+   barrier of each: :func:`find_cut`), reading the barrier offsets from the topic's
+   control topic index (live entries only: a revoked snapshot never joins); if there
+   is none, it waits (up to ``timeout_s``) for the downstream jobs to commit one, then
+   says which job lacks it;
 3. savepoints every job at its batch into ``jobs/`` of a hidden in-progress folder,
    then writes the pipeline manifest (``pipeline.json``: each job's savepoint, and the
    joins: topic, upstream app and barrier id, downstream batch, offsets) and publishes
@@ -233,27 +235,52 @@ def job_tree(jobs: list[JobCheckpoint]) -> tuple[JobCheckpoint, list[Edge]]:
                     f"topic {topic} is written by two jobs of the pipeline (jobs "
                     f"{first.name} and {job.name}, apps {first.writes[topic]} and "
                     f"{job.writes[topic]}): fan-in into one topic is not supported yet (a cut "
-                    "would have to hold both apps' barriers on every partition, and each "
-                    "downstream batch ends at one app's barrier only). Savepoint each "
-                    "upstream's pipeline on its own, or write them to separate topics"
+                    "would have to hold both apps' barriers on every partition, and an "
+                    "aligned reader aligns on one app's barriers only: it refuses a topic "
+                    "that carries two). Write the upstreams to separate topics"
                 )
-    edges = []
-    for job in jobs:
-        ups = [(t, writers[t]) for t in sorted(job.reads) if t in writers and writers[t] is not job]
-        if len(ups) > 1:
-            raise SavepointError(
-                f"job {job.name} reads {len(ups)} topics written by jobs of the pipeline "
-                f"({', '.join(t for t, _ in ups)}): fan-in is not supported yet"
-            )
-        edges += [Edge(topic=t, upstream=u, downstream=job) for t, u in ups]
-    roots = [j for j in jobs if not any(e.downstream is j for e in edges)]
-    if len(roots) != 1:
+    edges = [
+        Edge(topic=t, upstream=writers[t], downstream=job)
+        for job in jobs
+        for t in sorted(job.reads)
+        if t in writers and writers[t] is not job
+    ]
+    groups = _components(jobs, edges)
+    if len(groups) != 1:
         raise SavepointError(
-            f"the jobs form {len(roots)} pipelines ({', '.join(r.name for r in roots)} "
-            "read no topic another listed job writes with chkpt-kafka): list the jobs of "
-            "one pipeline joined by chkpt-kafka topics"
+            f"the jobs form {len(groups)} pipelines ("
+            + "; ".join(", ".join(j.name for j in g) for g in groups)
+            + "): no chkpt-kafka topic joins them; list the jobs of one pipeline joined by "
+            "chkpt-kafka topics"
+        )
+    roots = [j for j in jobs if not any(e.downstream is j for e in edges)]
+    if not roots:
+        raise SavepointError(
+            f"the jobs ({', '.join(names)}) read each other's topics in a cycle: a pipeline "
+            "savepoint needs a first job that reads no topic of the others"
         )
     return roots[0], edges
+
+
+def _components(jobs: list[JobCheckpoint], edges: list[Edge]) -> list[list[JobCheckpoint]]:
+    """The jobs in groups joined by edges (either way)."""
+    groups: list[list[JobCheckpoint]] = []
+    seen: set[int] = set()
+    for first in jobs:
+        if id(first) in seen:
+            continue
+        group, pending = [], [first]
+        seen.add(id(first))
+        while pending:
+            job = pending.pop()
+            group.append(job)
+            for e in edges:
+                for a, b in ((e.upstream, e.downstream), (e.downstream, e.upstream)):
+                    if a is job and id(b) not in seen:
+                        seen.add(id(b))
+                        pending.append(b)
+        groups.append(group)
+    return groups
 
 
 def find_cut(
@@ -261,53 +288,92 @@ def find_cut(
     edges: list[Edge],
     barriers: Mapping[str, dict[int, IndexEntry]],
 ) -> tuple[dict[str, int], list[Join]] | str:
-    """The newest cut (job -> batch, and the joins), or why there is none."""
+    """The newest cut (job -> batch, and the joins), or why there is none.
+
+    Every edge maps one upstream snapshot to at most one downstream batch (the one that
+    ends right after its barrier on every partition) and back, so choosing the root's
+    batch fixes every job's: the search tries the root's batches newest first and
+    follows the edges both ways (down from an upstream's snapshot to the batch that ends
+    at its barrier; up from a downstream's batch to the snapshot whose barrier it ends
+    at, for a job that reads the topics of two upstream jobs). A job reached twice must
+    get the same batch both times."""
     why = ""
     for n in reversed(root.batches):
-        chosen = {root.name: n}
-        joins: list[Join] = []
-        pending = [root]
-        missing = None
-        while pending and missing is None:
-            up = pending.pop()
-            for edge in (e for e in edges if e.upstream is up):
-                entry = barriers[edge.topic].get(chosen[up.name])
-                down = edge.downstream
+        found = _propagate(root, n, edges, barriers)
+        if not isinstance(found, str):
+            return found
+        why = why or found  # the newest snapshot's reason
+    return why
+
+
+def _propagate(
+    root: JobCheckpoint,
+    n: int,
+    edges: list[Edge],
+    barriers: Mapping[str, dict[int, IndexEntry]],
+) -> tuple[dict[str, int], list[Join]] | str:
+    chosen = {root.name: n}
+    joins: dict[int, Join] = {}
+    pending = [root]
+    while pending:
+        job = pending.pop()
+        for i, edge in enumerate(edges):
+            if i in joins or (job is not edge.upstream and job is not edge.downstream):
+                continue
+            up, down = edge.upstream, edge.downstream
+            index = barriers[edge.topic]
+            if job is up:
+                entry = index.get(chosen[up.name])
                 if entry is None:
-                    missing = (
+                    return (
                         f"snapshot {chosen[up.name]} of job {up.name} has no barriers in "
                         f"{edge.topic} (the control topic holds no live complete entry)"
                     )
-                    break
                 target = {p: o + 1 for p, o in entry.positions.items()}
-                found = [b for b in down.batches if down.ends[b].get(edge.topic) == target]
-                if not found:
+                batches = [b for b in down.batches if down.ends[b].get(edge.topic) == target]
+                if not batches:
                     newest = down.batches[-1]
-                    missing = (
+                    return (
                         f"job {down.name} ({down.checkpoint}) has no committed batch that "
                         f"ends at barrier {entry.snapshot_id} of app {entry.app_id} in "
                         f"{edge.topic} (offsets {json.dumps(target)}); its newest committed "
                         f"batch {newest} ends at "
                         f"{json.dumps(down.ends[newest].get(edge.topic, {}))}"
                     )
-                    break
-                chosen[down.name] = found[0]
-                joins.append(
-                    Join(
-                        topic=edge.topic,
-                        upstream=up.name,
-                        downstream=down.name,
-                        app_id=entry.app_id,
-                        snapshot=entry.snapshot_id,
-                        downstream_batch=found[0],
-                        offsets={str(p): o for p, o in sorted(target.items())},
+                batch, other = batches[0], down
+            else:
+                target = dict(down.ends[chosen[down.name]].get(edge.topic, {}))
+                hits = [
+                    e
+                    for e in index.values()
+                    if {p: o + 1 for p, o in e.positions.items()} == target
+                    and e.snapshot_id in up.batches
+                ]
+                if not hits:
+                    return (
+                        f"batch {chosen[down.name]} of job {down.name} ends in {edge.topic} "
+                        f"at {json.dumps(target)}, right after no live barrier of a "
+                        f"committed snapshot of job {up.name} ({up.checkpoint})"
                     )
+                entry = hits[0]
+                batch, other = entry.snapshot_id, up
+            if chosen.setdefault(other.name, batch) != batch:
+                return (
+                    f"job {other.name} would be cut at batch {chosen[other.name]} and at "
+                    f"{batch} (through {edge.topic}): its upstream jobs' snapshots do not "
+                    "meet at one of its batches"
                 )
-                pending.append(down)
-        if missing is None:
-            return chosen, joins
-        why = why or missing  # the newest snapshot's reason
-    return why
+            joins[i] = Join(
+                topic=edge.topic,
+                upstream=up.name,
+                downstream=down.name,
+                app_id=entry.app_id,
+                snapshot=entry.snapshot_id,
+                downstream_batch=chosen[down.name],
+                offsets={str(p): o for p, o in sorted(target.items())},
+            )
+            pending.append(other)
+    return chosen, [joins[i] for i in sorted(joins)]
 
 
 def create_pipeline_savepoint(
