@@ -10,7 +10,9 @@ is its own query with its own checkpoint; run them as two jobs:
     spark-submit jobs/two_stage.py --stage b --bootstrap-servers host:9092 \\
         --middle page-views-enriched --table /data/page_views --checkpoint /chk/stage-b
 
-(or ``python -m spark_chkpt.jobs.two_stage ...``). Each stage runs under the restart
+(or ``python -m spark_chkpt.jobs.two_stage ...``). ``--stage m`` relays ``--input``
+(aligned) to ``--middle`` unchanged, for a longer chain: ``a`` (raw → t1), ``m`` (t1 →
+t2), ``b`` (t2 → Delta). Each stage runs under the restart
 supervisor (:mod:`spark_chkpt.restart`): ``--restart restart-strategy.type=fixed-delay
 --restart restart-strategy.fixed-delay.attempts=3`` restarts a failed query from its
 checkpoint, as in Flink; without ``--restart`` a failure exits 1. A consumer other than chkpt-kafka
@@ -81,6 +83,36 @@ def stage_a(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     return _trigger(writer, args.trigger).start()
 
 
+def stage_m(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
+    """input topic (aligned on its upstream's barriers) → middle topic, each record as it
+    is: the middle job of a longer chain (raw → a → t1 → m → t2 → b → Delta)."""
+    reader = (
+        spark.readStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .option("subscribe", args.input)
+        .option("startingOffsets", "earliest")
+        .option("alignment", args.alignment)
+    )
+    if args.alignment_timeout:
+        reader = reader.option("alignmentTimeout", args.alignment_timeout)
+    for item in args.source_option:
+        key, _, value = item.partition("=")
+        reader = reader.option(key.strip(), value.strip())
+    writer = (
+        reader.load()
+        .select("key", "value")
+        .writeStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .option("topic", args.middle)
+        .option("checkpointLocation", args.checkpoint)
+        .queryName("stage_m")
+    )
+    for item in args.sink_option:
+        key, _, value = item.partition("=")
+        writer = writer.option(key.strip(), value.strip())
+    return _trigger(writer, args.trigger).start()
+
+
 def stage_b(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """middle topic (aligned on stage A's barriers) → Delta."""
     from pyspark.sql import functions as F
@@ -120,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="two_stage", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stage", choices=("a", "b"), required=True)
+    parser.add_argument("--stage", choices=("a", "m", "b"), required=True)
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--input", default="page-views")
     parser.add_argument("--middle", default="page-views-enriched")
@@ -137,14 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="stage b: an option of its chkpt-kafka source, e.g. partitionsPerTask=3",
+        help="stages m and b: an option of their chkpt-kafka source, e.g. partitionsPerTask=3",
     )
     parser.add_argument(
         "--sink-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="stage a: an option of its chkpt-kafka sink, e.g. kafka.delivery.timeout.ms=5000",
+        help="stages a and m: an option of their chkpt-kafka sink, e.g. "
+        "kafka.delivery.timeout.ms=5000",
     )
     parser.add_argument(
         "--restart",
@@ -181,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = SnapshotReporter.attach(spark)
 
     def start_query() -> StreamingQuery:  # again at each restart, on the same checkpoint
-        query = (stage_a if args.stage == "a" else stage_b)(spark, args)
+        stage = {"a": stage_a, "m": stage_m, "b": stage_b}[args.stage]
+        query = stage(spark, args)
         reporter.track(query, checkpoint_location=args.checkpoint)
         return query
 

@@ -65,14 +65,61 @@ def pipeline_restore(args: argparse.Namespace) -> int:
             "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
             "restored into <dir>/<job>), no savepoint or --checkpoint"
         )
+    from spark_chkpt.savepoint.pipeline_fork import load_fork, pairs
+
     for result in restore_pipeline(
         pipeline=args.pipeline,
         checkpoint_dir=args.checkpoint_dir,
         mode=args.mode,
         kafka_bootstrap_servers=args.bootstrap_servers,
+        rename_topics=pairs(args.rename_topic, option="--rename-topic"),
+        table_paths=args.table_path,
     ):
         print_restore(result)
+    fork = load_fork(checkpoint_dir=args.checkpoint_dir) if args.mode == "fork" else None
+    if fork is not None:
+        for old, new in sorted(fork.topics.items()):
+            starts = sorted(fork.starts[new].items(), key=lambda x: int(x[0]))
+            print(
+                f"topic {old} forked into {new} ({len(starts)} partitions): its readers "
+                f"start at {', '.join(f'{p}:{o}' for p, o in starts)}"
+            )
+        for job, table in sorted(fork.tables.items()):
+            print(f"job {job} writes the new table {table}")
     return 0
+
+
+def add_restore_arguments(restore: argparse.ArgumentParser) -> None:
+    """``savepoint restore``'s options of a pipeline."""
+    restore.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="PIPELINE",
+        help="restore every job of a pipeline savepoint (each job checked first, nothing "
+        "changed if one cannot be restored) into --checkpoint-dir/<job>",
+    )
+    restore.add_argument(
+        "--rename-topic",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="--pipeline --mode fork: the new topic of each topic a job writes with "
+        "chkpt-kafka (created with the same partitions; its readers start at its first "
+        "offsets); every such topic is renamed",
+    )
+    restore.add_argument(
+        "--table-path",
+        action="append",
+        default=[],
+        metavar="[JOB=]PATH",
+        help="--pipeline --mode fork: the new table of each job that writes one (PATH alone "
+        "when one job does)",
+    )
+    restore.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="--pipeline: the folder under which each job's new checkpoint is written",
+    )
 
 
 def print_restore(result: Any) -> None:

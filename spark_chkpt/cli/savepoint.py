@@ -7,7 +7,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from spark_chkpt.cli.pipeline import pipeline_create, pipeline_restore, pipeline_show, print_restore
+from spark_chkpt.cli.pipeline import (
+    add_restore_arguments,
+    pipeline_create,
+    pipeline_restore,
+    pipeline_show,
+    print_restore,
+)
 from spark_chkpt.cli.state import or_dash, reader_session
 
 
@@ -320,18 +326,7 @@ def add_parser(sub: Any) -> None:
     )
     restore.add_argument("savepoint", nargs="?", help="the savepoint's folder")
     restore.add_argument("--checkpoint", default=None, help="an empty folder to write")
-    restore.add_argument(
-        "--pipeline",
-        default=None,
-        metavar="PIPELINE",
-        help="restore every job of a pipeline savepoint (rewind; each job checked first, "
-        "nothing changed if one cannot be restored) into --checkpoint-dir/<job>",
-    )
-    restore.add_argument(
-        "--checkpoint-dir",
-        default=None,
-        help="--pipeline: the folder under which each job's new checkpoint is written",
-    )
+    add_restore_arguments(restore)
     restore.add_argument("--mode", required=True, choices=("rewind", "fork"))
     restore.add_argument(
         "--table",
@@ -377,7 +372,7 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="rewind of a query writing chkpt-kafka (or of a pipeline holding one): the "
         "brokers of its topic (the rewind revokes the snapshots after N in the topic's "
-        "control topic)",
+        "control topic); a pipeline fork: the brokers that get the new topics",
     )
     restore.add_argument(
         "--control-topic",

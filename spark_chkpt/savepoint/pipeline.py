@@ -9,12 +9,15 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 
 1. reads each job's checkpoint: the topics it reads (its offsets), the topic it writes
    and its app id (its snapshot records), its committed batches; the jobs form a tree
-   (each downstream job reads one listed job's topic; fan-out allowed, fan-in refused);
+   (fan-out and a job reading the topics of several listed jobs allowed; two jobs
+   writing one topic refused: an aligned reader aligns on one app's barriers);
 2. finds the newest snapshot N of the upstream job (the root) such that every
    downstream job has a committed batch ending at the barrier of its upstream's chosen
-   snapshot, reading the barrier offsets from the topic's control topic index (live
-   entries only: a revoked snapshot never joins); if there is none, it waits (up to
-   ``timeout_s``) for the downstream jobs to commit one, then says which job lacks it;
+   snapshot (and a job reading several upstream jobs' topics, a batch ending at a
+   barrier of each: :func:`find_cut`), reading the barrier offsets from the topic's
+   control topic index (live entries only: a revoked snapshot never joins); if there
+   is none, it waits (up to ``timeout_s``) for the downstream jobs to commit one, then
+   says which job lacks it;
 3. savepoints every job at its batch into ``jobs/`` of a hidden in-progress folder,
    then writes the pipeline manifest (``pipeline.json``: each job's savepoint, and the
    joins: topic, upstream app and barrier id, downstream batch, offsets) and publishes
@@ -25,9 +28,9 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 naming the job and the reason, before changing anything; then restores the jobs,
 upstream first, each into ``<checkpoint_dir>/<job>``. A rewind of a job that writes
 Kafka revokes its snapshots after N (:mod:`spark_chkpt.savepoint.revocation`), so the
-restored downstream job reads each record of the new timeline once. Forking a pipeline
-(new topics) is not supported yet: the downstream savepoints' offsets name the
-original topics.
+restored downstream job reads each record of the new timeline once. A fork restores
+every job as a new query into new topics and tables, the downstream jobs starting at
+the new topics' first offsets (:mod:`spark_chkpt.savepoint.pipeline_fork`).
 
 (Over 400 lines: the manifest's dataclasses, the search for the cut across the jobs'
 checkpoints and the barrier index, and create / load / list / restore of one pipeline
@@ -41,7 +44,7 @@ import logging
 import posixpath
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,10 +55,12 @@ from spark_chkpt.fs import qualify, resolve
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
+from spark_chkpt.savepoint.pipeline_fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.state.operators import committed_batches
+from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 
@@ -221,24 +226,61 @@ def job_tree(jobs: list[JobCheckpoint]) -> tuple[JobCheckpoint, list[Edge]]:
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise SavepointError(f"two jobs share a query name ({', '.join(names)}): name them apart")
-    writers = {t: j for j in jobs for t in j.writes}
-    edges = []
+    writers: dict[str, JobCheckpoint] = {}
     for job in jobs:
-        ups = [(t, writers[t]) for t in sorted(job.reads) if t in writers and writers[t] is not job]
-        if len(ups) > 1:
-            raise SavepointError(
-                f"job {job.name} reads {len(ups)} topics written by jobs of the pipeline "
-                f"({', '.join(t for t, _ in ups)}): fan-in is not supported yet"
-            )
-        edges += [Edge(topic=t, upstream=u, downstream=job) for t, u in ups]
-    roots = [j for j in jobs if not any(e.downstream is j for e in edges)]
-    if len(roots) != 1:
+        for topic in sorted(job.writes):
+            first = writers.setdefault(topic, job)
+            if first is not job:
+                raise SavepointError(
+                    f"topic {topic} is written by two jobs of the pipeline (jobs "
+                    f"{first.name} and {job.name}, apps {first.writes[topic]} and "
+                    f"{job.writes[topic]}): fan-in into one topic is not supported yet (a cut "
+                    "would have to hold both apps' barriers on every partition, and an "
+                    "aligned reader aligns on one app's barriers only: it refuses a topic "
+                    "that carries two). Write the upstreams to separate topics"
+                )
+    edges = [
+        Edge(topic=t, upstream=writers[t], downstream=job)
+        for job in jobs
+        for t in sorted(job.reads)
+        if t in writers and writers[t] is not job
+    ]
+    groups = _components(jobs, edges)
+    if len(groups) != 1:
         raise SavepointError(
-            f"the jobs form {len(roots)} pipelines ({', '.join(r.name for r in roots)} "
-            "read no topic another listed job writes with chkpt-kafka): list the jobs of "
-            "one pipeline joined by chkpt-kafka topics"
+            f"the jobs form {len(groups)} pipelines ("
+            + "; ".join(", ".join(j.name for j in g) for g in groups)
+            + "): no chkpt-kafka topic joins them; list the jobs of one pipeline joined by "
+            "chkpt-kafka topics"
+        )
+    roots = [j for j in jobs if not any(e.downstream is j for e in edges)]
+    if not roots:
+        raise SavepointError(
+            f"the jobs ({', '.join(names)}) read each other's topics in a cycle: a pipeline "
+            "savepoint needs a first job that reads no topic of the others"
         )
     return roots[0], edges
+
+
+def _components(jobs: list[JobCheckpoint], edges: list[Edge]) -> list[list[JobCheckpoint]]:
+    """The jobs in groups joined by edges (either way)."""
+    groups: list[list[JobCheckpoint]] = []
+    seen: set[int] = set()
+    for first in jobs:
+        if id(first) in seen:
+            continue
+        group, pending = [], [first]
+        seen.add(id(first))
+        while pending:
+            job = pending.pop()
+            group.append(job)
+            for e in edges:
+                for a, b in ((e.upstream, e.downstream), (e.downstream, e.upstream)):
+                    if a is job and id(b) not in seen:
+                        seen.add(id(b))
+                        pending.append(b)
+        groups.append(group)
+    return groups
 
 
 def find_cut(
@@ -246,53 +288,92 @@ def find_cut(
     edges: list[Edge],
     barriers: Mapping[str, dict[int, IndexEntry]],
 ) -> tuple[dict[str, int], list[Join]] | str:
-    """The newest cut (job -> batch, and the joins), or why there is none."""
+    """The newest cut (job -> batch, and the joins), or why there is none.
+
+    Every edge maps one upstream snapshot to at most one downstream batch (the one that
+    ends right after its barrier on every partition) and back, so choosing the root's
+    batch fixes every job's: the search tries the root's batches newest first and
+    follows the edges both ways (down from an upstream's snapshot to the batch that ends
+    at its barrier; up from a downstream's batch to the snapshot whose barrier it ends
+    at, for a job that reads the topics of two upstream jobs). A job reached twice must
+    get the same batch both times."""
     why = ""
     for n in reversed(root.batches):
-        chosen = {root.name: n}
-        joins: list[Join] = []
-        pending = [root]
-        missing = None
-        while pending and missing is None:
-            up = pending.pop()
-            for edge in (e for e in edges if e.upstream is up):
-                entry = barriers[edge.topic].get(chosen[up.name])
-                down = edge.downstream
+        found = _propagate(root, n, edges, barriers)
+        if not isinstance(found, str):
+            return found
+        why = why or found  # the newest snapshot's reason
+    return why
+
+
+def _propagate(
+    root: JobCheckpoint,
+    n: int,
+    edges: list[Edge],
+    barriers: Mapping[str, dict[int, IndexEntry]],
+) -> tuple[dict[str, int], list[Join]] | str:
+    chosen = {root.name: n}
+    joins: dict[int, Join] = {}
+    pending = [root]
+    while pending:
+        job = pending.pop()
+        for i, edge in enumerate(edges):
+            if i in joins or (job is not edge.upstream and job is not edge.downstream):
+                continue
+            up, down = edge.upstream, edge.downstream
+            index = barriers[edge.topic]
+            if job is up:
+                entry = index.get(chosen[up.name])
                 if entry is None:
-                    missing = (
+                    return (
                         f"snapshot {chosen[up.name]} of job {up.name} has no barriers in "
                         f"{edge.topic} (the control topic holds no live complete entry)"
                     )
-                    break
                 target = {p: o + 1 for p, o in entry.positions.items()}
-                found = [b for b in down.batches if down.ends[b].get(edge.topic) == target]
-                if not found:
+                batches = [b for b in down.batches if down.ends[b].get(edge.topic) == target]
+                if not batches:
                     newest = down.batches[-1]
-                    missing = (
+                    return (
                         f"job {down.name} ({down.checkpoint}) has no committed batch that "
                         f"ends at barrier {entry.snapshot_id} of app {entry.app_id} in "
                         f"{edge.topic} (offsets {json.dumps(target)}); its newest committed "
                         f"batch {newest} ends at "
                         f"{json.dumps(down.ends[newest].get(edge.topic, {}))}"
                     )
-                    break
-                chosen[down.name] = found[0]
-                joins.append(
-                    Join(
-                        topic=edge.topic,
-                        upstream=up.name,
-                        downstream=down.name,
-                        app_id=entry.app_id,
-                        snapshot=entry.snapshot_id,
-                        downstream_batch=found[0],
-                        offsets={str(p): o for p, o in sorted(target.items())},
+                batch, other = batches[0], down
+            else:
+                target = dict(down.ends[chosen[down.name]].get(edge.topic, {}))
+                hits = [
+                    e
+                    for e in index.values()
+                    if {p: o + 1 for p, o in e.positions.items()} == target
+                    and e.snapshot_id in up.batches
+                ]
+                if not hits:
+                    return (
+                        f"batch {chosen[down.name]} of job {down.name} ends in {edge.topic} "
+                        f"at {json.dumps(target)}, right after no live barrier of a "
+                        f"committed snapshot of job {up.name} ({up.checkpoint})"
                     )
+                entry = hits[0]
+                batch, other = entry.snapshot_id, up
+            if chosen.setdefault(other.name, batch) != batch:
+                return (
+                    f"job {other.name} would be cut at batch {chosen[other.name]} and at "
+                    f"{batch} (through {edge.topic}): its upstream jobs' snapshots do not "
+                    "meet at one of its batches"
                 )
-                pending.append(down)
-        if missing is None:
-            return chosen, joins
-        why = why or missing  # the newest snapshot's reason
-    return why
+            joins[i] = Join(
+                topic=edge.topic,
+                upstream=up.name,
+                downstream=down.name,
+                app_id=entry.app_id,
+                snapshot=entry.snapshot_id,
+                downstream_batch=chosen[down.name],
+                offsets={str(p): o for p, o in sorted(target.items())},
+            )
+            pending.append(other)
+    return chosen, [joins[i] for i in sorted(joins)]
 
 
 def create_pipeline_savepoint(
@@ -423,28 +504,50 @@ def restore_pipeline(
     mode: RestoreMode,
     kafka_bootstrap_servers: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    rename_topics: Mapping[str, str] | None = None,
+    table_paths: Sequence[str] = (),
 ) -> list[RestoreResult]:
     """Restore every job of the pipeline savepoint at ``pipeline`` into
     ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
-    fails, naming it), then restored, upstream first."""
+    fails, naming it), then restored, upstream first. A fork
+    (:mod:`spark_chkpt.savepoint.pipeline_fork`) writes new topics (``rename_topics``,
+    old -> new, every Kafka sink topic) and new tables (``table_paths``: ``JOB=PATH``, or
+    ``PATH`` when one job writes a table)."""
     point = load_pipeline(location=pipeline)
-    if mode != "rewind":
-        raise SavepointError(
-            f"pipeline {point.manifest.name}: restore mode {mode!r} is not supported for a "
-            "pipeline yet (a fork would need new topics, and the downstream savepoints' "
-            "offsets name the original ones); restore it with --mode rewind, or fork one "
-            "job at a time"
-        )
     order = _upstream_first(point.manifest)
+    fork: ForkPlan | None = None
+    if mode == "fork":
+        fork = plan_fork(
+            pipeline_id=point.manifest.pipeline_id,
+            pipeline=point.manifest.name,
+            savepoints={j.name: point.savepoint_of(j) for j in order},
+            checkpoints={j.name: j.checkpoint for j in order},
+            checkpoint_dir=checkpoint_dir,
+            rename_topics=dict(rename_topics or {}),
+            table_paths=table_paths,
+            bootstrap_servers=kafka_bootstrap_servers,
+        )
+    elif rename_topics or table_paths:
+        raise SavepointError(
+            "--rename-topic and --table-path name a fork's topics and tables: a rewind "
+            "writes the pipeline's own (use them with --mode fork)"
+        )
+    reads = {
+        j.name: sorted({x.topic for x in point.manifest.joins if x.downstream == j.name})
+        for j in order
+    }
 
     def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
+        kafka_rewind = mode == "rewind" and job.sink == "chkpt-kafka"
         return restore_savepoint(
             savepoint=point.savepoint_of(job),
             checkpoint_location=posixpath.join(qualify(checkpoint_dir), job.name),
             mode=mode,
+            table=fork.tables.get(job.name) if fork is not None else None,
             storage_options=storage_options,
-            kafka_bootstrap_servers=kafka_bootstrap_servers if job.sink == "chkpt-kafka" else None,
+            kafka_bootstrap_servers=kafka_bootstrap_servers if kafka_rewind else None,
             check_only=check_only,
+            source_rewrite=fork.rewrite_for(reads[job.name]) if fork is not None else None,
         )
 
     refused = []
@@ -458,7 +561,15 @@ def restore_pipeline(
             f"pipeline {point.manifest.name}: {len(refused)} of {len(order)} job(s) cannot "
             "be restored; nothing was changed. " + " | ".join(refused)
         )
-    return [restore(job, check_only=False) for job in order]
+    if fork is not None:
+        fork = prepare_topics(
+            fork, checkpoint_dir=checkpoint_dir, bootstrap_servers=kafka_bootstrap_servers
+        )
+    results = []
+    for i, job in enumerate(order):
+        results.append(restore(job, check_only=False))
+        failpoint(FaultPoint.IN_PIPELINE_RESTORE, i)
+    return results
 
 
 def _upstream_first(manifest: PipelineManifest) -> list[PipelineJob]:

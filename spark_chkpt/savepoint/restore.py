@@ -69,7 +69,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -144,6 +144,7 @@ def restore_savepoint(
     kafka_bootstrap_servers: str | None = None,
     control_topic: str | None = None,
     check_only: bool = False,
+    source_rewrite: Callable[[Any], Any] | None = None,
 ) -> RestoreResult:
     """Write a checkpoint at ``checkpoint_location`` (empty, or an unfinished restore of
     the same savepoint) from the savepoint at ``savepoint``; see the module docstring.
@@ -154,7 +155,9 @@ def restore_savepoint(
     checks that its new one differs). ``kafka_bootstrap_servers`` (and ``control_topic``
     if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``.
     ``check_only``: steps 1 to 3 only (every check), nothing written (a pipeline checks
-    all its jobs before restoring any).
+    all its jobs before restoring any). ``source_rewrite``: applied to each source's
+    offsets (Spark's offset log of N and N - 1, and the snapshot record's) as the fork
+    writes them (a pipeline fork renames its intermediate topics).
 
     ``job``: the plan of the job to be started on the new checkpoint
     (:func:`spark_chkpt.savepoint.plan.load_job`); the restore then runs
@@ -271,7 +274,7 @@ def restore_savepoint(
         root.child(*RESTORE_FILE.split("/")).write_atomic(
             json.dumps({**marker, "query_id": query_id, "generation": generation}, indent=2) + "\n"
         )
-        _write(point, location, query_id, mode, generation, dropped)
+        _write(point, location, query_id, mode, generation, dropped, source_rewrite)
     result = RestoreResult(
         checkpoint_location=location,
         mode=mode,
@@ -338,6 +341,7 @@ def _write(
     mode: RestoreMode,
     generation: int,
     dropped: Sequence[int] = (),
+    source_rewrite: Callable[[Any], Any] | None = None,
 ) -> None:
     """Spark's files from the savepoint's checkpoint copy, the state before metadata
     (but the ``dropped`` operators')."""
@@ -355,6 +359,8 @@ def _write(
             dead_letter_target=None,
             dead_letter_version=None,
         )
+    if record is not None and source_rewrite is not None:
+        record = replace(record, source_offsets=[source_rewrite(s) for s in record.source_offsets])
     previous = f"offsets/{batch - 1}"
     has_previous = any(f.path == previous for f in manifest.files)
 
@@ -367,13 +373,30 @@ def _write(
         checkpoint_location=location,
         query_id=query_id,
         batch_id=batch,
-        offsets=source.child("offsets", str(batch)).read_text(),
-        previous_offsets=source.child(*previous.split("/")).read_text() if has_previous else None,
+        offsets=_rewrite(source.child("offsets", str(batch)).read_text(), source_rewrite),
+        previous_offsets=(
+            _rewrite(source.child(*previous.split("/")).read_text(), source_rewrite)
+            if has_previous
+            else None
+        ),
         commit=source.child("commits", str(batch)).read_text(),
         record=record,
         before_metadata=copy_rest,
         generation=(generation, mode, point.location),
     )
+
+
+def _rewrite(text: str, source_rewrite: Callable[[Any], Any] | None) -> str:
+    """An offset log entry (version, metadata, one line per source) with each source's
+    offsets passed through ``source_rewrite``."""
+    if source_rewrite is None:
+        return text
+    lines = text.splitlines()
+    sources = [
+        line if line.strip() == "-" else json.dumps(source_rewrite(json.loads(line)))
+        for line in lines[2:]
+    ]
+    return "\n".join([*lines[:2], *sources]) + ("\n" if text.endswith("\n") else "")
 
 
 def _rewind_target(

@@ -63,6 +63,7 @@ class FaultPoint(str, Enum):
     # its output: in a stateful query, while the batch's state store versions are written
     IN_COMMIT = "in-commit"  # the coordinator fails before committing (Spark then aborts)
     IN_SAVEPOINT = "in-savepoint"  # savepoint create: half its files copied, no manifest
+    IN_PIPELINE_RESTORE = "in-pipeline-restore"  # pipeline restore: job <id> (0: the first) done
 
 
 # The points SPARK_CHKPT_FAIL_AT can fail (the others only kill or stall), and the one

@@ -87,13 +87,51 @@ def test_no_cut_names_the_job_and_the_offsets_it_needs() -> None:
     assert "job b (/chk/b)" in why and "barrier 5 of app A in mid" in why and "60" in why
 
 
-def test_fan_in_and_unjoined_jobs_are_refused() -> None:
-    other = job("x", {0: {"raw2": {0: 1}}}, writes={"mid2": "X"})
-    both = job("b", {0: {**at(0), "mid2": {0: 1}}})
-    with pytest.raises(SavepointError, match="fan-in"):
-        job_tree([A, other, both])
+def test_a_job_reading_two_upstream_jobs_topics_is_cut_at_a_barrier_of_each() -> None:
+    # X writes mid2 (snapshot s ends at offset 5 * s + 4); B's batches end at a barrier
+    # of both A (in mid) and X (in mid2). Before, any fan-in was refused.
+    x = job("x", {n: {"raw2": {0: n}} for n in range(8)}, writes={"mid2": "X"})
+    mid2 = {
+        s: IndexEntry(
+            kind="complete",
+            app_id="X",
+            snapshot_id=s,
+            topic="mid2",
+            attempts=(f"x{s}",),
+            positions={0: 5 * s + 4},
+            created_ms=0,
+        )
+        for s in range(8)
+    }
+
+    def ends(a: int, x_snapshot: int) -> dict[str, dict[int, int]]:
+        return {**at(a), "mid2": {0: 5 * x_snapshot + 5}}
+
+    b = job("b", {0: ends(0, 1), 1: ends(2, 3), 2: ends(3, 7), 3: {**at(5), "mid2": {0: 33}}})
+    root, edges = job_tree([A, x, b])
+    found = find_cut(root, edges, {**MID, "mid2": mid2})
+    assert not isinstance(found, str)
+    chosen, joins = found
+    # B's batch 3 ends past X's last barrier (33 is no barrier + 1): batch 2 is the cut.
+    assert chosen == {"a": 3, "b": 2, "x": 7}
+    assert sorted((j.topic, j.upstream, j.snapshot, j.downstream_batch) for j in joins) == [
+        ("mid", "a", 3, 2),
+        ("mid2", "x", 7, 2),
+    ]
+    # X has not committed snapshot 7 (its batches 0..6): no cut at A's 3; A's 2 joins.
+    x_behind = job("x", {n: {"raw2": {0: n}} for n in range(7)}, writes={"mid2": "X"})
+    root, edges = job_tree([A, x_behind, b])
+    found = find_cut(root, edges, {**MID, "mid2": mid2})
+    assert not isinstance(found, str) and found[0] == {"a": 2, "b": 1, "x": 3}
+
+
+def test_unjoined_jobs_and_cycles_are_refused() -> None:
     with pytest.raises(SavepointError, match="2 pipelines"):
         job_tree([A, job("y", {0: {"elsewhere": {0: 1}}})])
+    one = job("one", {0: {"t2": {0: 1}}}, writes={"t1": "ONE"})
+    two = job("two", {0: {"t1": {0: 1}}}, writes={"t2": "TWO"})
+    with pytest.raises(SavepointError, match="in a cycle"):
+        job_tree([one, two])
 
 
 def test_jobs_sharing_a_query_name_are_named_by_their_folders() -> None:
@@ -102,3 +140,14 @@ def test_jobs_sharing_a_query_name_are_named_by_their_folders() -> None:
     one, two = job("stage_a", {0: {"raw": {0: 1}}}), job("stage_a", {0: at(0)})
     two.checkpoint = "/chk/second/"
     assert [j.name for j in _distinct_names([one, two])] == ["stage_a", "second"]
+
+
+def test_two_upstreams_writing_one_topic_are_refused_naming_both() -> None:
+    # Fan-in into one topic: the cut would need both apps' barriers on every partition.
+    # Before, the second writer silently replaced the first (only its barriers joined).
+    twin = job("a2", {n: {"raw2": {0: n}} for n in range(6)}, writes={"mid": "A2"})
+    b = job("b", {n: at(n) for n in range(4)})
+    with pytest.raises(SavepointError) as refused:
+        job_tree([A, twin, b])
+    for part in ("topic mid", "jobs a and a2", "fan-in", "every partition"):
+        assert part in str(refused.value), part
