@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 log = logging.getLogger("spark_chkpt.jobs.two_stage")
 
 
-def _trigger(writer, trigger: str):  # type: ignore[no-untyped-def]
+def _trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
     if trigger == "availableNow":
         return writer.trigger(availableNow=True)
     if trigger.startswith("processingTime="):
@@ -70,26 +70,32 @@ def stage_a(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
             )
         ).alias("value"),
     )
+    return _kafka_writer(enriched, args, "stage_a").start()
+
+
+def _kafka_writer(frame: DataFrame, args: argparse.Namespace, name: str) -> DataStreamWriter:
+    """``frame`` into ``--middle`` through ``chkpt-kafka``, with ``--sink-option``s and
+    the trigger: the sink of stages a and m."""
     writer = (
-        enriched.writeStream.format("chkpt-kafka")
+        frame.writeStream.format("chkpt-kafka")
         .option("kafka.bootstrap.servers", args.bootstrap_servers)
         .option("topic", args.middle)
         .option("checkpointLocation", args.checkpoint)
-        .queryName("stage_a")
+        .queryName(name)
     )
     for item in args.sink_option:
         key, _, value = item.partition("=")
         writer = writer.option(key.strip(), value.strip())
-    return _trigger(writer, args.trigger).start()
+    return _trigger(writer, args.trigger)
 
 
-def stage_m(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
-    """input topic (aligned on its upstream's barriers) → middle topic, each record as it
-    is: the middle job of a longer chain (raw → a → t1 → m → t2 → b → Delta)."""
+def _aligned_reader(spark: SparkSession, args: argparse.Namespace, topic: str) -> DataFrame:
+    """``topic`` through ``chkpt-kafka`` from the earliest offsets, with ``--alignment``,
+    ``--alignment-timeout`` and ``--source-option``s: the source of stages m and b."""
     reader = (
         spark.readStream.format("chkpt-kafka")
         .option("kafka.bootstrap.servers", args.bootstrap_servers)
-        .option("subscribe", args.input)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("alignment", args.alignment)
     )
@@ -98,19 +104,14 @@ def stage_m(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     for item in args.source_option:
         key, _, value = item.partition("=")
         reader = reader.option(key.strip(), value.strip())
-    writer = (
-        reader.load()
-        .select("key", "value")
-        .writeStream.format("chkpt-kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap_servers)
-        .option("topic", args.middle)
-        .option("checkpointLocation", args.checkpoint)
-        .queryName("stage_m")
-    )
-    for item in args.sink_option:
-        key, _, value = item.partition("=")
-        writer = writer.option(key.strip(), value.strip())
-    return _trigger(writer, args.trigger).start()
+    return reader.load()
+
+
+def stage_m(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
+    """input topic (aligned on its upstream's barriers) → middle topic, each record as it
+    is: the middle job of a longer chain (raw → a → t1 → m → t2 → b → Delta)."""
+    rows = _aligned_reader(spark, args, args.input).select("key", "value")
+    return _kafka_writer(rows, args, "stage_m").start()
 
 
 def stage_b(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
@@ -120,19 +121,7 @@ def stage_b(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
     schema = f"{PAGE_VIEW_SCHEMA_DDL}, slow_view boolean, hour timestamp"
-    reader = (
-        spark.readStream.format("chkpt-kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap_servers)
-        .option("subscribe", args.middle)
-        .option("startingOffsets", "earliest")
-        .option("alignment", args.alignment)
-    )
-    if args.alignment_timeout:
-        reader = reader.option("alignmentTimeout", args.alignment_timeout)
-    for item in args.source_option:
-        key, _, value = item.partition("=")
-        reader = reader.option(key.strip(), value.strip())
-    rows = reader.load().select(
+    rows = _aligned_reader(spark, args, args.middle).select(
         F.from_json(F.col("value").cast("string"), schema).alias("e"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),

@@ -218,3 +218,74 @@ def user_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def chkpt_cli(cwd: Path, *args: str, **env: str) -> Any:
+    """``spark-chkpt ARGS`` as a user runs it (:func:`user_env`, keeping a shared
+    ``SPARK_CHKPT_JARS_DIR``), in its own session so that a fail point's kill takes the
+    whole command down; returns the ``CompletedProcess``."""
+    import os
+    import subprocess
+    import sys
+
+    jars = os.environ.get("SPARK_CHKPT_JARS_DIR")
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("spark-chkpt")), *args],
+        cwd=cwd,
+        env=user_env(**({"SPARK_CHKPT_JARS_DIR": jars} if jars else {}), **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+
+
+def ok(done: Any) -> str:
+    """A finished command's output, once it exited 0 (else its output's tail)."""
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return str(done.stdout)
+
+
+def run_stage(
+    spark: Any,
+    stage: str,
+    *,
+    servers: str,
+    source: str,
+    target: str,
+    checkpoint: Path,
+    table: Path,
+    max_offsets_per_trigger: int | None = None,
+    source_options: Sequence[str] = (),
+    retries: int = 2,
+) -> None:
+    """Stage ``stage`` (a, m or b) of ``jobs/two_stage.py`` on the session's Spark to the
+    end of its input (availableNow): a and m read ``source`` into the topic ``target``; b
+    reads ``target`` into ``table``. A Python worker too slow to connect back on a loaded
+    machine fails the query; it is started again from its checkpoint up to ``retries``
+    times, as the job's restart strategy would."""
+    import argparse
+
+    from spark_chkpt.jobs import two_stage
+
+    args = argparse.Namespace(
+        bootstrap_servers=servers,
+        input=source,
+        middle=target,
+        table=str(table),
+        checkpoint=str(checkpoint),
+        trigger="availableNow",
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        alignment="aligned",
+        alignment_timeout=None,
+        source_option=list(source_options),
+        sink_option=[],
+    )
+    run = {"a": two_stage.stage_a, "m": two_stage.stage_m, "b": two_stage.stage_b}[stage]
+    for attempt in range(retries + 1):
+        try:
+            run(spark, args).awaitTermination()
+            return
+        except Exception as e:
+            if "failed to connect back" not in str(e) or attempt == retries:
+                raise

@@ -19,7 +19,6 @@ both cases:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -40,11 +39,10 @@ from deltalake import DeltaTable
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.kafka.client.topics import create_topic, partition_count, topic_names
 from spark_chkpt.testing.generator import produce_page_views
-from tests.helpers import user_env
+from tests.helpers import chkpt_cli, ok, run_stage, user_env
 
 pytestmark = pytest.mark.fault
 
-CLI = str(Path(sys.executable).with_name("spark-chkpt"))
 PER_TRIGGER = 250
 FIRST = 1500  # before the jobs start
 LOAD = 1500  # while the savepoint is taken
@@ -54,23 +52,6 @@ AFTER = 500  # after the restore
 def _env(**extra: str) -> dict[str, str]:
     jars = os.environ.get("SPARK_CHKPT_JARS_DIR")
     return user_env(**({"SPARK_CHKPT_JARS_DIR": jars} if jars else {}), **extra)
-
-
-def cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, *args],
-        cwd=cwd,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return done.stdout
 
 
 def commits(checkpoint: Path) -> list[int]:
@@ -160,38 +141,6 @@ def start(root: Path, servers: str, stage: str, source: str, target: str) -> sub
     )
 
 
-def run_to_end(
-    spark: Any, stage: str, servers: str, source: str, target: str, chk: Path, table: Path
-) -> None:
-    """One stage on the session's Spark to the end of its input (availableNow); as for
-    :func:`start`, b reads ``target``."""
-    from spark_chkpt.jobs import two_stage
-
-    args = argparse.Namespace(
-        bootstrap_servers=servers,
-        input=source,
-        middle=target,
-        table=str(table),
-        checkpoint=str(chk),
-        trigger="availableNow",
-        max_offsets_per_trigger=None,
-        alignment="aligned",
-        alignment_timeout=None,
-        source_option=[],
-        sink_option=[],
-    )
-    run = {"a": two_stage.stage_a, "m": two_stage.stage_m, "b": two_stage.stage_b}[stage]
-    for attempt in range(3):
-        try:
-            run(spark, args).awaitTermination()
-            return
-        except Exception as e:
-            # A loaded machine's Python worker slow to start: restart from the
-            # checkpoint, as the job's restart strategy would (a task failure).
-            if "failed to connect back" not in str(e) or attempt == 2:
-                raise
-
-
 @pytest.fixture(scope="module")
 def pipeline(
     tmp_path_factory: pytest.TempPathFactory, bootstrap_servers: str
@@ -223,7 +172,7 @@ def pipeline(
         work = root / "user"
         work.mkdir()
         p.location = ok(
-            cli(
+            chkpt_cli(
                 work,
                 "savepoint",
                 "create",
@@ -280,7 +229,7 @@ def test_rewind_after_kill_interrupted_restore_fenced_job_exactly_once(
                "--checkpoint-dir", str(restored), "--bootstrap-servers", p.servers]  # fmt: skip
     # Killed after its first job (A, upstream first): A's checkpoint and revocation are
     # written, M's and B's not.
-    killed = cli(work, *restore, SPARK_CHKPT_KILL_AT="in-pipeline-restore")
+    killed = chkpt_cli(work, *restore, SPARK_CHKPT_KILL_AT="in-pipeline-restore")
     assert killed.returncode == -9, (killed.stdout + killed.stderr)[-3000:]
     assert (restored / "stage_a" / "metadata").exists()
     assert not (restored / "stage_m" / "metadata").exists()
@@ -292,7 +241,7 @@ def test_rewind_after_kill_interrupted_restore_fenced_job_exactly_once(
     log = (p.root / "stage-a.log").read_text(errors="replace")
     assert "Fenced" in log, log[-3000:]
 
-    out = ok(cli(work, *restore))  # run again: finishes M and B
+    out = ok(chkpt_cli(work, *restore))  # run again: finishes M and B
     assert f"topic {p.t1}: snapshots" in out and f"topic {p.t2}: snapshots" in out, out
     assert f"table {p.table}" in out, out
     # M's old process read A's revoked snapshots: it fails, or is fenced; stop it if idle.
@@ -301,7 +250,15 @@ def test_rewind_after_kill_interrupted_restore_fenced_job_exactly_once(
 
     for stage, source, target in (("a", p.raw, p.t1), ("m", p.t1, p.t2), ("b", p.raw, p.t2)):
         name = {"a": "stage_a", "m": "stage_m", "b": "stage_b"}[stage]
-        run_to_end(spark, stage, p.servers, source, target, restored / name, p.table)
+        run_stage(
+            spark,
+            stage,
+            servers=p.servers,
+            source=source,
+            target=target,
+            checkpoint=restored / name,
+            table=p.table,
+        )
     counts = event_ids(p.table)
     assert sorted(counts) == list(range(p.produced)), "events missing"
     assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1][:10]
@@ -330,14 +287,14 @@ def test_fork_into_new_topics_and_table_leaves_the_original_untouched(
             "--checkpoint-dir", str(forked), "--bootstrap-servers", p.servers]  # fmt: skip
 
     # Refused before anything is written: t2 not renamed; production's table.
-    refused = cli(work, *fork, "--rename-topic", f"{p.t1}={t1f}", "--table-path", str(table))
+    refused = chkpt_cli(work, *fork, "--rename-topic", f"{p.t1}={t1f}", "--table-path", str(table))
     assert refused.returncode != 0 and f"rename {p.t2} (written by job stage_m)" in refused.stderr
-    refused = cli(work, *fork, "--rename-topic", f"{p.t1}={t1f}", "--rename-topic",
+    refused = chkpt_cli(work, *fork, "--rename-topic", f"{p.t1}={t1f}", "--rename-topic",
                   f"{p.t2}={t2f}", "--table-path", str(p.table))  # fmt: skip
     assert refused.returncode != 0 and "job stage_b's table" in refused.stderr, refused.stderr
     assert not forked.exists() and not {t1f, t2f} & topic_names(bootstrap_servers=p.servers)
 
-    out = ok(cli(work, *fork, "--rename-topic", f"{p.t1}={t1f}", "--rename-topic",
+    out = ok(chkpt_cli(work, *fork, "--rename-topic", f"{p.t1}={t1f}", "--rename-topic",
                  f"{p.t2}={t2f}", "--table-path", str(table)))  # fmt: skip
     assert (
         f"topic {p.t1} forked into {t1f} (3 partitions): its readers start at 0:0, 1:0, 2:0" in out
@@ -351,7 +308,15 @@ def test_fork_into_new_topics_and_table_leaves_the_original_untouched(
 
     for stage, source, target in (("a", p.raw, t1f), ("m", t1f, t2f), ("b", p.raw, t2f)):
         name = {"a": "stage_a", "m": "stage_m", "b": "stage_b"}[stage]
-        run_to_end(spark, stage, p.servers, source, target, forked / name, table)
+        run_stage(
+            spark,
+            stage,
+            servers=p.servers,
+            source=source,
+            target=target,
+            checkpoint=forked / name,
+            table=table,
+        )
     counts = event_ids(table)
     after = set(range(p.produced)) - set(before_fork)
     assert set(counts) == after, (len(counts), len(after))

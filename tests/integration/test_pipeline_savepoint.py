@@ -15,11 +15,8 @@ naming the revocation."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -31,56 +28,29 @@ from deltalake import DeltaTable
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
 from spark_chkpt.testing.generator import produce_page_views
-from tests.helpers import user_env
+from tests.helpers import chkpt_cli, ok, run_stage
 
 pytestmark = pytest.mark.integration
 
-CLI = str(Path(sys.executable).with_name("spark-chkpt"))
 PER_BATCH = 250
 
 
 def job(
     spark: Any, stage: str, servers: str, topics: tuple[str, str], chk: Path, table: Path
-) -> Any:
-    """Run stage ``stage`` of jobs/two_stage.py to the end of its input (availableNow)."""
-    from spark_chkpt.jobs import two_stage
-
-    args = argparse.Namespace(
-        bootstrap_servers=servers,
-        input=topics[0],
-        middle=topics[1],
-        table=str(table),
-        checkpoint=str(chk),
-        trigger="availableNow",
+) -> None:
+    """Stage ``stage`` of jobs/two_stage.py to the end of its input: A 250 records per
+    batch; B one A snapshot (250 records and 3 barriers) per batch."""
+    run_stage(
+        spark,
+        stage,
+        servers=servers,
+        source=topics[0],
+        target=topics[1],
+        checkpoint=chk,
+        table=table,
         max_offsets_per_trigger=PER_BATCH if stage == "a" else None,
-        alignment="aligned",
-        alignment_timeout=None,
-        # B: one A snapshot (250 records and 3 barriers) per batch.
-        source_option=[f"maxOffsetsPerTrigger={PER_BATCH}"] if stage == "b" else [],
-        sink_option=[],
+        source_options=[f"maxOffsetsPerTrigger={PER_BATCH}"] if stage == "b" else (),
     )
-    query = (two_stage.stage_a if stage == "a" else two_stage.stage_b)(spark, args)
-    query.awaitTermination()
-    return query
-
-
-def cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The command in its own session: a fail point's kill takes its session down."""
-    return subprocess.run(
-        [CLI, *args],
-        cwd=cwd,
-        env=user_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    """The command's output, once it exited 0."""
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return done.stdout
 
 
 def report(chk: Path, batch: int, topic: str) -> dict[str, Any]:
@@ -120,16 +90,16 @@ def test_pipeline_savepoint_rewinds_a_kafka_sink_and_its_reader_exactly_once(
     create = ["savepoint", "create", "--pipeline", "two", "--job", str(chk_a), "--job",
               str(chk_b), "--dir", str(sp), "--bootstrap-servers", bootstrap_servers]  # fmt: skip
     # Killed midway (a job's savepoint half copied): nothing listed.
-    killed = cli(work, *create, SPARK_CHKPT_KILL_AT="in-savepoint")
+    killed = chkpt_cli(work, *create, SPARK_CHKPT_KILL_AT="in-savepoint")
     assert killed.returncode == -9, killed.stderr[-3000:]
-    listed = cli(work, "savepoint", "list", str(sp))
+    listed = chkpt_cli(work, "savepoint", "list", str(sp))
     assert listed.returncode == 1 and "no complete savepoint" in listed.stdout, listed.stdout
     assert "pipeline pipeline-" not in listed.stdout
 
-    location = ok(cli(work, *create)).strip()
-    listed = cli(work, "savepoint", "list", str(sp))
+    location = ok(chkpt_cli(work, *create)).strip()
+    listed = chkpt_cli(work, "savepoint", "list", str(sp))
     assert listed.returncode == 0 and "stage_a at 3, stage_b at 3" in listed.stdout, listed
-    shown = ok(cli(work, "savepoint", "show", "--pipeline", location))
+    shown = ok(chkpt_cli(work, "savepoint", "show", "--pipeline", location))
     manifest = json.loads((Path(location.removeprefix("file://")) / "pipeline.json").read_text())
     (join,) = manifest["joins"]
     assert (join["upstream"], join["snapshot"], join["downstream"], join["downstream_batch"]) == (
@@ -149,16 +119,16 @@ def test_pipeline_savepoint_rewinds_a_kafka_sink_and_its_reader_exactly_once(
     restored = tmp_path / "restored"
     restore = ["savepoint", "restore", "--pipeline", location, "--mode", "rewind",
                "--checkpoint-dir", str(restored)]  # fmt: skip
-    refused = cli(work, *restore)
+    refused = chkpt_cli(work, *restore)
     assert refused.returncode != 0
     assert "job stage_a" in refused.stderr and "nothing was changed" in refused.stderr
     assert "--bootstrap-servers" in refused.stderr, refused.stderr[-3000:]
     assert not restored.exists() and DeltaTable(str(table)).version() == version
 
-    out = ok(cli(work, *restore, "--bootstrap-servers", bootstrap_servers))
+    out = ok(chkpt_cli(work, *restore, "--bootstrap-servers", bootstrap_servers))
     assert f"topic {mid}: snapshots 4, 5 after 3 revoked at generation 1" in out, out
     # Run again (an interrupted restore finished): no second revocation.
-    ok(cli(work, *restore, "--bootstrap-servers", bootstrap_servers))
+    ok(chkpt_cli(work, *restore, "--bootstrap-servers", bootstrap_servers))
     index = ControlTopic(
         bootstrap_servers=bootstrap_servers, control_topic=control_topic_for(mid), data_topic=mid
     )
