@@ -117,10 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", default=None)
     args = parser.parse_args(argv)
 
-    from spark_chkpt.kafka.client.topics import create_topic
+    from bench import batch_cost
     from spark_chkpt.kafka.source.offset_reader import OffsetReader
     from spark_chkpt.kafka.source.options import SourceConfig
-    from spark_chkpt.testing.generator import produce_page_views
 
     topic = f"bench-decode-{int(time.time())}"
     with contextlib.ExitStack() as stack:
@@ -129,13 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from spark_chkpt.testing.kafka_broker import EmbeddedKafka
 
             servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
-        create_topic(bootstrap_servers=servers, name=topic, partitions=args.partitions)
-        produce_page_views(
-            bootstrap_servers=servers,
-            topic=topic,
-            first=0,
-            count=args.records,
-            spread_over=args.partitions,
+        batch_cost.fill(
+            servers=servers, topic=topic, records=args.records, partitions=args.partitions
         )
         reader = OffsetReader(
             config=SourceConfig.from_options(

@@ -146,15 +146,11 @@ def _prepare(
     *, servers: str, records: int, partitions: int, client: str, result: Result
 ) -> dict[Any, int]:
     """Create and fill the topic, then drain it with the raw client(s): (a) and (a')."""
-    from spark_chkpt.kafka.client.topics import create_topic
+    from bench import batch_cost
     from spark_chkpt.kafka.source.offset_reader import OffsetReader
     from spark_chkpt.kafka.source.options import SourceConfig
-    from spark_chkpt.testing.generator import produce_page_views
 
-    create_topic(bootstrap_servers=servers, name=TOPIC, partitions=partitions)
-    produce_page_views(
-        bootstrap_servers=servers, topic=TOPIC, first=0, count=records, spread_over=partitions
-    )
+    batch_cost.fill(servers=servers, topic=TOPIC, records=records, partitions=partitions)
     reader = OffsetReader(
         config=SourceConfig.from_options({"kafka.bootstrap.servers": servers, "subscribe": TOPIC}),
         client_id="bench",

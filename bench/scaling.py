@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import batch_cost
+
 PARTITIONS = (4, 16, 64)
 MASTERS = ("local-cluster[1,1,1024]", "local-cluster[2,1,1024]")
 
@@ -94,17 +96,6 @@ def _settings(servers: str, topic: str, per_trigger: int, client: str) -> dict[s
     }
 
 
-def fill(*, servers: str, topic: str, records: int, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` and produce the benchmark's ``records`` into it."""
-    from spark_chkpt.kafka.client.topics import create_topic
-    from spark_chkpt.testing.generator import produce_page_views
-
-    create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
-    produce_page_views(
-        bootstrap_servers=servers, topic=topic, first=0, count=records, spread_over=partitions
-    )
-
-
 def measure_partitions(
     *,
     spark: Any,
@@ -122,7 +113,7 @@ def measure_partitions(
     topics = {p: f"scale-p{p}" for p in counts}
     for p, topic in topics.items():
         print(f"[bench] scaling: {records:,} records into {p} partitions", flush=True)
-        fill(servers=servers, topic=topic, records=records, partitions=p)
+        batch_cost.fill(servers=servers, topic=topic, records=records, partitions=p)
     run_query(
         spark=spark,
         settings=_settings(servers, topics[counts[0]], per_trigger, client),
@@ -168,7 +159,7 @@ def measure_executors(
     from bench.cold import json_result
 
     topic = f"scale-exec-p{partitions}"
-    fill(servers=servers, topic=topic, records=records, partitions=partitions)
+    batch_cost.fill(servers=servers, topic=topic, records=records, partitions=partitions)
     rows = []
     for index, master in enumerate(masters):
         print(f"[bench] scaling: {master}", flush=True)
