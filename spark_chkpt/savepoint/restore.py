@@ -59,8 +59,10 @@ sentence naming the savepoint.
 
 (Over 400 lines: rewind and fork share every check and step but the table's; the
 checks that keep a rewind on the savepoint's own timeline, and the error messages that
-name the way out, take the rest. The dead-letter table's rollback is in
-:mod:`spark_chkpt.savepoint.dead_letters`.)
+name the way out, take the rest. Each sink's own rewind is in its module: the table's
+checks and rollback in :mod:`spark_chkpt.savepoint.table_rewind`, the dead-letter
+table's in :mod:`spark_chkpt.savepoint.dead_letters`, a Kafka sink's revocation in
+:mod:`spark_chkpt.savepoint.revocation`.)
 """
 
 from __future__ import annotations
@@ -73,17 +75,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from spark_chkpt.delta.replay import describe_offsets, positions
-from spark_chkpt.delta.table import DeltaTarget, TxnCommit
+from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.dead_letters import (
-    REWIND_KEY,
     DeadLetterTable,
     plan_dead_letter_rewind,
-    refuse_other_writers,
     rewind_dead_letters,
 )
 from spark_chkpt.savepoint.manifest import (
@@ -95,8 +94,13 @@ from spark_chkpt.savepoint.manifest import (
 from spark_chkpt.savepoint.plan import JobPlan
 from spark_chkpt.savepoint.revocation import KafkaRewind, plan_kafka_rewind, write_revocations
 from spark_chkpt.savepoint.shadow import check_shadow
-from spark_chkpt.snapshot.epoch import generation_app_id
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
+from spark_chkpt.savepoint.table_rewind import (
+    check_table,
+    dead_letter_table_of,
+    rewind_table,
+    rewind_target,
+    same_table,
+)
 from spark_chkpt.snapshot.store import STORE_DIR
 
 log = logging.getLogger(__name__)
@@ -201,15 +205,15 @@ def restore_savepoint(
         query_id = manifest.query_id
         generation = kafka.generation
     elif mode == "rewind":
-        target = _rewind_target(point, table, storage_options)
-        state = _check_table(point, target, discard_other_writers)
-        letters = _dead_letter_table(point, state, dead_letter_table, storage_options)
+        target = rewind_target(point, table, storage_options)
+        state = check_table(point, target, discard_other_writers)
+        letters = dead_letter_table_of(point, state, dead_letter_table, storage_options)
         if letters is not None:
             plan_dead_letter_rewind(letters, discard_other_writers=discard_other_writers)
         query_id = manifest.query_id
         generation = (target.generation(state.table, app_id=state.app_id) or 0) + 1
     else:
-        if table is not None and sink is not None and _same(table, sink.target):
+        if table is not None and sink is not None and same_table(table, sink.target):
             raise SavepointError(
                 f"--table {table} is the table the savepoint's query writes: a fork writes a "
                 "new table (or restore with mode rewind to roll that table back)"
@@ -217,7 +221,7 @@ def restore_savepoint(
         if (
             dead_letter_table is not None
             and sink is not None
-            and _same(dead_letter_table, sink.dead_letters)
+            and same_table(dead_letter_table, sink.dead_letters)
         ):
             raise SavepointError(
                 f"--dead-letter-table {dead_letter_table} is the dead-letter table the "
@@ -290,7 +294,15 @@ def restore_savepoint(
     if kafka is not None:
         result = replace(result, revoked=write_revocations(kafka, generation=generation))
     if target is not None:
-        result = _rewind_table(point, target, result, discard_other_writers, generation)
+        rewound = rewind_table(
+            point, target, discard_other_writers, generation, checkpoint_location=location
+        )
+        result = replace(
+            result,
+            rolled_back_from=rewound.rolled_back_from,
+            restore_version=rewound.restore_version,
+            others_rolled_back=rewound.others_rolled_back,
+        )
     if letters is not None:
         before, restored = rewind_dead_letters(
             letters,
@@ -399,240 +411,6 @@ def _rewrite(text: str, source_rewrite: Callable[[Any], Any] | None) -> str:
     return "\n".join([*lines[:2], *sources]) + ("\n" if text.endswith("\n") else "")
 
 
-def _rewind_target(
-    point: Savepoint, table: str | None, storage_options: Mapping[str, str] | None
-) -> DeltaTarget:
-    """Step 2 of a rewind: the table, checked (see the module docstring)."""
-    manifest = point.manifest
-    sink = manifest.sink
-    uri = table or (sink.target if sink is not None else None)
-    if uri is None:
-        raise SavepointError(
-            f"savepoint {manifest.savepoint_id} does not name the sink's table (its snapshot "
-            "record does not name it): give --table, the chkpt-delta table to roll back"
-        )
-    if table is not None and sink is not None and sink.target and not _same(table, sink.target):
-        raise SavepointError(
-            f"--table {table} is not the table the savepoint's query wrote ({sink.target}): "
-            "a rewind rolls back the same table; restore with --mode fork to write another"
-        )
-    return DeltaTarget(uri=qualify(uri), storage_options=storage_options)
-
-
-@dataclass(frozen=True)
-class _TableState:
-    """What a rewind found in the table: snapshot N's version, the newest version, the
-    app's txn, how many commits without any txn came after N, and snapshot N's record
-    as the table's commit of N carries it."""
-
-    table: Any
-    app_id: str
-    snapshot_version: int
-    current: int
-    done: int
-    plain: int
-    record: SnapshotRecord | None = None
-
-
-def _check_table(
-    point: Savepoint, target: DeltaTarget, discard_other_writers: Sequence[str] = ()
-) -> _TableState:
-    """Step 2 of a rewind (again at step 4): the table holds snapshot N's own commit
-    (the manifest's Delta version, from the savepoint's source offsets: not a commit of
-    batch N on a later timeline), and no other writer committed after it, unless
-    ``discard_other_writers`` names each of them."""
-    manifest = point.manifest
-    batch = manifest.batch_id
-    app_id = manifest.sink.app_id if manifest.sink is not None else manifest.query_id
-    table = target.open()
-    if table is None:
-        raise SavepointError(f"{target.uri} is not a Delta table: nothing to rewind")
-    done = table.transaction_version(app_id)
-    commit = _snapshot_commit(point, target, table, app_id)
-    current = int(table.version())
-    plain = refuse_other_writers(
-        target,
-        commit.version,
-        current,
-        app_id,
-        discard_other_writers=discard_other_writers,
-        where=f"{target.uri}: after snapshot {batch} (Delta version {commit.version}) other "
-        "writers committed to the table",
-        no_app_id="commits without an app id",
-    )
-    return _TableState(
-        table=table,
-        app_id=app_id,
-        snapshot_version=commit.version,
-        current=current,
-        done=done if done is not None else -1,
-        plain=plain,
-        record=SnapshotRecord.from_json(text) if (text := commit.info.get(SNAPSHOT_KEY)) else None,
-    )
-
-
-def _dead_letter_table(
-    point: Savepoint,
-    state: _TableState,
-    given: str | None,
-    storage_options: Mapping[str, str] | None,
-) -> DeadLetterTable | None:
-    """Step 2 of a rewind: the sink's dead-letter table and its version at N, from the
-    manifest, else from the table's commit of N (both name it since this release), else
-    ``given`` (its version then looked up in its log); None: the sink has none."""
-    manifest = point.manifest
-    sink = manifest.sink
-    uri: str | None = None
-    version: int | None = None
-    if sink is not None and sink.dead_letters:
-        uri, version = sink.dead_letters, sink.dead_letter_version
-    elif state.record is not None and state.record.dead_letter_target:
-        uri, version = state.record.dead_letter_target, state.record.dead_letter_version
-    recorded = uri is not None
-    if given is not None:
-        if uri is not None and not _same(given, uri):
-            raise SavepointError(
-                f"--dead-letter-table {given} is not the dead-letter table the savepoint's "
-                f"query wrote ({uri}): a rewind rolls back the same one"
-            )
-        uri = uri or given
-    if uri is None:
-        return None
-    return DeadLetterTable(
-        target=DeltaTarget(uri=qualify(uri), storage_options=storage_options),
-        app_id=state.app_id,
-        batch=manifest.batch_id,
-        version=version,
-        recorded=recorded,
-    )
-
-
-def _snapshot_commit(point: Savepoint, target: DeltaTarget, table: Any, app_id: str) -> TxnCommit:
-    """The commit that made snapshot N visible, checked against the savepoint's offsets."""
-    manifest = point.manifest
-    batch = manifest.batch_id
-    version = manifest.sink.table_version if manifest.sink is not None else None
-    if version is not None:
-        commit = target.commit_at(version)
-        if commit is not None and commit.txns.get(app_id) != batch:
-            commit = None
-    else:
-        commit = target.find_txn_commit(table, app_id=app_id, txn_version=batch)
-    if commit is None:
-        where = f"Delta version {version}" if version is not None else "the commit that set it"
-        raise SavepointError(
-            f"{target.uri} does not hold snapshot {batch} of query {app_id} ({where} is "
-            "not in the log, or does not set its txn to it): it is not the table this "
-            "savepoint's query wrote, or its history was cleaned up"
-        )
-    text = commit.info.get(SNAPSHOT_KEY)
-    if text:
-        record = SnapshotRecord.from_json(text)
-        if positions(record.source_offsets) != positions(manifest.source_offsets):
-            raise SavepointError(
-                f"{target.uri}: its commit of batch {batch} (Delta version "
-                f"{commit.version}) came from source offsets "
-                f"{describe_offsets(record.source_offsets)}, but savepoint "
-                f"{manifest.savepoint_id} holds batch {batch} from "
-                f"{describe_offsets(manifest.source_offsets)}: that commit belongs to "
-                "another timeline (a rewind ran the batch again with other boundaries). "
-                "Nothing was changed."
-            )
-    return commit
-
-
-def _rewind_table(
-    point: Savepoint,
-    target: DeltaTarget,
-    result: RestoreResult,
-    discard_other_writers: Sequence[str],
-    generation: int,
-) -> RestoreResult:
-    """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)`` and the new
-    generation ``txn(<appId>#generation, g)``, which fences the writers of older ones."""
-    from deltalake import CommitProperties, Transaction
-
-    manifest = point.manifest
-    batch = manifest.batch_id
-    state = _check_table(point, target, discard_other_writers)
-    rewind_info = {
-        "savepoint": manifest.savepoint_id,
-        "batch_id": batch,
-        "from_version": state.current,
-        "to_version": state.snapshot_version,
-        "generation": generation,
-    }
-    if state.done == batch and _at_snapshot(target, state):
-        # Nothing of this app after N (a stop with savepoint): keep the table, but
-        # record the new generation so that writers of older ones are fenced.
-        if (target.generation(state.table, app_id=state.app_id) or 0) < generation:
-            target.start_generation(
-                state.table,
-                app_id=state.app_id,
-                generation=generation,
-                metadata={REWIND_KEY: json.dumps(rewind_info)},
-            )
-        return replace(result, rolled_back_from=state.current)
-    record = manifest.snapshot_record()
-    metadata: dict[str, Any] = {"chkpt.batchId": batch, REWIND_KEY: json.dumps(rewind_info)}
-    if record is not None:
-        metadata[SNAPSHOT_KEY] = replace(record, table_version=state.snapshot_version).to_json()
-    try:
-        state.table.restore(
-            state.snapshot_version,
-            commit_properties=CommitProperties(
-                custom_metadata=metadata,
-                app_transactions=[
-                    Transaction(
-                        app_id=state.app_id, version=batch, last_updated=int(time.time() * 1000)
-                    ),
-                    Transaction(
-                        app_id=generation_app_id(state.app_id),
-                        version=generation,
-                        last_updated=int(time.time() * 1000),
-                    ),
-                ],
-            ),
-        )
-    except Exception as e:
-        raise SavepointError(
-            f"could not restore {target.uri} to Delta version {state.snapshot_version} "
-            f"(snapshot {batch}): {e}. The new checkpoint {result.checkpoint_location} is "
-            "written; run the same restore again once the table can be restored (files "
-            "removed by VACUUM cannot come back)."
-        ) from e
-    after = target.open()
-    if state.plain:
-        log.warning(
-            "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id "
-            "(named by --discard-other-writers)",
-            target.uri,
-            batch,
-            state.plain,
-        )
-    return replace(
-        result,
-        rolled_back_from=state.current,
-        restore_version=int(after.version()) if after is not None else None,
-        others_rolled_back=state.plain,
-    )
-
-
-def _at_snapshot(target: DeltaTarget, state: _TableState) -> bool:
-    """Whether the app's newest commit of batch N is snapshot N's own (or a rewind's
-    restore to it), not batch N of a later timeline."""
-    latest = target.find_txn_commit(state.table, app_id=state.app_id, txn_version=state.done)
-    if latest is None:
-        return False
-    if latest.version == state.snapshot_version:
-        return True
-    try:
-        rewound = json.loads(latest.info.get(REWIND_KEY) or "{}")
-    except ValueError:
-        return False
-    return isinstance(rewound, dict) and rewound.get("to_version") == state.snapshot_version
-
-
 def _previous_restore(root: Location) -> dict[str, Any] | None:
     path = root.child(*RESTORE_FILE.split("/"))
     try:
@@ -648,10 +426,6 @@ def _clear_partial(root: Location) -> None:
     """Files of an unfinished restore (no metadata yet) are written again."""
     for part in ("offsets", "commits", "state", STORE_DIR):
         root.child(*part.split("/")).delete_dir()
-
-
-def _same(a: str, b: str | None) -> bool:
-    return b is not None and qualify(a).rstrip("/") == qualify(b).rstrip("/")
 
 
 def explain_start_error(error: BaseException, *, checkpoint_location: str) -> str | None:
