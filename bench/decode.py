@@ -10,7 +10,10 @@ machine changes it less than a wall-clock rate:
 - ``records``: the source's read task with ``decode=records``: kafka-python's records,
   then Arrow columns (the path before columns);
 - ``columns``: the same with ``decode=columns`` (the default): record batches straight
-  into Arrow (:mod:`spark_chkpt.kafka.client.columnar`).
+  into Arrow (:mod:`spark_chkpt.kafka.client.columnar`);
+- with confluent-kafka installed, ``raw-confluent``: a bare librdkafka ``Consumer``
+  (``consume`` in batches of 10,000, nothing more), and ``confluent``: the source's read
+  task with ``kafka.client=confluent`` (librdkafka's messages, then Arrow columns).
 
 ``make bench`` runs it on the benchmark's topic; standalone (``python -m bench.decode``)
 it fills a topic of its own on an embedded broker.
@@ -20,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import time
 from collections.abc import Sequence
 from typing import Any
 
 RUNS = ("raw", "records", "columns")
+CONFLUENT_RUNS = ("raw-confluent", "confluent")
 
 
 def _raw(servers: str, topic: str, ends: dict[Any, int]) -> int:
@@ -50,16 +55,46 @@ def _raw(servers: str, topic: str, ends: dict[Any, int]) -> int:
     return count
 
 
+def _raw_confluent(servers: str, topic: str, ends: dict[Any, int]) -> int:
+    """Drain ``ends`` with a bare librdkafka consumer (assign from offset 0, no group)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": "bench-decode-raw",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    remaining = {tp.partition: end for tp, end in ends.items() if end > 0}
+    consumer.assign([KafkaTopicPartition(topic, p, 0) for p in remaining])
+    count = 0
+    while remaining:
+        for message in consumer.consume(num_messages=10_000, timeout=1.0):
+            if message.error() is not None:
+                continue
+            count += 1
+            partition, offset = message.partition(), message.offset()
+            if partition in remaining and offset is not None and offset + 1 >= remaining[partition]:
+                del remaining[partition]
+    consumer.close()
+    return count
+
+
 def _source(servers: str, topic: str, ends: dict[Any, int], decode: str) -> int:
     from spark_chkpt.kafka.client.pool import ConsumerPool
     from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec
     from spark_chkpt.kafka.source.options import SourceConfig
     from spark_chkpt.offsets import OffsetRange
 
-    config = SourceConfig.from_options(
-        {"kafka.bootstrap.servers": servers, "subscribe": topic, "decode": decode},
-        streaming=False,
-    )
+    options = {"kafka.bootstrap.servers": servers, "subscribe": topic}
+    if decode == "confluent":
+        options["kafka.client"] = "confluent"
+    else:
+        options["decode"] = decode
+    config = SourceConfig.from_options(options, streaming=False)
     pool = ConsumerPool()
     rows = 0
     try:
@@ -76,10 +111,16 @@ def measure(*, servers: str, topic: str, ends: dict[Any, int], rounds: int = 2) 
     """Records per CPU-second and per wall-second of each reader (the best of ``rounds``)."""
     records = sum(ends.values())
     best: dict[str, tuple[float, float]] = {}
+    runs = RUNS + (CONFLUENT_RUNS if importlib.util.find_spec("confluent_kafka") else ())
     for _ in range(rounds):
-        for run in RUNS:
+        for run in runs:
             wall, cpu = time.perf_counter(), time.process_time()
-            got = _raw(servers, topic, ends) if run == "raw" else _source(servers, topic, ends, run)
+            if run == "raw":
+                got = _raw(servers, topic, ends)
+            elif run == "raw-confluent":
+                got = _raw_confluent(servers, topic, ends)
+            else:
+                got = _source(servers, topic, ends, run)
             cpu = time.process_time() - cpu
             wall = time.perf_counter() - wall
             if got != records:
@@ -87,9 +128,16 @@ def measure(*, servers: str, topic: str, ends: dict[Any, int], rounds: int = 2) 
             if run not in best or cpu < best[run][0]:
                 best[run] = (cpu, wall)
     per_core = {run: round(records / cpu) for run, (cpu, _) in best.items()}
+    confluent = {}
+    if "confluent" in per_core:
+        confluent = {
+            "columns/confluent": round(per_core["columns"] / per_core["confluent"], 2),
+            "confluent/raw-confluent": round(per_core["confluent"] / per_core["raw-confluent"], 2),
+        }
     return {
         "records": records,
         "per_cpu_second": per_core,
+        **confluent,
         "per_second": {run: round(records / wall) for run, (_, wall) in best.items()},
         "columns/raw": round(per_core["columns"] / per_core["raw"], 2),
         "columns/records": round(per_core["columns"] / per_core["records"], 2),
@@ -105,7 +153,15 @@ def report_lines(decode: dict[str, Any]) -> list[str]:
         f"read path per core ({decode['records']:,} records, records per CPU-second): "
         f"raw kafka-python {rates['raw']:,}, source decode=records {rates['records']:,}, "
         f"decode=columns {rates['columns']:,}; columns/raw = {decode['columns/raw']}, "
-        f"columns/records = {decode['columns/records']}"
+        f"columns/records = {decode['columns/records']}",
+        *(
+            [
+                f"  librdkafka: raw {rates['raw-confluent']:,}, source kafka.client=confluent "
+                f"{rates['confluent']:,}; columns/confluent = {decode['columns/confluent']}"
+            ]
+            if "confluent" in rates
+            else []
+        ),
     ]
 
 
