@@ -181,3 +181,23 @@ def test_the_anatomy_names_every_millisecond_of_the_batch_once() -> None:
     assert table[0] == "| ms | what | whose |"
     assert "| **212** | **ours, in all (42%)** | |" in table
     assert "| **288** | **Spark, in all (58%)** | |" in table
+
+
+def test_a_replay_longer_than_sparks_phase_never_makes_a_negative_row() -> None:
+    """The idle run of 2026-11-25 replayed the planning at 89 ms where Spark timed the
+    whole latestOffset phase at 4 ms, and the table showed Spark's share as -85 ms."""
+    spark_ms = {"triggerExecution": 100.0, "latestOffset": 4.0, "addBatch": 90.0}
+    ours = {
+        "plan": 89.0,
+        "partitions": 0.0,
+        "tasks": 1,
+        "read_task": 5.0,
+        "write_task": 3.0,
+        "driver_commit": 30.0,
+        "source_commit": 0.0,
+    }
+    rows = batch_anatomy.anatomy(spark_ms=spark_ms, ours=ours, cores=2)
+    assert all(ms >= 0 for ms, _, _ in rows), rows
+    assert sum(ms for ms, _, _ in rows) == pytest.approx(100.0)
+    (plan,) = [(ms, what) for ms, what, _ in rows if what.startswith("latestOffset: the source")]
+    assert plan[0] == 4.0 and "replay 89 ms > Spark's 4 ms phase" in plan[1]
