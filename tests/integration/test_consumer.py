@@ -216,6 +216,33 @@ def test_a_range_ending_on_a_transaction_marker_is_read_past(
     assert rest.column("value").to_pylist() == [b"t1-0", b"t1-1", b"t1-2"]
 
 
+def test_a_pooled_consumer_is_not_reused_after_its_topic_was_recreated(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    client: str,
+    pool: ConsumerPool,
+) -> None:
+    """The pool asks for the topic's id at each task: a confluent consumer that read the
+    old topic is closed and a new one reads the new topic (kafka-python, which follows a
+    changed id itself, is reused and costs no call)."""
+    from spark_chkpt.kafka.client.topics import create_topic, delete_topic
+
+    topic = make_topic()
+    produce(producer, topic, [b"old%d" % i for i in range(10)])
+    config = _config(bootstrap_servers, topic, client, prefetchRecords="0")
+    table, _ = _read(config, OffsetRange(TopicPartition(topic, 0), 0, 10), pool=pool)
+    assert table.num_rows == 10
+    delete_topic(bootstrap_servers=bootstrap_servers, name=topic)
+    create_topic(bootstrap_servers=bootstrap_servers, name=topic, partitions=1)
+    produce(producer, topic, [b"new%d" % i for i in range(3)])
+    for _ in range(2):  # the second task reuses the consumer that read the new topic
+        table, _ = _read(config, OffsetRange(TopicPartition(topic, 0), 0, 3), pool=pool)
+        assert table.column("value").to_pylist() == [b"new0", b"new1", b"new2"]
+    retired = 1 if client == "confluent" else 0
+    assert (pool.created, pool.reused, pool.retired) == (1 + retired, 2 - retired, retired)
+
+
 def test_offsets_gone_from_the_partition_are_data_loss(
     bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
 ) -> None:
