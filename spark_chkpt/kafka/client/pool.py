@@ -12,7 +12,8 @@ the broker for the current ids of the task's topics (one DescribeTopics call per
 none per poll) and closes, instead of handing out, an idle consumer that read one of
 them under another id: a topic deleted and created again under the same name is a new
 topic, and a librdkafka handle's topic-id metadata cache is not trusted to follow that
-change (confluentinc/librdkafka#4778, #4964, #5093). kafka-python follows a changed id
+change (confluentinc/librdkafka#4778, #4964, #5093), nor partitions added since (the
+partition count is part of the id here). kafka-python follows a changed id
 itself (its cluster metadata replaces the id and logs it), so its consumers are not
 probed and cost no call.
 """
@@ -45,8 +46,10 @@ _ADMINS_LOCK = threading.Lock()
 def read_topic_ids(settings: ConsumerSettings, topics: Sequence[str]) -> TopicIds:
     """The topics' ids from fresh metadata, for the consumers whose pool entries need them.
 
-    confluent: one DescribeTopics call through an admin handle kept per settings. A topic
-    the broker does not know maps to None. kafka-python: no call, an empty answer.
+    confluent: one DescribeTopics call through an admin handle kept per settings; a
+    topic's "id" is its topic id and partition count (``<uuid>/<n>``), so partitions added
+    since also retire a consumer. A topic the broker does not know maps to None.
+    kafka-python: no call, an empty answer.
     """
     if settings.client != "confluent" or not topics:
         return {}
@@ -68,7 +71,10 @@ def read_topic_ids(settings: ConsumerSettings, topics: Sequence[str]) -> TopicId
     ids: dict[str, str | None] = {}
     for topic, future in futures.items():
         try:
-            ids[topic] = str(future.result(timeout=30).topic_id)
+            described = future.result(timeout=30)
+            # The partition count too: a librdkafka handle's cached metadata does not know
+            # partitions added since (get_watermark_offsets: "Local: Unknown partition").
+            ids[topic] = f"{described.topic_id}/{len(described.partitions)}"
         except confluent_kafka.KafkaException as e:
             error: Any = e.args[0] if e.args else None
             if (
