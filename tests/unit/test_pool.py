@@ -74,3 +74,64 @@ def test_idle_consumers_expire_and_the_pool_is_bounded() -> None:
     assert second.closed  # over max_idle_per_key
     pool._expire()
     assert first.closed  # idle longer than idle_timeout_s
+
+
+class Ids:
+    """A fake broker's topic ids, and the topics each probe asked about."""
+
+    def __init__(self, **ids: str | None) -> None:
+        self.ids = dict(ids)
+        self.asked: list[list[str]] = []
+
+    def __call__(self, settings: ConsumerSettings, topics: Any) -> dict[str, str | None]:
+        self.asked.append(list(topics))
+        return {t: self.ids.get(t) for t in topics}
+
+
+def _pool_of(ids: Ids) -> ConsumerPool:
+    return ConsumerPool(factory=lambda settings: FakeConsumer(), topic_ids=ids)  # type: ignore[arg-type,return-value]
+
+
+def test_a_consumer_that_read_a_recreated_topic_is_closed_not_reused() -> None:
+    ids = Ids(a="id-1", b="id-9")
+    pool = _pool_of(ids)
+    reader = pool.acquire(SETTINGS, topics={"a"})
+    pool.release(reader, SETTINGS, healthy=True)
+    ids.ids["a"] = "id-2"  # deleted and created again under the same name
+    fresh = pool.acquire(SETTINGS, topics={"a", "b"})
+    assert fresh is not reader and reader.closed  # type: ignore[attr-defined]
+    assert (pool.created, pool.reused, pool.retired) == (2, 0, 1)
+    pool.release(fresh, SETTINGS, healthy=True)
+    assert pool.acquire(SETTINGS, topics={"a"}) is fresh  # it read the new topic: reusable
+    assert ids.asked == [["a"], ["a", "b"], ["a"]]  # one probe per task, for its topics
+
+
+def test_a_deleted_topic_retires_its_readers_and_other_topics_keep_them() -> None:
+    ids = Ids(a="id-1", b="id-5")
+    pool = _pool_of(ids)
+    reader = pool.acquire(SETTINGS, topics={"a"})
+    pool.release(reader, SETTINGS, healthy=True)
+    ids.ids["b"] = "id-6"  # a topic the consumer never read changed: no matter
+    assert pool.acquire(SETTINGS, topics={"b"}) is reader
+    pool.release(reader, SETTINGS, healthy=True)
+    del ids.ids["a"]  # deleted, not (yet) created again
+    assert pool.acquire(SETTINGS, topics={"a"}) is not reader
+    assert reader.closed  # type: ignore[attr-defined]
+
+
+def test_a_stand_in_consumer_carries_the_ids_of_the_one_it_replaces() -> None:
+    ids = Ids(a="id-1")
+    pool = _pool_of(ids)
+    wedged = pool.acquire(SETTINGS, topics={"a"})
+    stand_in = pool.build(SETTINGS, replacing=wedged)
+    pool.release(wedged, SETTINGS, healthy=False)
+    pool.release(stand_in, SETTINGS, healthy=True)
+    ids.ids["a"] = "id-2"
+    assert pool.acquire(SETTINGS, topics={"a"}) is not stand_in
+    assert stand_in.closed  # type: ignore[attr-defined]
+
+
+def test_kafka_python_consumers_cost_no_topic_id_call() -> None:
+    from spark_chkpt.kafka.client.pool import read_topic_ids
+
+    assert read_topic_ids(SETTINGS, ["a"]) == {}  # no broker at h:1 was asked

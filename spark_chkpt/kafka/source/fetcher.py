@@ -120,9 +120,7 @@ class RangeFetcher:
         self._config = config
         self._settings = config.fetch_settings(client_id=client_id)
         self._pool = pool
-        self._consumer: RangeConsumer = (
-            pool.acquire(self._settings) if pool is not None else build_consumer(self._settings)
-        )
+        self._held: RangeConsumer | None = None  # acquired by the first read, for its topics
         self._prefetch = prefetch if config.prefetch_records > 0 else None
         # Entries belong to one run of one query (the client id carries its run id): another
         # query, or the same query restarted, never takes what this one left.
@@ -132,12 +130,35 @@ class RangeFetcher:
         self._columnar = False  # this task's records come as RecordColumns
         self.stats = ReadStats()
 
+    @property
+    def _consumer(self) -> RangeConsumer:
+        if self._held is None:
+            raise RuntimeError("RangeFetcher: no consumer before the first read")
+        return self._held
+
+    @_consumer.setter
+    def _consumer(self, consumer: RangeConsumer) -> None:
+        self._held = consumer
+
+    def _acquire(self, topics: set[str]) -> RangeConsumer:
+        """The task's consumer: from the pool, which checks the topics' ids (first read)."""
+        if self._held is None:
+            self._held = (
+                self._pool.acquire(self._settings, topics=topics)
+                if self._pool is not None
+                else build_consumer(self._settings)
+            )
+        return self._held
+
     def close(self, *, healthy: bool = True) -> None:
         """Give the consumer back to the pool (or close it after a failure)."""
+        consumer, self._held = self._held, None
+        if consumer is None:
+            return
         if self._pool is not None:
-            self._pool.release(self._consumer, self._settings, healthy=healthy)
+            self._pool.release(consumer, self._settings, healthy=healthy)
         else:
-            self._consumer.close()
+            consumer.close()
 
     def __enter__(self) -> RangeFetcher:
         return self
@@ -168,7 +189,7 @@ class RangeFetcher:
         }
         if not channels:
             return
-        consumer = self._consumer
+        consumer = self._acquire({tp.topic for tp in channels})
         # Plain topics (no barriers to place) are read as columns where the client can;
         # barrier-carrying ones record by record, as the aligner and the filters need.
         self._columnar = self._set_columnar(
@@ -283,8 +304,9 @@ class RangeFetcher:
             ", ".join(f"{c.tp} offset {c.position} of {c.spec.range}" for c in open_channels),
         )
         if self._pool is not None:
-            self._pool.release(self._consumer, self._settings, healthy=False)
-            self._consumer = self._pool.build(self._settings)
+            old = self._consumer
+            self._consumer = self._pool.build(self._settings, replacing=old)
+            self._pool.release(old, self._settings, healthy=False)
         else:
             self._consumer.close()
             self._consumer = build_consumer(self._settings)
