@@ -37,6 +37,7 @@ from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 log = logging.getLogger(__name__)
 
 _PROBE_SECONDS = 2.0
+PROBE_RETRY_BACKOFF_MS = 10  # the driver's probe consumer: see OffsetReader.consumer
 
 
 def _ktp(tp: TopicPartition) -> Any:
@@ -65,6 +66,17 @@ class OffsetReader:
             # (500 ms by default) would delay the offset requests queued behind it.
             settings["fetch_max_wait_ms"] = 10
             self._consumer = KafkaConsumer(**settings)
+            # kafka-python spaces metadata refreshes by its cluster metadata's
+            # retry_backoff_ms, which keeps 100 ms whatever the consumer is given (3.0.12
+            # does not pass it on), and every planning call asks for fresh metadata: a
+            # query's initialOffset, prepareForTriggerAvailableNow and first
+            # latestOffset, made back to back, each waited about 100 ms. 10 ms here,
+            # or kafka.retry.backoff.ms if the user set it.
+            cluster = getattr(self._consumer, "_cluster", None)
+            if isinstance(getattr(cluster, "config", None), dict):
+                cluster.config["retry_backoff_ms"] = settings.get(  # type: ignore[union-attr]
+                    "retry_backoff_ms", PROBE_RETRY_BACKOFF_MS
+                )
         return self._consumer
 
     def close(self) -> None:
