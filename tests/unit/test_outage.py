@@ -94,3 +94,27 @@ def test_the_librdkafka_sink_fails_within_its_timeouts_when_the_broker_never_ans
     assert servers in message and "producing batch 7's records" in message
     assert "kafka.delivery.timeout.ms=1500" in message, message
     assert took < 2.5 + 3, f"took {took:.1f} s"
+
+
+def test_a_metadata_answer_without_brokers_is_retried_like_a_refused_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A KRaft broker paused longer than its session timeout is fenced by the controller,
+    and for a moment after it resumes its metadata lists no brokers: kafka-python raises
+    MetadataEmptyBrokerList. tests/fault/test_broker_outage.py saw stage B's planner die
+    on it although the outage was shorter than B's timeouts. Red before: raised at once."""
+    from spark_chkpt.kafka.client import outage
+
+    monkeypatch.setattr(outage, "_REFUSED_RETRY_S", 0.01)
+    calls = []
+
+    def call() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise kafka_errors.MetadataEmptyBrokerList("MetadataResponse(brokers=[])")
+        return "read"
+
+    got = outage.retry_while_refused(
+        call, settings={"request_timeout_ms": 5000}, doing="reading the index"
+    )
+    assert got == "read" and len(calls) == 3

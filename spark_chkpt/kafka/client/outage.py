@@ -99,11 +99,15 @@ def broker_calls(*, servers: str, settings: Mapping[str, Any], doing: str) -> It
 
 def refused(error: BaseException) -> bool:
     """Whether ``error`` says the broker refused or dropped the connection (a broker
-    restarting or stopped), rather than a request that went unanswered (a paused broker,
+    restarting or stopped), or answered metadata without any broker (a KRaft broker
+    fenced by its controller after a pause longer than its session timeout, until it
+    registers again), rather than a request that went unanswered (a paused broker,
     which the clients' own timeouts wait out)."""
     from kafka import errors as kafka_errors
 
-    classes = _classes(kafka_errors, "KafkaConnectionError", "NoBrokersAvailable")
+    classes = _classes(
+        kafka_errors, "KafkaConnectionError", "NoBrokersAvailable", "MetadataEmptyBrokerList"
+    )
     return isinstance(error, classes)
 
 
