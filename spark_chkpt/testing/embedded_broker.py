@@ -115,8 +115,10 @@ class EmbeddedBroker:
                     f"{self.bootstrap_servers}; log {self.log_path}:\n{tail}"
                 )
             try:
-                probe = KafkaConsumer(
-                    bootstrap_servers=self.bootstrap_servers, request_timeout_ms=2000
+                probe = KafkaConsumer(  # no group: kafka-python warns without this
+                    bootstrap_servers=self.bootstrap_servers,
+                    request_timeout_ms=2000,
+                    enable_auto_commit=False,
                 )
                 try:
                     probe.topics()  # a metadata round trip

@@ -20,7 +20,9 @@ def _admin(bootstrap_servers: str):  # type: ignore[no-untyped-def]
 def partition_count(*, bootstrap_servers: str, name: str) -> int:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","))
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False
+    )
     try:
         consumer.topics()
         return len(consumer.partitions_for_topic(name) or ())
@@ -109,7 +111,9 @@ def topic_names(*, bootstrap_servers: str) -> set[str]:
     """The topics the cluster's metadata lists now."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","))
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False
+    )
     try:
         return set(consumer.topics())
     finally:
