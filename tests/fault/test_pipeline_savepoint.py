@@ -113,6 +113,20 @@ class Pipeline:
         )
         self.produced += count
 
+    def run_to_end(self, spark: Any, *, checkpoints: Path, t1: str, t2: str, table: Path) -> None:
+        """A, M and B in turn on the session's Spark to the end of their input, from the
+        restored checkpoints ``checkpoints/stage_<x>``, through topics ``t1`` and ``t2``."""
+        for stage, source, target in (("a", self.raw, t1), ("m", t1, t2), ("b", self.raw, t2)):
+            run_stage(
+                spark,
+                stage,
+                servers=self.servers,
+                source=source,
+                target=target,
+                checkpoint=checkpoints / f"stage_{stage}",
+                table=table,
+            )
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -248,17 +262,7 @@ def test_rewind_after_kill_interrupted_restore_fenced_job_exactly_once(
     p.stop()
     assert event_ids(p.table) == at_savepoint  # the table is back at the savepoint
 
-    for stage, source, target in (("a", p.raw, p.t1), ("m", p.t1, p.t2), ("b", p.raw, p.t2)):
-        name = {"a": "stage_a", "m": "stage_m", "b": "stage_b"}[stage]
-        run_stage(
-            spark,
-            stage,
-            servers=p.servers,
-            source=source,
-            target=target,
-            checkpoint=restored / name,
-            table=p.table,
-        )
+    p.run_to_end(spark, checkpoints=restored, t1=p.t1, t2=p.t2, table=p.table)
     counts = event_ids(p.table)
     assert sorted(counts) == list(range(p.produced)), "events missing"
     assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1][:10]
@@ -306,17 +310,7 @@ def test_fork_into_new_topics_and_table_leaves_the_original_untouched(
     source = json.loads(offsets[2])
     assert source[t1f] == {"0": 0, "1": 0, "2": 0} and set(source) == {t1f, "__chkpt__"}
 
-    for stage, source, target in (("a", p.raw, t1f), ("m", t1f, t2f), ("b", p.raw, t2f)):
-        name = {"a": "stage_a", "m": "stage_m", "b": "stage_b"}[stage]
-        run_stage(
-            spark,
-            stage,
-            servers=p.servers,
-            source=source,
-            target=target,
-            checkpoint=forked / name,
-            table=table,
-        )
+    p.run_to_end(spark, checkpoints=forked, t1=t1f, t2=t2f, table=table)
     counts = event_ids(table)
     after = set(range(p.produced)) - set(before_fork)
     assert set(counts) == after, (len(counts), len(after))
