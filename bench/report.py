@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from bench.result import Result
@@ -53,6 +53,12 @@ def _rates(result: Result) -> list[str]:
     return lines
 
 
+def _p99_target(item: dict[str, Any]) -> int:
+    """Issue 29: p99 ≤ 1 s into Delta at 5,000 and 20,000 records/s, ≤ 2 s through two
+    jobs (Kafka → Kafka → Delta) at 5,000."""
+    return 1000 if item.get("path", "kafka->delta") == "kafka->delta" else 2000
+
+
 def report(result: Result) -> str:
     from bench.native import report_lines
 
@@ -60,14 +66,14 @@ def report(result: Result) -> str:
     lines = _rates(result) + report_lines(result)
     lines.append("")
     lines.append(f"warm (b)/(f) against the ceiling -> chkpt-delta = {r['b/f']:.2f}: ")
-    lines[-1] += _target(r["b/f"], 0.8)
+    lines[-1] += _target(r["b/f"], 0.9)  # issue 29's targets from here on
     raw_python = r.get("b/a_kafka_python", r["b/a"] if result.client == "kafka-python" else None)
     lines.append(f"warm (b)/(a raw kafka-python) = {raw_python}: {_target(raw_python, 1.0)}")
     cold = r.get("cold b/f")
     lines.append(f"cold (b)/(f) = {cold}: {_target(cold, 0.8)}")
     k2k = r.get("k2k/quix")
     lines.append(
-        f"Kafka -> Kafka (fastest sink client) / Quix Streams = {k2k}: {_target(k2k, 3.0)}"
+        f"Kafka -> Kafka (fastest sink client) / Quix Streams = {k2k}: {_target(k2k, 5.0)}"
     )
     lines.append(
         "Kafka -> Kafka, Kafka transactions / barriers (kafka-python) = "
@@ -84,11 +90,7 @@ def report(result: Result) -> str:
             f"latency {item.get('path', 'kafka->delta')} at {item['rate']:,} records/s "
             f"({item['records']:,} records, {item['batches']} commits): "
             f"p50 {item['p50_ms']} ms, p99 {item['p99_ms']} ms, max {item['max_ms']} ms"
-            + (
-                f": p99 {_target(item['p99_ms'], 2000, at_most=True)}"
-                if item["rate"] <= 5000 and item.get("path", "kafka->delta") == "kafka->delta"
-                else ""
-            )
+            + f": p99 {_target(item['p99_ms'], _p99_target(item), at_most=True)}"
         )
     for name in ("b", "c"):
         ms = result.commit_ms[name]
