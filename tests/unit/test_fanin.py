@@ -399,4 +399,6 @@ def test_the_source_refuses_fan_in_in_other_modes_naming_topic_apps_and_option(
 def test_upstream_apps_needs_aligned_mode() -> None:
     with pytest.raises(ConfigError, match="upstreamApps"):
         _planner(upstreamApps="a1,a2", alignment="none")
+    with pytest.raises(ConfigError, match="alignmentTimeout"):
+        _planner(upstreamApps="a1,a2", alignmentTimeout="5s")
     assert _planner(upstreamApps=" a2, a1 ").config.upstream_apps == ("a1", "a2")

@@ -334,12 +334,13 @@ class SourceConfig:
         upstream_apps = tuple(
             sorted({a.strip() for a in opts.get("upstreamapps", "").split(",") if a.strip()})
         )
-        if upstream_apps and alignment != "aligned":
+        if upstream_apps and (alignment != "aligned" or timeout is not None):
             raise ConfigError(
                 "upstreamApps",
                 ",".join(upstream_apps),
-                f"only with alignment=aligned (not {alignment}): a topic several upstream "
-                "queries write is cut per query only when aligned",
+                f"only with alignment=aligned (not {alignment}) and without "
+                "alignmentTimeout: a topic several upstream queries write is cut per query "
+                "only when aligned, and has no unaligned fallback",
             )
         group_id = opts.get("kafka.group.id")
         prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
