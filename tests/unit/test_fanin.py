@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.alignment.cut import plan_topic, record_filters
@@ -402,3 +404,59 @@ def test_upstream_apps_needs_aligned_mode() -> None:
     with pytest.raises(ConfigError, match="alignmentTimeout"):
         _planner(upstreamApps="a1,a2", alignmentTimeout="5s")
     assert _planner(upstreamApps=" a2, a1 ").config.upstream_apps == ("a1", "a2")
+
+
+Step = tuple[str, int]  # ("write" | "fail" | "commit" | "batch", app)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["write", "fail", "commit", "batch"]), st.integers(0, 2)),
+        max_size=40,
+    )
+)
+def test_any_interleaving_of_three_apps_delivers_each_committed_record_once(
+    steps: list[Step],
+) -> None:
+    """Three apps write, fail attempts and commit in any order, the reader plans batches
+    in between: at the end every committed record was delivered exactly once and no
+    record of a failed attempt was."""
+    log = Log()
+    apps = ("a0", "a1", "a2")
+    reader = Reader(log, expected=apps)
+    snapshot = dict.fromkeys(apps, 0)
+    open_attempts: dict[str, list[str]] = {a: [] for a in apps}
+    committed: list[str] = []
+    in_flight: dict[str, list[str]] = {a: [] for a in apps}
+    counter = iter(range(10_000))
+
+    def commit(app: str) -> None:
+        log.barrier(app, snapshot[app], open_attempts[app])
+        snapshot[app] += 1
+        open_attempts[app] = []
+        committed.extend(in_flight[app])
+        in_flight[app] = []
+
+    for kind, i in steps:
+        app = apps[i]
+        if kind == "write":
+            tag = f"{app}-t{next(counter)}"
+            values = [f"{tag}-{k}" for k in range(3)]
+            log.write(tag, values, partitions=(i % 2, (i + 1) % 2))
+            open_attempts[app].append(tag)
+            in_flight[app].extend(values)
+        elif kind == "fail":
+            log.write(f"{app}-x{next(counter)}", [f"{app}-failed-{next(counter)}"])
+        elif kind == "commit":
+            commit(app)
+        else:
+            reader.batch()
+    for app in apps:
+        commit(app)
+    reader.batch()
+    assert reader.batch() == []
+    assert sorted(reader.delivered) == sorted(committed)
+    assert not any("failed" in v for v in reader.delivered)
+    failed = [v for _, v in (r for part in log.parts.values() for r in part) if v and "failed" in v]
+    assert sorted(reader.dropped) == sorted(failed)  # each counted once, when it is sure
