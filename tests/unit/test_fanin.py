@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.alignment.cut import plan_topic, record_filters
 from spark_chkpt.alignment.fanin import (
+    FanInFilter,
     fan_in_filters,
     is_fan_in,
     plan_fan_in,
@@ -460,3 +461,49 @@ def test_any_interleaving_of_three_apps_delivers_each_committed_record_once(
     assert not any("failed" in v for v in reader.delivered)
     failed = [v for _, v in (r for part in log.parts.values() for r in part) if v and "failed" in v]
     assert sorted(reader.dropped) == sorted(failed)  # each counted once, when it is sure
+
+
+@dataclass(frozen=True)
+class _Record:
+    offset: int
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
+    from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, Barrier
+    from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec, ReadStats, _Channel
+    from spark_chkpt.offsets import OffsetRange
+
+    def tagged(offset: int, tag: str) -> _Record:
+        return _Record(offset, tag.encode(), [(ATTEMPT_HEADER, tag.encode())])
+
+    barrier = Barrier(app_id="a1", snapshot_id=1, attempts=("a1-s1",))
+    records = [
+        tagged(3, "a1-s0"),  # A1's, delivered by an earlier batch
+        tagged(4, "a2-s1"),  # A2's, delivered now
+        tagged(5, "dead"),  # a failed attempt before both apps' new pending offsets
+        _Record(6, barrier.value(), Barrier.headers()),
+        tagged(7, "a1-s1"),  # A1's, delivered now
+        _Record(8, b"plain", []),  # an ordinary producer's, in Spark's range
+        tagged(9, "a2-s2"),  # A2's next snapshot: later
+        tagged(10, "a1-old"),  # revoked
+        tagged(11, "unknown"),  # in flight: later
+    ]
+    judge = FanInFilter(
+        plain_from=8,
+        drop_below=6,
+        apps={"a1": (6, 9), "a2": (4, 6)},
+        confirmed={"a1-s0": "a1", "a2-s1": "a2", "a1-s1": "a1"},
+        later=frozenset({"a2-s2"}),
+        revoked_attempts=frozenset({"a1-old"}),
+    )
+    fetcher = object.__new__(RangeFetcher)
+    fetcher._columnar = False
+    fetcher.stats = ReadStats()
+    spec = ReadSpec(range=OffsetRange(P0, 3, 12), markers=True, fan_in=judge)
+    channel = _Channel(spec, 3)
+    fetcher._take(channel, records, None, {P0: channel})
+    assert [r.value for r in channel.pending] == [b"a2-s1", b"a1-s1", b"plain"]
+    assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (1, {"dead"})
+    assert (fetcher.stats.barriers, fetcher.stats.revoked) == (1, 1)
