@@ -92,8 +92,9 @@ def _app_entries(topic: str, entries: Sequence[IndexEntry]) -> tuple[str | None,
     if len(apps) > 1:
         raise AlignmentError(
             f"topic {topic} carries barriers of {len(apps)} upstream queries "
-            f"({', '.join(apps)}); aligned reads need one. Read it with alignment=none, or "
-            "give each upstream query its own topic."
+            f"({', '.join(apps)}); this plan is for one (the source plans a fan-in topic "
+            "with spark_chkpt.alignment.fanin, aligned only). Read it with alignment=aligned "
+            "or alignment=none, or give each upstream query its own topic."
         )
     return (apps[0] if apps else None), list(entries)
 
@@ -336,7 +337,8 @@ def record_filters(
 
     aligned, unaligned: every tagged record in the range must be confirmed by a barrier
     (the range ends right after one on each partition);
-    at-least-once: only those before the last known barrier (later ones are in flight).
+    at-least-once: only those before the last known barrier (later ones are in flight; on
+    a topic of several upstream apps, before the earliest of their last barriers).
 
     A partition added to the topic after the upstream's barrier producer last read its
     metadata gets its first barrier some snapshots later; its records before that barrier
@@ -358,15 +360,14 @@ def record_filters(
         if mode in ("aligned", "unaligned"):
             bound = until
         else:
-            last = max(
-                (
-                    e.positions[tp.partition]
-                    for e in ahead
-                    if tp.partition in e.positions and e.positions[tp.partition] < until
-                ),
-                default=-1,
-            )
-            bound = last + 1
+            # Per upstream app its last barrier; with several apps (fan-in) the earliest
+            # of them: after it, another app's snapshot may still be in flight.
+            last: dict[str, int] = {}
+            for e in ahead:
+                pos = e.positions.get(tp.partition)
+                if pos is not None and pos < until:
+                    last[e.app_id] = max(last.get(e.app_id, -1), pos)
+            bound = min(last.values(), default=-1) + 1
         filters[tp] = RecordFilter(
             confirmed=(confirmed | missing) - revoked_attempts,
             confirm_until=bound,

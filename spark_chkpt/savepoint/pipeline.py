@@ -9,8 +9,10 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 
 1. reads each job's checkpoint: the topics it reads (its offsets), the topic it writes
    and its app id (its snapshot records), its committed batches; the jobs form a tree
-   (fan-out and a job reading the topics of several listed jobs allowed; two jobs
-   writing one topic refused: an aligned reader aligns on one app's barriers);
+   (fan-out and a job reading the topics of several listed jobs allowed; so is fan-in,
+   two jobs writing one topic: its aligned reader cuts it per app, and each batch's
+   report holds each app's pending offsets, :mod:`spark_chkpt.alignment.fanin`, which
+   join that app's snapshot as a single app's end offsets do);
 2. finds the newest snapshot N of the upstream job (the root) such that every
    downstream job has a committed batch ending at the barrier of its upstream's chosen
    snapshot (and a job reading several upstream jobs' topics, a batch ending at a
@@ -145,6 +147,15 @@ class JobCheckpoint:
     writes: dict[str, str]  # topic -> app id (a chkpt-kafka sink)
     batches: list[int]
     ends: dict[int, dict[str, dict[int, int]]]  # batch -> topic -> partition -> end
+    # A topic several apps write (fan-in): batch -> topic -> app -> partition -> the
+    # app's pending offset after the batch (right after its last delivered barrier).
+    app_ends: dict[int, dict[str, dict[str, dict[int, int]]]] = field(default_factory=dict)
+
+    def end_of(self, batch: int, topic: str, app_id: str) -> dict[int, int] | None:
+        """Where batch ``batch`` left app ``app_id``'s records in ``topic``: its pending
+        offsets on a fan-in topic, else the batch's end offsets."""
+        found = self.app_ends.get(batch, {}).get(topic, {}).get(app_id)
+        return found if found is not None else self.ends[batch].get(topic)
 
 
 def _read_job(checkpoint: str, index: int) -> JobCheckpoint:
@@ -162,6 +173,7 @@ def _read_job(checkpoint: str, index: int) -> JobCheckpoint:
     if record is not None and record.sink == "chkpt-kafka" and record.target:
         writes = {t: record.app_id for t in record.target.split(",")}
     ends: dict[int, dict[str, dict[int, int]]] = {}
+    app_ends: dict[int, dict[str, dict[str, dict[int, int]]]] = {}
     for batch in batches:
         ends[batch] = {}
         for source in spark.plan(batch).sources:
@@ -169,6 +181,9 @@ def _read_job(checkpoint: str, index: int) -> JobCheckpoint:
                 for topic, parts in source.items():
                     if topic != META_KEY and isinstance(parts, dict):
                         ends[batch][topic] = {int(p): int(o) for p, o in parts.items()}
+                fanned = _fan_in_pending(source)
+                if fanned:
+                    app_ends.setdefault(batch, {}).update(fanned)
     reads = {t for b in ends.values() for t in b}
     name = (
         (record.query_name if record is not None else None)
@@ -183,7 +198,25 @@ def _read_job(checkpoint: str, index: int) -> JobCheckpoint:
         writes=writes,
         batches=batches,
         ends=ends,
+        app_ends=app_ends,
     )
+
+
+def _fan_in_pending(source: Mapping[str, Any]) -> dict[str, dict[str, dict[int, int]]]:
+    """topic -> app -> partition -> pending offset, from a fan-in batch's report."""
+    meta = source.get(META_KEY)
+    topics = meta.get("topics") if isinstance(meta, Mapping) else None
+    found: dict[str, dict[str, dict[int, int]]] = {}
+    for topic, report in (topics or {}).items():
+        apps = report.get("apps") if isinstance(report, Mapping) else None
+        if not isinstance(apps, Mapping):
+            continue
+        found[topic] = {
+            str(app): {int(p): int(o) for p, o in (r.get("pending") or {}).items()}
+            for app, r in apps.items()
+            if isinstance(r, Mapping)
+        }
+    return found
 
 
 def _live_completes(
@@ -219,6 +252,13 @@ class Edge:
     topic: str
     upstream: JobCheckpoint
     downstream: JobCheckpoint
+    shared: bool = False  # another job writes the topic too (fan-in)
+
+    @property
+    def key(self) -> str:
+        """The key of this edge's barrier entries: the topic, or with fan-in the topic
+        and the upstream's app id (a space: no topic name holds one)."""
+        return f"{self.topic} {self.upstream.writes[self.topic]}" if self.shared else self.topic
 
 
 def job_tree(jobs: list[JobCheckpoint]) -> tuple[JobCheckpoint, list[Edge]]:
@@ -226,24 +266,25 @@ def job_tree(jobs: list[JobCheckpoint]) -> tuple[JobCheckpoint, list[Edge]]:
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise SavepointError(f"two jobs share a query name ({', '.join(names)}): name them apart")
-    writers: dict[str, JobCheckpoint] = {}
+    writers: dict[str, list[JobCheckpoint]] = {}
     for job in jobs:
         for topic in sorted(job.writes):
-            first = writers.setdefault(topic, job)
-            if first is not job:
-                raise SavepointError(
-                    f"topic {topic} is written by two jobs of the pipeline (jobs "
-                    f"{first.name} and {job.name}, apps {first.writes[topic]} and "
-                    f"{job.writes[topic]}): fan-in into one topic is not supported yet (a cut "
-                    "would have to hold both apps' barriers on every partition, and an "
-                    "aligned reader aligns on one app's barriers only: it refuses a topic "
-                    "that carries two). Write the upstreams to separate topics"
-                )
+            for first in writers.get(topic, []):
+                if first.writes[topic] == job.writes[topic]:
+                    raise SavepointError(
+                        f"topic {topic} is written by jobs {first.name} and {job.name} "
+                        f"under one app id {job.writes[topic]}: their barriers cannot be "
+                        "told apart; give each its own txnAppId"
+                    )
+            writers.setdefault(topic, []).append(job)
+    # Fan-in (several jobs write one topic): one edge per writer; the reader's batches
+    # hold each app's pending offsets (alignment.fanin), which the cut joins per app.
     edges = [
-        Edge(topic=t, upstream=writers[t], downstream=job)
+        Edge(topic=t, upstream=w, downstream=job, shared=len(writers[t]) > 1)
         for job in jobs
         for t in sorted(job.reads)
-        if t in writers and writers[t] is not job
+        for w in writers.get(t, [])
+        if w is not job
     ]
     groups = _components(jobs, edges)
     if len(groups) != 1:
@@ -321,7 +362,8 @@ def _propagate(
             if i in joins or (job is not edge.upstream and job is not edge.downstream):
                 continue
             up, down = edge.upstream, edge.downstream
-            index = barriers[edge.topic]
+            index = barriers[edge.key]
+            app = up.writes[edge.topic]
             if job is up:
                 entry = index.get(chosen[up.name])
                 if entry is None:
@@ -330,7 +372,7 @@ def _propagate(
                         f"{edge.topic} (the control topic holds no live complete entry)"
                     )
                 target = {p: o + 1 for p, o in entry.positions.items()}
-                batches = [b for b in down.batches if down.ends[b].get(edge.topic) == target]
+                batches = [b for b in down.batches if down.end_of(b, edge.topic, app) == target]
                 if not batches:
                     newest = down.batches[-1]
                     return (
@@ -338,11 +380,11 @@ def _propagate(
                         f"ends at barrier {entry.snapshot_id} of app {entry.app_id} in "
                         f"{edge.topic} (offsets {json.dumps(target)}); its newest committed "
                         f"batch {newest} ends at "
-                        f"{json.dumps(down.ends[newest].get(edge.topic, {}))}"
+                        f"{json.dumps(down.end_of(newest, edge.topic, app) or {})}"
                     )
                 batch, other = batches[0], down
             else:
-                target = dict(down.ends[chosen[down.name]].get(edge.topic, {}))
+                target = dict(down.end_of(chosen[down.name], edge.topic, app) or {})
                 hits = [
                     e
                     for e in index.values()
@@ -397,7 +439,7 @@ def create_pipeline_savepoint(
         jobs = _distinct_names([_read_job(c, i) for i, c in enumerate(checkpoints)])
         root, edges = job_tree(jobs)
         barriers = {
-            e.topic: _live_completes(
+            e.key: _live_completes(
                 bootstrap_servers=bootstrap_servers,
                 topic=e.topic,
                 app_id=e.upstream.writes[e.topic],

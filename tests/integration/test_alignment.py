@@ -5,6 +5,7 @@ corrupt markers. The upstream is staged record by record with tests.helpers.Upst
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -395,3 +396,148 @@ def _topic_id(servers: str, topic: str) -> str | None:
         return topic_id_of(consumer, topic)
     finally:
         consumer.close()
+
+
+def _fan_in_upstream(df: Any, servers: str, topic: str, app: str, checkpoint: Path) -> Any:
+    """Start (not await) an availableNow ``chkpt-kafka`` sink query of app ``app``."""
+    return (
+        df.select("value")
+        .writeStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("topic", topic)
+        .option("txnAppId", app)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def _log_end(servers: str, topic: str) -> int:
+    """The sum of the log ends of ``topic``'s two partitions."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers.split(","))
+    try:
+        tps = [TopicPartition(topic, p) for p in range(2)]
+        return sum(consumer.end_offsets(tps).values())
+    finally:
+        consumer.close()
+
+
+def test_two_upstream_queries_into_one_topic_are_read_aligned_exactly_once(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    tmp_path: Path,
+) -> None:
+    """Fan-in: two real chkpt-kafka sink queries (apps fan-a1, fan-a2) write one topic.
+    Twice A2's batch is in flight (one task wrote, the other holds) while A1 commits a
+    snapshot after A2's records: the aligned reader takes A1's snapshot and keeps A2's
+    records pending. The first time A2 then commits: the reader takes those records,
+    which lie before A1's barrier, in a later batch. The second time A2's attempt fails
+    and runs again: the reader drops the failed attempt's records. Every id of both
+    exactly once."""
+    from pyspark.sql import functions as F
+
+    mid = make_topic(partitions=2)
+    in1 = make_topic(partitions=1, suffix="in1")
+    in2 = make_topic(partitions=2, suffix="in2")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    hold, holding, fail = (str(gate / n) for n in ("hold", "holding", "fail"))
+
+    def gated(value: bytes) -> bytes:  # the task of A2's partition 1 holds (and fails)
+        import os
+        import time
+
+        if value in (b"a2-19", b"a2-29") and os.path.exists(hold):
+            open(holding, "w").close()
+            deadline = time.monotonic() + 120
+            while os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if os.path.exists(fail):
+                raise RuntimeError("injected: A2's attempt fails")
+        return value
+
+    gate_udf = F.udf(gated, "binary")
+
+    def a1(values: list[bytes]) -> None:
+        produce(producer, in1, values)
+        query = _fan_in_upstream(
+            kafka_stream(spark, bootstrap_servers, in1),
+            bootstrap_servers,
+            mid,
+            "fan-a1",
+            tmp_path / "a1",
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+
+    def a2() -> Any:
+        df = kafka_stream(spark, bootstrap_servers, in2, partitionsPerTask="1").select(
+            gate_udf("value").alias("value")
+        )
+        return _fan_in_upstream(df, bootstrap_servers, mid, "fan-a2", tmp_path / "a2")
+
+    def down() -> list[str]:
+        df = kafka_stream(spark, bootstrap_servers, mid, upstreamApps="fan-a1,fan-a2")
+        return drain_to_files(spark, df, tmp_path / "down")
+
+    def a2_in_flight(values: list[bytes], *, fails: bool) -> Any:
+        """Start A2's next batch: partition 0's task writes all values but the last,
+        partition 1's task holds on the last; return once the first ones are in mid."""
+        produce(producer, in2, values[:-1], partition_of=lambda i: 0)
+        produce(producer, in2, values[-1:], partition_of=lambda i: 1)
+        before = _log_end(bootstrap_servers, mid)
+        (gate / "hold").touch()
+        if fails:
+            (gate / "fail").touch()
+        query = a2()
+        deadline = time.monotonic() + 120
+        while not (
+            os.path.exists(holding) and _log_end(bootstrap_servers, mid) >= before + len(values) - 1
+        ):
+            assert time.monotonic() < deadline, "A2's first task never wrote"
+            time.sleep(0.2)
+        os.unlink(holding)
+        return query
+
+    a1_ids = [b"a1-%d" % i for i in range(30)]
+    a2_ids = [b"a2-%d" % i for i in range(30)]
+    a1(a1_ids[:10])
+    produce(producer, in2, a2_ids[:10], partitions=2)
+    first = a2()
+    first.awaitTermination(180)
+    assert first.exception() is None, first.exception()
+    assert down() == names(a1_ids[:10] + a2_ids[:10])
+
+    # A2's batch 1 in flight under A1's snapshot 1, then committed.
+    query = a2_in_flight(a2_ids[10:20], fails=False)
+    try:
+        a1(a1_ids[10:20])
+        assert down() == names(a1_ids[10:20])  # A2's records wait: neither read nor dropped
+    finally:
+        (gate / "hold").unlink()
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    assert down() == names(a2_ids[10:20])  # before A1's barrier 1, read now, once
+
+    # A2's batch 2 in flight under A1's snapshot 2, then failed and run again.
+    query = a2_in_flight(a2_ids[20:], fails=True)
+    try:
+        a1(a1_ids[20:])
+        assert down() == names(a1_ids[20:])
+    finally:
+        (gate / "hold").unlink()
+    with pytest.raises(Exception, match="injected: A2's attempt fails"):
+        query.awaitTermination(180)
+    (gate / "fail").unlink()
+    again = a2()  # batch 2 again, new attempts, then barrier 2 of fan-a2
+    again.awaitTermination(180)
+    assert again.exception() is None, again.exception()
+    assert down() == names(a2_ids[20:])  # the failed attempt's nine records dropped
+    assert down() == []
+    last = [r for r in reports(tmp_path / "down" / "chk") if r.get(mid)][-1][mid]
+    assert sorted(last["apps"]) == ["fan-a1", "fan-a2"]
+    assert last["apps"]["fan-a2"]["snapshots"] == [2]

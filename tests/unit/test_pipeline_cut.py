@@ -142,12 +142,81 @@ def test_jobs_sharing_a_query_name_are_named_by_their_folders() -> None:
     assert [j.name for j in _distinct_names([one, two])] == ["stage_a", "second"]
 
 
-def test_two_upstreams_writing_one_topic_are_refused_naming_both() -> None:
-    # Fan-in into one topic: the cut would need both apps' barriers on every partition.
-    # Before, the second writer silently replaced the first (only its barriers joined).
-    twin = job("a2", {n: {"raw2": {0: n}} for n in range(6)}, writes={"mid": "A2"})
+def _a2_barrier(snapshot: int) -> IndexEntry:
+    # A2's snapshot s ends at offset 10 * s + 5 on both partitions (between A's barriers).
+    return IndexEntry(
+        kind="complete",
+        app_id="A2",
+        snapshot_id=snapshot,
+        topic="mid",
+        attempts=(f"u{snapshot}",),
+        positions={0: 10 * snapshot + 5, 1: 10 * snapshot + 5},
+        created_ms=0,
+    )
+
+
+def _pending(offset: int) -> dict[int, int]:
+    return {0: offset, 1: offset}
+
+
+def test_two_upstreams_writing_one_topic_are_cut_at_each_apps_pending_offsets() -> None:
+    # Fan-in into one topic: B's aligned reader cuts mid per app, and its batches' reports
+    # hold each app's pending offsets (right after that app's last delivered barrier).
+    # Before, a pipeline with two jobs writing one topic was refused.
+    b = job("b", {0: at(1), 1: at(2), 2: at(3)})  # Spark's ends: the largest pending
+    b.app_ends = {
+        0: {"mid": {"A": _pending(20), "A2": _pending(6)}},  # A at 1, A2 at 0
+        1: {"mid": {"A": _pending(30), "A2": _pending(16)}},  # A at 2, A2 at 1
+        2: {"mid": {"A": _pending(40), "A2": _pending(36)}},  # A at 3, A2 at 3
+    }
+    mid2 = {"mid A": MID["mid"], "mid A2": {s: _a2_barrier(s) for s in range(4)}}
+    twin = job("a2", {n: {"raw2": {0: n}} for n in range(4)}, writes={"mid": "A2"})
+    root, edges = job_tree([A, twin, b])
+    assert sorted(e.key for e in edges) == ["mid A", "mid A2"]
+    found = find_cut(root, edges, mid2)
+    assert not isinstance(found, str)
+    chosen, joins = found
+    assert chosen == {"a": 3, "a2": 3, "b": 2}
+    assert sorted((j.app_id, j.snapshot, j.downstream_batch, j.offsets["0"]) for j in joins) == [
+        ("A", 3, 2, 40),
+        ("A2", 3, 2, 36),
+    ]
+    # A2 has not committed snapshot 3 (its batches 0..2): B's batch 2 joins no snapshot
+    # of A2; the cut falls back to A's snapshot 2, B's batch 1 and A2's snapshot 1.
+    behind = job("a2", {n: {"raw2": {0: n}} for n in range(3)}, writes={"mid": "A2"})
+    root, edges = job_tree([A, behind, b])
+    found = find_cut(root, edges, mid2)
+    assert not isinstance(found, str) and found[0] == {"a": 2, "a2": 1, "b": 1}
+
+
+def test_two_jobs_writing_one_topic_under_one_app_id_are_refused() -> None:
+    twin = job("a2", {n: {"raw2": {0: n}} for n in range(6)}, writes={"mid": "A"})
     b = job("b", {n: at(n) for n in range(4)})
     with pytest.raises(SavepointError) as refused:
         job_tree([A, twin, b])
-    for part in ("topic mid", "jobs a and a2", "fan-in", "every partition"):
+    for part in ("topic mid", "jobs a and a2", "one app id A", "txnAppId"):
         assert part in str(refused.value), part
+
+
+def test_a_fan_in_batchs_pending_offsets_are_read_from_its_offset_log_entry() -> None:
+    from spark_chkpt.savepoint.pipeline import _fan_in_pending
+
+    logged = {
+        "mid": {"0": 40, "1": 40},
+        "__chkpt__": {
+            "topics": {
+                "mid": {
+                    "mode": "aligned",
+                    "app": None,
+                    "snapshots": [],
+                    "apps": {
+                        "A": {"snapshots": [3], "from": {"0": 30}, "pending": {"0": 40, "1": 40}},
+                        "A2": {"snapshots": [], "from": {"0": 36}, "pending": {"0": 36, "1": 36}},
+                    },
+                },
+                "single": {"mode": "aligned", "app": "S", "snapshots": [1]},
+            }
+        },
+    }
+    assert _fan_in_pending(logged) == {"mid": {"A": {0: 40, 1: 40}, "A2": {0: 36, 1: 36}}}
+    assert _fan_in_pending({"mid": {"0": 1}}) == {}

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
 from spark_chkpt.alignment.cut import RecordFilter
+from spark_chkpt.alignment.fanin import FanInFilter
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import (
     AlignmentError,
@@ -76,6 +77,9 @@ class ReadSpec:
     # Read as plain though its alignment is not "none": its control topic (this name) was
     # not listed. A tagged record or a barrier then means the control topic is gone.
     missing_control: str | None = None
+    # A topic several upstream apps write (fan-in): judge each record by this filter
+    # (its range begins at the apps' first pending record), without the aligner.
+    fan_in: FanInFilter | None = None
 
 
 @dataclass
@@ -397,6 +401,9 @@ class RangeFetcher:
                 records = skipped
             channel.pending.extend(records)
             return
+        if spec.fan_in is not None:
+            self._take_fan_in(channel, spec.fan_in, records)
+            return
         keep_until = spec.filter.confirm_until if spec.filter is not None else -1
         confirmed = spec.filter.confirmed if spec.filter is not None else frozenset()
         revoking = spec.filter
@@ -441,6 +448,26 @@ class RangeFetcher:
                 channel.held.append(record)
                 continue
             self._pass(channel, record, aligner, channels)
+
+    def _take_fan_in(self, channel: _Channel, judge: FanInFilter, records: list[Any]) -> None:
+        """A fan-in topic's records: barriers skipped, each record delivered, dropped (a
+        failed attempt), skipped as revoked, or left for another batch, by its offset and
+        attempt tag (:mod:`spark_chkpt.alignment.fanin`). Not through the aligner: the
+        apps number their snapshots each on its own."""
+        for record in records:
+            headers = record.headers
+            if headers and is_barrier(headers):
+                self.stats.barriers += 1
+                continue
+            tag = attempt_of(headers) if headers else None
+            verdict = judge.judge(record.offset, tag)
+            if verdict == "deliver":
+                channel.pending.append(record)
+            elif verdict == "drop":
+                self.stats.dropped += 1
+                self.stats.dropped_attempts.add(str(tag))
+            elif verdict == "revoked":
+                self.stats.revoked += 1
 
     def _take_columns(self, channel: _Channel, chunks: list[RecordColumns]) -> None:
         """:meth:`_take` of a plain topic's records as columns: the same split at the

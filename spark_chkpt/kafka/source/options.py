@@ -209,6 +209,7 @@ _KNOWN_SOURCE_OPTIONS = {
         "path",
         "alignment",
         "alignmentTimeout",
+        "upstreamApps",
         "controlTopic",
         "partitionsPerTask",
         "prefetchRecords",
@@ -240,6 +241,9 @@ class SourceConfig:
     alignment: AlignmentMode = "aligned"
     alignment_timeout_ms: int | None = None
     control_topic: str | None = None
+    # The app ids (txnAppId) of the upstream chkpt-kafka sinks that write the topics read
+    # (fan-in): cut per app from the first batch, before every app has a snapshot.
+    upstream_apps: tuple[str, ...] = ()
     # None: as many as keep the read tasks within ``task_slots`` (one wave per batch)
     partitions_per_task: int | None = None
     # The session's task slots (``spark.default.parallelism`` when the formats were
@@ -327,6 +331,17 @@ class SourceConfig:
                 "(also reads records after the last barrier), 'none' (plain reads)",
             )
         timeout = opts.get("alignmenttimeout")
+        upstream_apps = tuple(
+            sorted({a.strip() for a in opts.get("upstreamapps", "").split(",") if a.strip()})
+        )
+        if upstream_apps and (alignment != "aligned" or timeout is not None):
+            raise ConfigError(
+                "upstreamApps",
+                ",".join(upstream_apps),
+                f"only with alignment=aligned (not {alignment}) and without "
+                "alignmentTimeout: a topic several upstream queries write is cut per query "
+                "only when aligned, and has no unaligned fallback",
+            )
         group_id = opts.get("kafka.group.id")
         prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
         warn_unknown(
@@ -382,6 +397,7 @@ class SourceConfig:
             if timeout is None
             else parse_duration_ms("alignmentTimeout", timeout, default_ms=0),
             control_topic=opts.get("controltopic") or None,
+            upstream_apps=upstream_apps,
             partitions_per_task=parse_positive_int(
                 "partitionsPerTask", opts.get("partitionspertask")
             ),

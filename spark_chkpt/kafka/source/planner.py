@@ -24,6 +24,15 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
+from spark_chkpt.alignment.fanin import (
+    FanInFilter,
+    app_ids,
+    fan_in_filters,
+    is_fan_in,
+    plan_fan_in,
+    read_from_report,
+    refuse_mode,
+)
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.client.outage import broker_calls, retry_while_refused
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, topic_id_of
@@ -159,12 +168,14 @@ class SourcePlanner:
         end: PartitionOffsets,
         *,
         modes: Mapping[str, str] | None = None,
+        fan_in: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[list[ReadSpec]]:
         """Read tasks for ``[start, end)``, each a list of ranges of distinct partitions.
 
         Partitions new since ``start`` are read from their earliest offset; an end before
         its start is data loss (fail, or warn and read that partition from its earliest
-        offset)."""
+        offset). ``fan_in``: the reports of fan-in topics (several upstream apps), whose
+        reads begin at the apps' pending offsets (:mod:`spark_chkpt.alignment.fanin`)."""
         went_back = [tp for tp in end if tp in start and end[tp] < start[tp]]
         for tp in went_back:
             self._data_loss(
@@ -173,16 +184,35 @@ class SourcePlanner:
             )
         first = dict(start)
         first.update(self.offsets.earliest([tp for tp in end if tp not in start] + went_back))
-        ranges = [OffsetRange(tp, first[tp], until) for tp, until in sorted(end.items())]
+        fan_in = fan_in or {}
+        reads = dict(first)
+        for topic, report in fan_in.items():
+            # A fan-in batch reads again from the first record some app has not judged.
+            reads.update(
+                read_from_report(report, {tp: o for tp, o in first.items() if tp.topic == topic})
+            )
+        ranges = [OffsetRange(tp, reads[tp], until) for tp, until in sorted(end.items())]
         pieces = split_ranges(ranges, min_partitions=self.config.min_partitions)
         specs = self._read_specs(first, end, modes or {})
+        fan_filters: dict[TopicPartition, FanInFilter] = {}
+        for topic, report in fan_in.items():
+            fan_filters.update(
+                fan_in_filters(
+                    report=report,
+                    start={tp: o for tp, o in first.items() if tp.topic == topic},
+                    end={tp: o for tp, o in end.items() if tp.topic == topic},
+                    entries=self.barrier_entries(topic, refresh=False) or [],
+                    revocations=self.revocations(topic),
+                )
+            )
         return [
             [
                 ReadSpec(
                     range=r,
                     markers=specs[r.tp][0],
-                    filter=specs[r.tp][1],
+                    filter=None if r.tp in fan_filters else specs[r.tp][1],
                     missing_control=specs[r.tp][2],
+                    fan_in=fan_filters.get(r.tp),
                 )
                 for r in group
             ]
@@ -297,10 +327,11 @@ class SourcePlanner:
             # Exactly max_rows records (largest remainder); Spark rounds each partition's
             # share down instead: a difference kept on purpose (docs/reference/parity.md)
             end = allocate_limit(effective, latest, max_records=max_rows)
-        end, meta = self._align(effective, latest, end, max_rows)
+        previous = meta_of(start).get("topics", {})
+        end, meta = self._align(effective, latest, end, max_rows, previous=previous)
         if self._waits_for_more(effective, end, read_all=read_all):
             return start
-        if end == from_json(start):
+        if end == from_json(start) and not _fan_in_moved(previous, meta.get("topics", {})):
             return start
         self._last_trigger = time.monotonic()
         return to_json(end, meta=meta)
@@ -311,12 +342,17 @@ class SourcePlanner:
         latest: PartitionOffsets,
         end: PartitionOffsets,
         max_rows: int | None,
+        *,
+        previous: Mapping[str, Any] | None = None,
     ) -> tuple[PartitionOffsets, dict[str, Any]]:
         """Cut topics that carry barriers at a consistent snapshot (see spark_chkpt.alignment.cut);
-        returns the end offsets and the report written with them to Spark's offset log."""
+        returns the end offsets and the report written with them to Spark's offset log.
+        ``previous``: the reports in the batch's start offset (a fan-in topic's pending
+        offsets, :mod:`spark_chkpt.alignment.fanin`)."""
         end = dict(end)
         report: dict[str, Any] = {}
         now = time.monotonic()
+        previous = previous or {}
         for topic in sorted({tp.topic for tp in latest}):
             entries = self.barrier_entries(topic)
             if entries is None:
@@ -325,6 +361,23 @@ class SourcePlanner:
             t_begin = {tp: begin[tp] for tp in tps}
             t_latest = {tp: latest[tp] for tp in tps}
             revocations = self.revocations(topic)
+            before = previous.get(topic)
+            if self.config.alignment != "none" and is_fan_in(
+                entries,
+                before if isinstance(before, Mapping) else None,
+                self.config.upstream_apps,
+            ):
+                report[topic] = self._align_fan_in(
+                    topic=topic,
+                    begin=t_begin,
+                    latest=t_latest,
+                    entries=entries,
+                    max_rows=max_rows,
+                    previous=before if isinstance(before, Mapping) else None,
+                    revocations=revocations,
+                    end=end,
+                )
+                continue
             cut = plan_topic(
                 topic=topic,
                 mode=self.config.alignment,
@@ -389,6 +442,59 @@ class SourcePlanner:
                 )
         return end, ({"topics": report} if report else {})
 
+    def _align_fan_in(
+        self,
+        *,
+        topic: str,
+        begin: PartitionOffsets,
+        latest: PartitionOffsets,
+        entries: Sequence[IndexEntry],
+        max_rows: int | None,
+        previous: Mapping[str, Any] | None,
+        revocations: Sequence[IndexEntry],
+        end: PartitionOffsets,
+    ) -> dict[str, Any]:
+        """The cut of a topic several upstream apps write (fan-in): each app up to its own
+        newest complete snapshot, the records of the others kept pending (see
+        :mod:`spark_chkpt.alignment.fanin`). Updates ``end``; returns the topic's report."""
+        apps = sorted(
+            set(app_ids(entries))
+            | set((previous or {}).get("apps") or {})
+            | set(self.config.upstream_apps)
+        )
+        if self.config.alignment != "aligned":
+            raise refuse_mode(
+                topic=topic, apps=apps, option="alignment", value=self.config.alignment
+            )
+        if self.config.alignment_timeout_ms is not None:
+            raise refuse_mode(
+                topic=topic,
+                apps=apps,
+                option="alignmentTimeout",
+                value=f"{self.config.alignment_timeout_ms}ms",
+            )
+        cut = plan_fan_in(
+            topic=topic,
+            start=begin,
+            latest=latest,
+            entries=entries,
+            max_records=max_rows,
+            previous=previous,
+            revocations=revocations,
+            expected=self.config.upstream_apps,
+        )
+        end.update(cut.end)
+        return {
+            "mode": "aligned",
+            "app": None,
+            "snapshots": [],
+            "apps": cut.report(),
+            "barriers": cut.barriers,
+            "waited_ms": 0,
+            # No "span": a fan-in batch reads offsets before its start again and leaves
+            # pending records unread, so span - rows is no count of dropped records.
+        }
+
     def _waits_for_more(
         self, start: PartitionOffsets, end: PartitionOffsets, *, read_all: bool
     ) -> bool:
@@ -421,10 +527,11 @@ class SourcePlanner:
         would drop records the first run read."""
         topics = meta_of(end).get("topics", {})
         modes = {t: str(r.get("mode")) for t, r in topics.items() if isinstance(r, dict)}
+        fan_in = {t: r for t, r in topics.items() if isinstance(r, dict) and "apps" in r}
         planned = from_json(end)
         for topic in {tp.topic for tp in planned}:
             modes.setdefault(topic, "none")
-        return self.plan(from_json(start), planned, modes=modes)
+        return self.plan(from_json(start), planned, modes=modes, fan_in=fan_in)
 
     def commit_group(self, end: dict[str, Any]) -> None:
         """Spark finished the batch ending at ``end``: make it visible to lag tools."""
@@ -462,6 +569,20 @@ class SourcePlanner:
             return self.plan(start, end, modes={tp.topic: mode for tp in end})
         finally:
             self.stop()
+
+
+def _fan_in_moved(previous: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether a fan-in topic's pending offsets moved (an app's snapshot to deliver whose
+    barriers lie before Spark's start offsets): a batch even if the offsets stay."""
+    for topic, report in now.items():
+        if not isinstance(report, Mapping) or "apps" not in report:
+            continue
+        before = previous.get(topic)
+        old = before.get("apps") if isinstance(before, Mapping) else None
+        pending = {a: r.get("pending") for a, r in (old or {}).items() if isinstance(r, Mapping)}
+        if {a: r.get("pending") for a, r in report["apps"].items()} != pending:
+            return True
+    return False
 
 
 def _starting_option(kind: str) -> str:
