@@ -143,6 +143,32 @@ def check_expected(*, topic: str, entries: Sequence[IndexEntry], expected: Seque
         )
 
 
+def check_no_new_app(
+    *,
+    topic: str,
+    entries: Sequence[IndexEntry],
+    known: Mapping[str, Any],
+    expected: Sequence[str],
+) -> None:
+    """An app that shows up after this reader delivered another app's records, and that
+    ``upstreamApps`` did not name, is an error: the earlier batches judged its records
+    (written before its first snapshot completed) as a failed attempt's and dropped
+    those before their cut, and nothing can bring them back. Loud instead of lost."""
+    if not known or expected:
+        return
+    new = sorted(set(app_ids(entries)) - set(known))
+    if new:
+        raise AlignmentError(
+            f"topic {topic} now carries barriers of upstream app(s) {', '.join(new)} "
+            f"besides {', '.join(sorted(known))}, whose records this reader already read: "
+            f"records {', '.join(new)} wrote before their first snapshot completed may "
+            "have been dropped as a failed attempt's. Set option "
+            f"upstreamApps={','.join(sorted(set(known) | set(new)))} and start this query "
+            "on a new checkpoint (or from a savepoint taken before the new app started), "
+            "or give each upstream query its own topic."
+        )
+
+
 def refuse_mode(*, topic: str, apps: Sequence[str], option: str, value: object) -> AlignmentError:
     return AlignmentError(
         f"topic {topic} carries barriers of {len(apps)} upstream queries "
@@ -191,6 +217,7 @@ def plan_fan_in(
     partitions = sorted(latest)
     begin = {tp: start.get(tp, latest[tp]) for tp in partitions}
     known = previous_pending(previous, begin)
+    check_no_new_app(topic=topic, entries=entries, known=known, expected=expected)
     # An app first seen now had nothing delivered: its pending offsets are where the
     # records nobody judged yet begin (an unconfirmed record below them was dropped).
     floor = {

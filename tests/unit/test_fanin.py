@@ -507,3 +507,24 @@ def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     assert [r.value for r in channel.pending] == [b"a2-s1", b"a1-s1", b"plain"]
     assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (1, {"dead"})
     assert (fetcher.stats.barriers, fetcher.stats.revoked) == (1, 1)
+
+
+def test_an_app_appearing_after_a_single_app_batch_fails_loudly_instead_of_losing_records() -> None:
+    """Without upstreamApps a reader first reads one app's topic single-app: A2's records
+    written before A2's first snapshot completed, lying before A1's barrier, were judged
+    a failed attempt's and dropped. When A2's snapshot then completes the reader cannot
+    bring them back; before this check it went on fan-in and they were silently lost.
+    Red before: no error, and a2-0 / a2-1 never delivered."""
+    log = Log()
+    log.write("a1-s0", ids("a1", 2))
+    log.write("a2-s0", ids("a2", 2))  # A2 in flight, no snapshot of its own yet
+    log.barrier("a1", 0, ["a1-s0"])
+    # The single-app batch ended right after A1's barrier (what plan_topic did).
+    single = {"mode": "aligned", "app": "a1", "snapshots": [0]}
+    reader = Reader(log, start=to_json(log.latest(), meta={"topics": {T: single}}))
+    log.barrier("a2", 0, ["a2-s0"])
+    with pytest.raises(AlignmentError, match=r"a2.*upstreamApps=a1,a2"):
+        reader.batch()
+    # Named from the first batch, the same topic reads every record once.
+    fresh = Reader(log, expected=("a1", "a2"))
+    assert fresh.batch() == sorted(ids("a1", 2) + ids("a2", 2))
