@@ -257,6 +257,7 @@ def run_stage(
     table: Path,
     max_offsets_per_trigger: int | None = None,
     source_options: Sequence[str] = (),
+    sink_options: Sequence[str] = (),
     retries: int = 2,
 ) -> None:
     """Stage ``stage`` (a, m or b) of ``jobs/two_stage.py`` on the session's Spark to the
@@ -279,7 +280,7 @@ def run_stage(
         alignment="aligned",
         alignment_timeout=None,
         source_option=list(source_options),
-        sink_option=[],
+        sink_option=list(sink_options),
     )
     run = {"a": two_stage.stage_a, "m": two_stage.stage_m, "b": two_stage.stage_b}[stage]
     for attempt in range(retries + 1):

@@ -154,3 +154,106 @@ def test_pipeline_savepoint_rewinds_a_kafka_sink_and_its_reader_exactly_once(
         job(spark, "b", bootstrap_servers, topics, passed, tmp_path / "table-passed")
     for part in (f"topic {mid}", revocation.app_id, "revoked snapshots 4, 5", "generation 1"):
         assert part in str(failed.value), part
+
+
+def test_pipeline_savepoint_across_a_fan_in_topic_rewinds_both_writers_exactly_once(
+    tmp_path: Path, spark: Any, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """Fan-in into one topic: A1 (raw1) and A2 (raw2) both write mid, B reads it aligned
+    with upstreamApps into Delta. A pipeline savepoint cuts each writer at its own
+    snapshot and B at the batch whose pending offsets join both; after everything ran on
+    past it, the rewind revokes both writers' later snapshots and rolls B's table back,
+    and running the three again delivers every id of both inputs exactly once."""
+    raw1 = make_topic(partitions=2, suffix="raw1")
+    raw2 = make_topic(partitions=2, suffix="raw2")
+    mid = make_topic(partitions=3, suffix="mid")
+    table = tmp_path / "table"
+    apps = {"a1": "fan-pipe-a1", "a2": "fan-pipe-a2"}
+
+    def run(stage: str, chk: Path) -> None:
+        writer = stage if stage in apps else None
+        run_stage(
+            spark,
+            "a" if writer else "b",
+            servers=bootstrap_servers,
+            source=raw1 if stage == "a1" else raw2,
+            target=mid,
+            checkpoint=chk,
+            table=table,
+            max_offsets_per_trigger=PER_BATCH if writer else None,
+            source_options=() if writer else [f"upstreamApps={apps['a1']},{apps['a2']}"],
+            sink_options=[f"txnAppId={apps[writer]}"] if writer else (),
+        )
+
+    def produce(first: int, count: int) -> None:
+        produce_page_views(
+            bootstrap_servers=bootstrap_servers, topic=raw1, first=first, count=count
+        )
+        produce_page_views(
+            bootstrap_servers=bootstrap_servers, topic=raw2, first=10_000 + first, count=count
+        )
+
+    chk = {name: tmp_path / f"chk-{name}" for name in ("a1", "a2", "b")}
+    produce(0, 500)
+    for name in ("a1", "a2", "b"):
+        run(name, chk[name])
+    produce(500, 500)
+    run("a1", chk["a1"])  # A1 on; A2 and B not yet: the cut joins unequal positions
+    work = tmp_path / "user"
+    work.mkdir()
+    location = ok(
+        chkpt_cli(
+            work,
+            "savepoint",
+            "create",
+            "--pipeline",
+            "fan",
+            "--job",
+            str(chk["a1"]),
+            "--job",
+            str(chk["a2"]),
+            "--job",
+            str(chk["b"]),
+            "--dir",
+            str(tmp_path / "sp"),
+            "--bootstrap-servers",
+            bootstrap_servers,
+        )
+    ).strip()
+    manifest = json.loads((Path(location.removeprefix("file://")) / "pipeline.json").read_text())
+    joins = {(j["upstream"], j["downstream"]) for j in manifest["joins"]}
+    # Two jobs share the query name stage_a: every job is named by its folder.
+    assert joins == {("chk-a1", "chk-b"), ("chk-a2", "chk-b")}, manifest["joins"]
+    at_savepoint = event_ids(table)
+
+    # Everything runs on past the savepoint: B reads A1's and A2's later snapshots.
+    run("a2", chk["a2"])
+    run("b", chk["b"])
+    assert sum(event_ids(table).values()) > sum(at_savepoint.values())
+
+    restored = tmp_path / "restored"
+    out = ok(
+        chkpt_cli(
+            work,
+            "savepoint",
+            "restore",
+            "--pipeline",
+            location,
+            "--mode",
+            "rewind",
+            "--checkpoint-dir",
+            str(restored),
+            "--bootstrap-servers",
+            bootstrap_servers,
+        )
+    )
+    assert f"topic {mid}" in out and "revoked" in out, out
+    assert event_ids(table) == at_savepoint  # B's table back at the savepoint
+
+    produce(1000, 250)
+    for name in ("a1", "a2", "b"):
+        run(name, restored / f"chk-{name}")
+    counts = event_ids(table)
+    expected = set(range(1250)) | set(range(10_000, 11_250))
+    assert set(counts) == expected, sorted(expected - set(counts))[:10]
+    assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1][:10]
