@@ -129,11 +129,23 @@ def is_fan_in(
     )
 
 
-def check_expected(*, topic: str, entries: Sequence[IndexEntry], expected: Sequence[str]) -> None:
-    """With ``upstreamApps``, an app not listed writing the topic is an error: records it
-    wrote before its first snapshot completed may lie before the other apps' cuts."""
-    unknown = sorted(set(app_ids(entries)) - set(expected))
-    if expected and unknown:
+def check_apps(
+    *,
+    topic: str,
+    entries: Sequence[IndexEntry],
+    known: Mapping[str, Any],
+    expected: Sequence[str],
+) -> None:
+    """An app writing the topic that this reader did not track from its first batch is an
+    error, loud instead of lost: its records written before its first snapshot completed
+    were judged a failed attempt's and dropped where they lay before the cut. Tracked
+    means listed in ``upstreamApps`` (``expected``), or, without the option, known from
+    the previous batch (``known``; a first batch has read nothing and tracks any)."""
+    tracked = set(expected) or set(known)
+    unknown = sorted(set(app_ids(entries)) - tracked) if tracked else []
+    if not unknown:
+        return
+    if expected:
         raise AlignmentError(
             f"topic {topic} carries barriers of upstream app(s) {', '.join(unknown)}, not "
             f"listed in option upstreamApps ({', '.join(expected)}): this reader may have "
@@ -141,32 +153,15 @@ def check_expected(*, topic: str, entries: Sequence[IndexEntry], expected: Seque
             "them to upstreamApps and start this query on a new checkpoint, or give each "
             "upstream query its own topic."
         )
-
-
-def check_no_new_app(
-    *,
-    topic: str,
-    entries: Sequence[IndexEntry],
-    known: Mapping[str, Any],
-    expected: Sequence[str],
-) -> None:
-    """An app that shows up after this reader delivered another app's records, and that
-    ``upstreamApps`` did not name, is an error: the earlier batches judged its records
-    (written before its first snapshot completed) as a failed attempt's and dropped
-    those before their cut, and nothing can bring them back. Loud instead of lost."""
-    if not known or expected:
-        return
-    new = sorted(set(app_ids(entries)) - set(known))
-    if new:
-        raise AlignmentError(
-            f"topic {topic} now carries barriers of upstream app(s) {', '.join(new)} "
-            f"besides {', '.join(sorted(known))}, whose records this reader already read: "
-            f"records {', '.join(new)} wrote before their first snapshot completed may "
-            "have been dropped as a failed attempt's. Set option "
-            f"upstreamApps={','.join(sorted(set(known) | set(new)))} and start this query "
-            "on a new checkpoint (or from a savepoint taken before the new app started), "
-            "or give each upstream query its own topic."
-        )
+    raise AlignmentError(
+        f"topic {topic} now carries barriers of upstream app(s) {', '.join(unknown)} "
+        f"besides {', '.join(sorted(known))}, whose records this reader already read: "
+        f"records {', '.join(unknown)} wrote before their first snapshot completed may "
+        "have been dropped as a failed attempt's. Set option "
+        f"upstreamApps={','.join(sorted(tracked | set(unknown)))} and start this query "
+        "on a new checkpoint (or from a savepoint taken before the new app started), "
+        "or give each upstream query its own topic."
+    )
 
 
 def refuse_mode(*, topic: str, apps: Sequence[str], option: str, value: object) -> AlignmentError:
@@ -213,11 +208,10 @@ def plan_fan_in(
     """Plan one fan-in topic's batch (see the module docstring). ``previous``: the topic's
     report in the batch's start offset (None for a query's first batch); ``expected``:
     the apps of option ``upstreamApps``, tracked before their first snapshot."""
-    check_expected(topic=topic, entries=entries, expected=expected)
     partitions = sorted(latest)
     begin = {tp: start.get(tp, latest[tp]) for tp in partitions}
     known = previous_pending(previous, begin)
-    check_no_new_app(topic=topic, entries=entries, known=known, expected=expected)
+    check_apps(topic=topic, entries=entries, known=known, expected=expected)
     # An app first seen now had nothing delivered: its pending offsets are where the
     # records nobody judged yet begin (an unconfirmed record below them was dropped).
     floor = {
