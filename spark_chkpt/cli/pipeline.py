@@ -10,19 +10,38 @@ from spark_chkpt.cli.state import or_dash
 
 
 def pipeline_create(args: argparse.Namespace) -> int:
-    from spark_chkpt.savepoint.pipeline import create_pipeline_savepoint
+    from spark_chkpt.savepoint.pipeline import (
+        create_pipeline_savepoint,
+        create_pipeline_savepoint_from_file,
+    )
 
+    if args.pipeline_file is not None:
+        if args.pipeline is not None or args.job or args.checkpoint is not None:
+            raise SystemExit(
+                "savepoint create --pipeline-file FILE: the file lists the pipeline's name "
+                "and jobs; give no --pipeline, --job or checkpoint with it"
+            )
+        point = create_pipeline_savepoint_from_file(
+            path=args.pipeline_file,
+            savepoint_dir=args.dir,
+            bootstrap_servers=args.bootstrap_servers,
+            timeout_s=args.timeout,
+        )
+        print(point.location)
+        return 0
     if args.checkpoint is not None or len(args.job) < 2 or not args.bootstrap_servers:
         raise SystemExit(
             "savepoint create --pipeline NAME: give every job with --job CHECKPOINT (two or "
             "more, no positional checkpoint) and --bootstrap-servers"
         )
+    if args.dir is None:
+        raise SystemExit("savepoint create --pipeline NAME: give --dir")
     point = create_pipeline_savepoint(
         name=args.pipeline,
         checkpoints=args.job,
         savepoint_dir=args.dir,
         bootstrap_servers=args.bootstrap_servers,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout or 0.0,
     )
     print(point.location)
     return 0
@@ -87,6 +106,44 @@ def pipeline_restore(args: argparse.Namespace) -> int:
         for job, table in sorted(fork.tables.items()):
             print(f"job {job} writes the new table {table}")
     return 0
+
+
+def add_create_arguments(create: argparse.ArgumentParser) -> None:
+    """``savepoint create``'s options of a pipeline."""
+    create.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="NAME",
+        help="savepoint every --job of a pipeline joined by chkpt-kafka topics at cuts that "
+        "match (the upstream's snapshot N, each downstream's batch that ends at barrier N)",
+    )
+    create.add_argument(
+        "--pipeline-file",
+        default=None,
+        metavar="FILE",
+        help="savepoint the pipeline a file lists (TOML, or JSON by its .json ending): its "
+        "name, bootstrap_servers, jobs with their checkpoints and, optionally, the topics "
+        "each reads and writes, checked against the checkpoints first",
+    )
+    create.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="CHECKPOINT",
+        help="--pipeline: a job's checkpointLocation (give each job once)",
+    )
+    create.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="--pipeline: the brokers of the topics that join the jobs",
+    )
+    create.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="--pipeline: seconds to wait for the downstream jobs to reach a matching cut "
+        "(0, or the pipeline file's timeout)",
+    )
 
 
 def add_restore_arguments(restore: argparse.ArgumentParser) -> None:

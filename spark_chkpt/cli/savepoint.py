@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark_chkpt.cli.pipeline import (
+    add_create_arguments,
     add_restore_arguments,
     pipeline_create,
     pipeline_restore,
@@ -20,10 +21,15 @@ from spark_chkpt.cli.state import or_dash, reader_session
 def _savepoint_create(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.manifest import create_savepoint
 
-    if args.pipeline is not None:
+    if args.pipeline is not None or args.pipeline_file is not None:
         return pipeline_create(args)
     if args.checkpoint is None or args.job:
-        raise SystemExit("savepoint create: give one checkpoint, or --pipeline NAME --job ...")
+        raise SystemExit(
+            "savepoint create: give one checkpoint, or --pipeline NAME --job ..., or "
+            "--pipeline-file FILE"
+        )
+    if args.dir is None:
+        raise SystemExit("savepoint create: give --dir, the folder that keeps savepoints")
 
     point = create_savepoint(
         checkpoint_location=args.checkpoint,
@@ -246,34 +252,15 @@ def add_parser(sub: Any) -> None:
     ).add_subparsers(dest="action", required=True)
     create = sp.add_parser("create", help="savepoint a query's newest completed snapshot")
     create.add_argument("checkpoint", nargs="?", help="the query's checkpointLocation")
-    create.add_argument("--dir", required=True, help="the folder that keeps savepoints")
+    create.add_argument(
+        "--dir",
+        default=None,
+        help="the folder that keeps savepoints (with --pipeline-file: its savepoint_dir if "
+        "not given)",
+    )
     create.add_argument("--batch", type=int, default=None, help="snapshot N (default: newest)")
     create.add_argument("--table", default=None, help="the sink's table, if records lack it")
-    create.add_argument(
-        "--pipeline",
-        default=None,
-        metavar="NAME",
-        help="savepoint every --job of a pipeline joined by chkpt-kafka topics at cuts that "
-        "match (the upstream's snapshot N, each downstream's batch that ends at barrier N)",
-    )
-    create.add_argument(
-        "--job",
-        action="append",
-        default=[],
-        metavar="CHECKPOINT",
-        help="--pipeline: a job's checkpointLocation (give each job once)",
-    )
-    create.add_argument(
-        "--bootstrap-servers",
-        default=None,
-        help="--pipeline: the brokers of the topics that join the jobs",
-    )
-    create.add_argument(
-        "--timeout",
-        type=float,
-        default=0.0,
-        help="--pipeline: seconds to wait for the downstream jobs to reach a matching cut (0)",
-    )
+    add_create_arguments(create)
     create.set_defaults(run=_savepoint_create)
     stop = sp.add_parser(
         "stop", help="stop a running job with a savepoint of its last snapshot (Flink's stop)"

@@ -57,6 +57,7 @@ from spark_chkpt.fs import qualify, resolve
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
+from spark_chkpt.savepoint.pipeline_file import PipelineFile, check_declared, load_pipeline_file
 from spark_chkpt.savepoint.pipeline_fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
@@ -426,10 +427,13 @@ def create_pipeline_savepoint(
     bootstrap_servers: str,
     timeout_s: float = 0.0,
     client_settings: Mapping[str, Any] | None = None,
+    declared: PipelineFile | None = None,
 ) -> Pipeline:
     """Savepoint the jobs at ``checkpoints`` at matching cuts; see the module docstring.
     ``timeout_s``: how long to wait for the downstream jobs to commit a batch that ends
-    at a barrier of their upstream's (0: do not wait)."""
+    at a barrier of their upstream's (0: do not wait). ``declared``: the pipeline file
+    that lists the jobs (in the order of ``checkpoints``); the topics it says each job
+    reads and writes are checked against the checkpoints before anything is written."""
     if len(checkpoints) < 2:
         raise SavepointError("a pipeline savepoint needs at least two jobs (--job ... --job ...)")
     settings = dict(client_settings or {})
@@ -437,6 +441,12 @@ def create_pipeline_savepoint(
     # Steps 1 and 2, again while the downstream jobs have not reached a cut.
     while True:
         jobs = _distinct_names([_read_job(c, i) for i, c in enumerate(checkpoints)])
+        if declared is not None:
+            check_declared(
+                declared.jobs,
+                [(j.name, j.reads, set(j.writes)) for j in jobs],
+                path=declared.path,
+            )
         root, edges = job_tree(jobs)
         barriers = {
             e.key: _live_completes(
@@ -506,6 +516,35 @@ def create_pipeline_savepoint(
         ", ".join(f"{j.name} at {j.batch_id}" for j in parts),
     )
     return Pipeline(location=posixpath.join(qualify(savepoint_dir), folder), manifest=manifest)
+
+
+def create_pipeline_savepoint_from_file(
+    *,
+    path: str,
+    savepoint_dir: str | None = None,
+    bootstrap_servers: str | None = None,
+    timeout_s: float | None = None,
+    client_settings: Mapping[str, Any] | None = None,
+) -> Pipeline:
+    """:func:`create_pipeline_savepoint` of the jobs a pipeline file lists
+    (:mod:`spark_chkpt.savepoint.pipeline_file`); the arguments given here win over the
+    file's values."""
+    spec = load_pipeline_file(path=path)
+    directory = savepoint_dir or spec.savepoint_dir
+    if not directory:
+        raise SavepointError(
+            f"pipeline file {path}: no savepoint_dir in the file and no --dir given: say "
+            "where the pipeline savepoint goes"
+        )
+    return create_pipeline_savepoint(
+        name=spec.name,
+        checkpoints=spec.checkpoints,
+        savepoint_dir=directory,
+        bootstrap_servers=bootstrap_servers or spec.bootstrap_servers,
+        timeout_s=timeout_s if timeout_s is not None else (spec.timeout_s or 0.0),
+        client_settings=client_settings,
+        declared=spec,
+    )
 
 
 def load_pipeline(*, location: str) -> Pipeline:

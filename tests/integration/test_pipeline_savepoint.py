@@ -96,7 +96,28 @@ def test_pipeline_savepoint_rewinds_a_kafka_sink_and_its_reader_exactly_once(
     assert listed.returncode == 1 and "no complete savepoint" in listed.stdout, listed.stdout
     assert "pipeline pipeline-" not in listed.stdout
 
-    location = ok(chkpt_cli(work, *create)).strip()
+    # The same pipeline from a pipeline file, as a user keeps it beside the jobs: first
+    # one that says B writes a topic (B writes Delta) is refused naming the job, before
+    # anything is written; then the right one.
+    pipeline_file = work / "pipeline.toml"
+
+    def write_pipeline_file(b_writes: str) -> None:
+        pipeline_file.write_text(
+            f'name = "two"\nbootstrap_servers = "{bootstrap_servers}"\n'
+            f'savepoint_dir = "{sp}"\n\n'
+            f'[[jobs]]\ncheckpoint = "{chk_a}"\nreads = ["{raw}"]\nwrites = ["{mid}"]\n\n'
+            f'[[jobs]]\ncheckpoint = "{chk_b}"\nreads = ["{mid}"]\nwrites = [{b_writes}]\n'
+        )
+
+    write_pipeline_file(f'"{mid}"')
+    wrong = chkpt_cli(work, "savepoint", "create", "--pipeline-file", "pipeline.toml")
+    assert wrong.returncode != 0, wrong.stdout
+    assert "job stage_b" in wrong.stderr and f"the file says [{mid}]" in wrong.stderr, wrong.stderr
+    assert "Nothing was written" in wrong.stderr
+    assert chkpt_cli(work, "savepoint", "list", str(sp)).returncode == 1
+    write_pipeline_file("")
+    location = ok(chkpt_cli(work, "savepoint", "create", "--pipeline-file", "pipeline.toml"))
+    location = location.strip()
     listed = chkpt_cli(work, "savepoint", "list", str(sp))
     assert listed.returncode == 0 and "stage_a at 3, stage_b at 3" in listed.stdout, listed
     shown = ok(chkpt_cli(work, "savepoint", "show", "--pipeline", location))
