@@ -207,7 +207,7 @@ def _warn_kafka_python(option: str, value: str | None, why: str) -> None:
         "this warning",
         option,
         shown,
-        why.rstrip(". \n"),
+        " ".join(why.split()).rstrip("."),  # one line: librdkafka's messages end in \n"}
     )
 
 
