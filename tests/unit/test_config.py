@@ -173,7 +173,8 @@ def test_consumer_settings_are_group_less_and_never_auto_commit() -> None:
 def test_kafka_client_chooses_the_read_tasks_library_and_translates_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("SPARK_CHKPT_KAFKA_CLIENT", raising=False)
+    for name in ("SPARK_CHKPT_KAFKA_CLIENT", "SPARK_CHKPT_KAFKA_SOURCE_CLIENT"):
+        monkeypatch.delenv(name, raising=False)
     assert parse().client == "kafka-python"
     assert parse().fetch_settings(client_id="c").client == "kafka-python"
     cfg = parse(
@@ -307,12 +308,15 @@ def test_sink_accepts_the_safe_delivery_settings(
 
 
 def test_sink_kafka_client_option_and_environment_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SPARK_CHKPT_KAFKA_CLIENT", raising=False)
-    assert sink().client == "kafka-python" and sink().librdkafka_settings is None
-    assert sink(**{"kafka.client": "confluent"}).client == "confluent"
-    monkeypatch.setenv("SPARK_CHKPT_KAFKA_CLIENT", "confluent")
-    assert sink().client == "confluent"
-    assert sink(**{"kafka.client": "kafka-python"}).client == "kafka-python"  # option wins
+    for name in ("SPARK_CHKPT_KAFKA_CLIENT", "SPARK_CHKPT_KAFKA_SINK_CLIENT"):
+        monkeypatch.delenv(name, raising=False)
+    # librdkafka by default (tests/unit/test_client_defaults.py: when it is not).
+    assert sink().client == "confluent" and sink().librdkafka_settings is not None
+    assert sink(**{"kafka.client": "kafka-python"}).client == "kafka-python"
+    assert sink(**{"kafka.client": "kafka-python"}).librdkafka_settings is None
+    monkeypatch.setenv("SPARK_CHKPT_KAFKA_CLIENT", "kafka-python")
+    assert sink().client == "kafka-python"
+    assert sink(**{"kafka.client": "confluent"}).client == "confluent"  # option wins
     with pytest.raises(ConfigError, match=r"'kafka\.client' = 'rdkafka': one of"):
         sink(**{"kafka.client": "rdkafka"})
 

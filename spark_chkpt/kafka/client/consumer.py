@@ -4,10 +4,11 @@
 :class:`RangeConsumer` and never touches a client library itself. Two clients
 implement it, chosen by the source option ``kafka.client``:
 
-- ``kafka-python`` (the default): pure Python, with ``crc32c`` for checksums;
-- ``confluent`` (``pip install spark-chkpt[confluent]``): librdkafka through
-  ``confluent-kafka``, whose C decoder is several times faster. Its records are turned
-  into :class:`Record` tuples, the same fields as kafka-python's ``ConsumerRecord``.
+- ``kafka-python`` (the source's default): pure Python, with ``crc32c`` for checksums,
+  and record batches decoded straight into Arrow columns (:mod:`.columnar`);
+- ``confluent``: librdkafka through ``confluent-kafka`` (a dependency of the project).
+  Its records are turned into :class:`Record` tuples, the same fields as
+  kafka-python's ``ConsumerRecord``.
 
 Both consumers are group-less readers: partitions are assigned with their start
 offsets, nothing is committed, and a position outside the log is reported as
@@ -187,8 +188,8 @@ class ConfluentConsumer:
             import confluent_kafka
         except ImportError as e:
             raise KafkaReadError(
-                "kafka.client=confluent needs the confluent-kafka package: "
-                "pip install 'spark-chkpt[confluent]'"
+                "kafka.client=confluent needs the confluent-kafka package on the workers, "
+                "a dependency of spark-chkpt: pip install 'confluent-kafka>=2.4,<3'"
             ) from e
         self._ck = confluent_kafka
         config = {

@@ -1,5 +1,6 @@
-"""The sink's write tasks on librdkafka (``kafka.client=confluent``): confluent-kafka's
-``Producer``, which produces many times kafka-python's rate (README, Performance).
+"""The sink's write tasks on librdkafka (``kafka.client=confluent``, the sink's default):
+confluent-kafka's ``Producer``, which produces many times kafka-python's rate
+(README, Performance).
 
 The records are the ones kafka-python's producer writes (same columns, header rule,
 attempt tag, murmur2 key partitioning) with the same settings translated
@@ -50,8 +51,8 @@ class ConfluentProducer:
             import confluent_kafka
         except ImportError as e:  # the driver checked; a worker may still lack it
             raise ChkptError(
-                "kafka.client=confluent needs the confluent-kafka package on the workers: "
-                "pip install 'spark-chkpt[confluent]'"
+                "kafka.client=confluent needs the confluent-kafka package on the workers, "
+                "a dependency of spark-chkpt: pip install 'confluent-kafka>=2.4,<3'"
             ) from e
         self._ck = confluent_kafka
         self.config = config

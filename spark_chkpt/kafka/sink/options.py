@@ -3,12 +3,15 @@
 The sink's producers run with ``acks=all`` and the idempotent producer; a ``kafka.*``
 option that would weaken either (``kafka.acks=1``, ``kafka.enable.idempotence=false``,
 ``kafka.retries=0``, more than 5 requests in flight) is rejected here, at load time, for
-either client (``kafka.client``: kafka-python or confluent). With confluent, the settings
-are translated into librdkafka properties and librdkafka judges them here too.
+either client (``kafka.client``: confluent, that is librdkafka, by default, or
+kafka-python). With confluent, the settings are translated into librdkafka properties
+and librdkafka judges them here too; a job that left ``kafka.client`` unset and whose
+settings or mode librdkafka cannot serve produces with kafka-python, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +20,7 @@ from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
 from spark_chkpt.kafka.client.consumer import ClientKind
 from spark_chkpt.kafka.client.settings import (
+    CONFLUENT_MISSING,
     check_librdkafka,
     kafka_client_settings,
     librdkafka_producer_settings,
@@ -34,6 +38,8 @@ from spark_chkpt.options import (
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 _KNOWN_KAFKA_SINK_OPTIONS = {
     k.lower()
@@ -82,7 +88,7 @@ _IN_FLIGHT_WHY = (
 
 
 def _parse_delivery(
-    opts: Mapping[str, str], settings: dict[str, Any], client: ClientKind
+    opts: Mapping[str, str], settings: dict[str, Any]
 ) -> tuple[Delivery, bool, int, int]:
     """``delivery``, ``barriers``, ``maxBatchDuration``, ``maxRestartTime``, and the
     transaction timeout rule: ``kafka.transaction.timeout.ms >= maxBatchDuration +
@@ -109,13 +115,6 @@ def _parse_delivery(
     restart_ms = parse_duration_ms("maxRestartTime", opts.get("maxrestarttime"), default_ms=600_000)
     if not transactional:
         return delivery, barriers, batch_ms, restart_ms
-    if client != "kafka-python":
-        raise ConfigError(
-            "kafka.client",
-            client,
-            "delivery=exactly-once-transactions produces with kafka-python: librdkafka cannot "
-            "hand an open transaction to the driver (Flink's resumeTransaction)",
-        )
     if not opts.get("topic"):
         raise ConfigError(
             "topic",
@@ -137,6 +136,79 @@ def _parse_delivery(
             "what the trigger interval and the restart really take",
         )
     return delivery, barriers, batch_ms, restart_ms
+
+
+_TRANSACTIONS_NEED_KAFKA_PYTHON = (
+    "delivery=exactly-once-transactions produces with kafka-python: librdkafka cannot "
+    "hand an open transaction to the driver (Flink's resumeTransaction)"
+)
+
+
+def _choose_producer(
+    opts: Mapping[str, str],
+    settings: Mapping[str, Any],
+    *,
+    servers: str,
+    transactional: bool,
+) -> tuple[ClientKind, dict[str, Any] | None]:
+    """The write tasks' client and, for librdkafka, its checked settings.
+
+    librdkafka is the sink's default. A job that does not choose its client (neither
+    ``kafka.client`` nor the environment) keeps working where librdkafka cannot serve
+    it: its ``kafka.*`` settings have no librdkafka equivalent or are out of librdkafka's
+    range, the mode is ``delivery=exactly-once-transactions``, or confluent-kafka is not
+    installed. Then it produces with kafka-python, as before librdkafka was the default,
+    and one warning names why. A job that chose confluent fails with the reason instead.
+    """
+    choice = parse_client(opts, role="producer")
+    if choice.kind == "kafka-python":
+        return "kafka-python", None
+    if transactional:
+        if choice.chosen:
+            raise ConfigError("kafka.client", "confluent", _TRANSACTIONS_NEED_KAFKA_PYTHON)
+        _warn_kafka_python(
+            "delivery", "exactly-once-transactions", "this mode produces with kafka-python only"
+        )
+        return "kafka-python", None
+    if not choice.installed:  # chosen: parse_client raised already
+        _warn_kafka_python("kafka.client", None, f"librdkafka {CONFLUENT_MISSING}")
+        return "kafka-python", None
+    try:
+        librdkafka = librdkafka_producer_settings(settings)
+        check_librdkafka(librdkafka, servers, role="producer")
+    except ConfigError as e:
+        if choice.chosen:
+            raise
+        option = e.option if e.option != "kafka.client" else _rejected_option(opts, servers)
+        _warn_kafka_python(option, opts.get(option), e.allowed)
+        return "kafka-python", None
+    return "confluent", librdkafka
+
+
+def _rejected_option(opts: Mapping[str, str], servers: str) -> str:
+    """The first ``kafka.*`` option librdkafka rejects on its own (its message names its
+    own property, often under another name: ``linger.ms`` is ``queue.buffering.max.ms``)."""
+    for key in sorted(opts):
+        if not key.startswith("kafka.") or key in ("kafka.bootstrap.servers", "kafka.client"):
+            continue
+        alone = kafka_client_settings({key: opts[key]}, role="producer")
+        try:
+            check_librdkafka(librdkafka_producer_settings(alone), servers, role="producer")
+        except ConfigError:
+            return key
+    return "kafka.*"
+
+
+def _warn_kafka_python(option: str, value: str | None, why: str) -> None:
+    shown = "" if value is None else f" = {value!r}"
+    log.warning(
+        "chkpt-kafka sink: producing with kafka-python, not librdkafka (the sink's default "
+        "client), because of option '%s'%s: %s. Set kafka.client=kafka-python to silence "
+        "this warning",
+        option,
+        shown,
+        " ".join(why.split()).rstrip("."),  # one line: librdkafka's messages end in \n"}
+    )
 
 
 def _check_delivery(opts: Mapping[str, str], settings: Mapping[str, Any]) -> None:
@@ -223,12 +295,13 @@ class KafkaSinkConfig:
         settings.update(kafka_client_settings(opts, role="producer"))
         _check_delivery(opts, settings)
         timing = SnapshotTiming.from_options(opts)
-        client = parse_client(opts)
-        delivery, barriers, batch_ms, restart_ms = _parse_delivery(opts, settings, client)
-        librdkafka: dict[str, Any] | None = None
-        if client == "confluent":
-            librdkafka = librdkafka_producer_settings(settings)
-            check_librdkafka(librdkafka, servers, role="producer")
+        delivery, barriers, batch_ms, restart_ms = _parse_delivery(opts, settings)
+        client, librdkafka = _choose_producer(
+            opts,
+            settings,
+            servers=servers,
+            transactional=delivery == "exactly-once-transactions",
+        )
         return cls(
             bootstrap_servers=servers,
             topic=opts.get("topic") or None,

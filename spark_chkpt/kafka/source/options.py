@@ -350,7 +350,7 @@ class SourceConfig:
             connector="chkpt-kafka",
             prefixes=("kafka.", "chkpt."),
         )
-        client = parse_client(opts)
+        client = parse_client(opts, role="consumer").kind
         settings = kafka_client_settings(opts, role="consumer")
         if client == "confluent":
             check_librdkafka(librdkafka_settings(settings), servers)
