@@ -16,6 +16,13 @@ that is the topics between the jobs:
   forked downstream starts at the new topic's first offsets (its log start, 0 for a new
   topic) on every partition: its offset log of batch M (and M - 1) and its snapshot
   record name the new topic at those offsets instead of the old one at the cut's;
+* a topic several jobs write (fan-in into one topic) is renamed once for all of them.
+  Its reader's report holds each app's pending offsets in the old topic (right after
+  that app's barrier at the cut, :mod:`spark_chkpt.alignment.fanin`); each forked
+  writer resumes after its own cut, so in the new topic every app's pending offsets are
+  its first offsets too. A writer without ``txnAppId`` writes under its query id, new
+  in a fork: the report names its forked query id instead (known when it is restored,
+  before its readers);
 * every job that writes a table (not Kafka) writes a new one (``table_paths``).
 
 :func:`plan_fork` checks, before anything is written, that the fork touches nothing
@@ -64,13 +71,19 @@ class ForkPlan:
     tables: dict[str, str]  # job -> its new table
     starts: dict[str, dict[str, int]]
 
-    def rewrite_for(self, reads: Sequence[str]) -> Callable[[Any], Any] | None:
+    def rewrite_for(
+        self, reads: Sequence[str], *, apps: Mapping[str, str] | None = None
+    ) -> Callable[[Any], Any] | None:
         """The rewrite of one job's source offsets: each renamed topic it reads becomes
-        the new topic at its start offsets (None: the job reads no renamed topic)."""
+        the new topic at its start offsets, its alignment report too (None: the job reads
+        no renamed topic). ``apps``: old app id -> the app id its forked writer writes
+        the new topic under (a writer without ``txnAppId`` is its query id, new in a
+        fork); apps not named keep their ids."""
         renamed = {old: new for old, new in self.topics.items() if old in reads}
         if not renamed:
             return None
         starts = self.starts
+        app_ids = dict(apps or {})
 
         def rewrite(offsets: Any) -> Any:
             if not isinstance(offsets, dict):
@@ -82,7 +95,14 @@ class ForkPlan:
                     if isinstance(reports, dict):
                         value = {
                             **value,
-                            "topics": {renamed.get(t, t): r for t, r in reports.items()},
+                            "topics": {
+                                renamed.get(t, t): (
+                                    _report_on(r, starts=starts[renamed[t]], apps=app_ids)
+                                    if t in renamed
+                                    else r
+                                )
+                                for t, r in reports.items()
+                            },
                         }
                     out[topic] = value
                 elif topic in renamed:
@@ -92,6 +112,29 @@ class ForkPlan:
             return out
 
         return rewrite
+
+
+def _report_on(report: Any, *, starts: Mapping[str, int], apps: Mapping[str, str]) -> Any:
+    """A renamed topic's alignment report as the new topic's. A fan-in topic's report
+    (``"apps"``, :mod:`spark_chkpt.alignment.fanin`) holds each app's pending offsets in
+    the old topic (right after its barrier at the cut); every forked writer resumes after
+    its cut into the new topic, so each app's records there begin at its first offsets:
+    an app left at the old offsets would skip what its forked writer wrote below them.
+    The app ids become the forked writers' (``apps``)."""
+    if not isinstance(report, dict):
+        return report
+    out = dict(report)
+    if isinstance(out.get("app"), str):
+        out["app"] = apps.get(out["app"], out["app"])
+    fanned = out.get("apps")
+    if isinstance(fanned, dict):
+        out["apps"] = {
+            apps.get(str(app), str(app)): (
+                {**r, "from": dict(starts), "pending": dict(starts)} if isinstance(r, dict) else r
+            )
+            for app, r in fanned.items()
+        }
+    return out
 
 
 def pairs(items: Sequence[str], *, option: str) -> dict[str, str]:
@@ -122,6 +165,10 @@ def _writes(manifest: SavepointManifest) -> list[str]:
     if sink is None or sink.kind != "chkpt-kafka" or not sink.target:
         return []
     return [t.strip() for t in sink.target.split(",") if t.strip()]
+
+
+def _jobs(names: Sequence[str]) -> str:
+    return ("jobs " if len(names) > 1 else "job ") + ", ".join(names)
 
 
 def _norm(uri: str) -> str:
@@ -194,13 +241,16 @@ def plan_fork(
                 f"--checkpoint-dir {checkpoint_dir} is job {name}'s checkpoint ({chk}) or "
                 "inside it: a fork gets folders of its own"
             )
-    written = {t: name for name, m in jobs.items() for t in _writes(m)}
+    written: dict[str, list[str]] = {}  # topic -> its writers (several: fan-in)
+    for name, m in jobs.items():
+        for t in _writes(m):
+            written.setdefault(t, []).append(name)
     production = set(written) | {t for m in jobs.values() for t in _reads(m)}
     missing = sorted(t for t in written if t not in rename_topics)
     if missing:
         raise SavepointError(
             f"pipeline {pipeline}: a fork writes new topics; rename "
-            + ", ".join(f"{t} (written by job {written[t]})" for t in missing)
+            + ", ".join(f"{t} (written by {_jobs(written[t])})" for t in missing)
             + " with --rename-topic OLD=NEW (the fork would write production's topic and "
             "its control topic, which production's readers read)"
         )
