@@ -16,13 +16,11 @@ that is the topics between the jobs:
   forked downstream starts at the new topic's first offsets (its log start, 0 for a new
   topic) on every partition: its offset log of batch M (and M - 1) and its snapshot
   record name the new topic at those offsets instead of the old one at the cut's;
-* a topic several jobs write (fan-in into one topic) is renamed once for all of them.
-  Its reader's report holds each app's pending offsets in the old topic (right after
-  that app's barrier at the cut, :mod:`spark_chkpt.alignment.fanin`); each forked
-  writer resumes after its own cut, so in the new topic every app's pending offsets are
-  its first offsets too. A writer without ``txnAppId`` writes under its query id, new
-  in a fork: the report names its forked query id instead (known when it is restored,
-  before its readers);
+* a topic several jobs write (fan-in) is renamed once. Its reader's report holds each
+  app's pending offsets in the old topic (:mod:`spark_chkpt.alignment.fanin`); each
+  forked writer resumes after its own cut, so in the new topic they are all its first
+  offsets. A writer without ``txnAppId`` (its query id, new in a fork) is named there
+  by its forked query id, known once it is restored (before its readers);
 * every job that writes a table (not Kafka) writes a new one (``table_paths``).
 
 :func:`plan_fork` checks, before anything is written, that the fork touches nothing
@@ -75,15 +73,12 @@ class ForkPlan:
         self, reads: Sequence[str], *, apps: Mapping[str, str] | None = None
     ) -> Callable[[Any], Any] | None:
         """The rewrite of one job's source offsets: each renamed topic it reads becomes
-        the new topic at its start offsets, its alignment report too (None: the job reads
-        no renamed topic). ``apps``: old app id -> the app id its forked writer writes
-        the new topic under (a writer without ``txnAppId`` is its query id, new in a
-        fork); apps not named keep their ids."""
+        the new topic at its start offsets, its report too (None: it reads no renamed
+        topic). ``apps``: old app id -> its forked writer's, where they differ."""
         renamed = {old: new for old, new in self.topics.items() if old in reads}
         if not renamed:
             return None
-        starts = self.starts
-        app_ids = dict(apps or {})
+        starts, app_ids = self.starts, dict(apps or {})
 
         def rewrite(offsets: Any) -> Any:
             if not isinstance(offsets, dict):
@@ -91,20 +86,7 @@ class ForkPlan:
             out: dict[str, Any] = {}
             for topic, value in offsets.items():
                 if topic == META_KEY and isinstance(value, dict):
-                    reports = value.get("topics")
-                    if isinstance(reports, dict):
-                        value = {
-                            **value,
-                            "topics": {
-                                renamed.get(t, t): (
-                                    _report_on(r, starts=starts[renamed[t]], apps=app_ids)
-                                    if t in renamed
-                                    else r
-                                )
-                                for t, r in reports.items()
-                            },
-                        }
-                    out[topic] = value
+                    out[topic] = _moved(value, renamed, starts, app_ids)
                 elif topic in renamed:
                     out[renamed[topic]] = dict(starts[renamed[topic]])
                 else:
@@ -114,27 +96,29 @@ class ForkPlan:
         return rewrite
 
 
-def _report_on(report: Any, *, starts: Mapping[str, int], apps: Mapping[str, str]) -> Any:
-    """A renamed topic's alignment report as the new topic's. A fan-in topic's report
-    (``"apps"``, :mod:`spark_chkpt.alignment.fanin`) holds each app's pending offsets in
-    the old topic (right after its barrier at the cut); every forked writer resumes after
-    its cut into the new topic, so each app's records there begin at its first offsets:
-    an app left at the old offsets would skip what its forked writer wrote below them.
-    The app ids become the forked writers' (``apps``)."""
-    if not isinstance(report, dict):
-        return report
-    out = dict(report)
-    if isinstance(out.get("app"), str):
-        out["app"] = apps.get(out["app"], out["app"])
-    fanned = out.get("apps")
-    if isinstance(fanned, dict):
-        out["apps"] = {
-            apps.get(str(app), str(app)): (
-                {**r, "from": dict(starts), "pending": dict(starts)} if isinstance(r, dict) else r
-            )
-            for app, r in fanned.items()
-        }
-    return out
+def _moved(
+    meta: dict[str, Any],
+    renamed: Mapping[str, str],
+    starts: Mapping[str, Mapping[str, int]],
+    apps: Mapping[str, str],
+) -> dict[str, Any]:
+    """A source's alignment reports on the renamed topics: a fan-in report's apps at the
+    new topic's first offsets (see the module docstring), under their forked app ids."""
+    reports = meta.get("topics")
+    if not isinstance(reports, dict):
+        return meta
+    moved: dict[str, Any] = {}
+    for topic, report in reports.items():
+        new = renamed.get(topic)
+        if new is not None and isinstance(report, dict):
+            report = dict(report)
+            if isinstance(report.get("app"), str):
+                report["app"] = apps.get(report["app"], report["app"])
+            if isinstance(fanned := report.get("apps"), dict):
+                at = {"from": dict(starts[new]), "pending": dict(starts[new])}
+                report["apps"] = {apps.get(a, a): {**r, **at} for a, r in fanned.items()}
+        moved[new or topic] = report
+    return {**meta, "topics": moved}
 
 
 def pairs(items: Sequence[str], *, option: str) -> dict[str, str]:
