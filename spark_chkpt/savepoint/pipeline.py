@@ -618,6 +618,11 @@ def restore_pipeline(
         for j in order
     }
 
+    # A fork: the app id each forked writer writes its new topic under, where it is not
+    # the old one (a writer without txnAppId is its query id, new in a fork); known once
+    # the writer is restored, before its readers (upstream first).
+    forked_apps: dict[str, str] = {}
+
     def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
         kafka_rewind = mode == "rewind" and job.sink == "chkpt-kafka"
         return restore_savepoint(
@@ -628,7 +633,9 @@ def restore_pipeline(
             storage_options=storage_options,
             kafka_bootstrap_servers=kafka_bootstrap_servers if kafka_rewind else None,
             check_only=check_only,
-            source_rewrite=fork.rewrite_for(reads[job.name]) if fork is not None else None,
+            source_rewrite=(
+                fork.rewrite_for(reads[job.name], apps=forked_apps) if fork is not None else None
+            ),
         )
 
     refused = []
@@ -648,7 +655,10 @@ def restore_pipeline(
         )
     results = []
     for i, job in enumerate(order):
-        results.append(restore(job, check_only=False))
+        result = restore(job, check_only=False)
+        results.append(result)
+        if fork is not None and job.sink == "chkpt-kafka" and job.app_id == job.query_id:
+            forked_apps[job.app_id] = result.query_id
         failpoint(FaultPoint.IN_PIPELINE_RESTORE, i)
     return results
 

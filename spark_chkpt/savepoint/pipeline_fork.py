@@ -16,6 +16,11 @@ that is the topics between the jobs:
   forked downstream starts at the new topic's first offsets (its log start, 0 for a new
   topic) on every partition: its offset log of batch M (and M - 1) and its snapshot
   record name the new topic at those offsets instead of the old one at the cut's;
+* a topic several jobs write (fan-in) is renamed once. Its reader's report holds each
+  app's pending offsets in the old topic (:mod:`spark_chkpt.alignment.fanin`); each
+  forked writer resumes after its own cut, so in the new topic they are all its first
+  offsets. A writer without ``txnAppId`` (its query id, new in a fork) is named there
+  by its forked query id, known once it is restored (before its readers);
 * every job that writes a table (not Kafka) writes a new one (``table_paths``).
 
 :func:`plan_fork` checks, before anything is written, that the fork touches nothing
@@ -64,13 +69,16 @@ class ForkPlan:
     tables: dict[str, str]  # job -> its new table
     starts: dict[str, dict[str, int]]
 
-    def rewrite_for(self, reads: Sequence[str]) -> Callable[[Any], Any] | None:
+    def rewrite_for(
+        self, reads: Sequence[str], *, apps: Mapping[str, str] | None = None
+    ) -> Callable[[Any], Any] | None:
         """The rewrite of one job's source offsets: each renamed topic it reads becomes
-        the new topic at its start offsets (None: the job reads no renamed topic)."""
+        the new topic at its start offsets, its report too (None: it reads no renamed
+        topic). ``apps``: old app id -> its forked writer's, where they differ."""
         renamed = {old: new for old, new in self.topics.items() if old in reads}
         if not renamed:
             return None
-        starts = self.starts
+        starts, app_ids = self.starts, dict(apps or {})
 
         def rewrite(offsets: Any) -> Any:
             if not isinstance(offsets, dict):
@@ -78,13 +86,7 @@ class ForkPlan:
             out: dict[str, Any] = {}
             for topic, value in offsets.items():
                 if topic == META_KEY and isinstance(value, dict):
-                    reports = value.get("topics")
-                    if isinstance(reports, dict):
-                        value = {
-                            **value,
-                            "topics": {renamed.get(t, t): r for t, r in reports.items()},
-                        }
-                    out[topic] = value
+                    out[topic] = _moved(value, renamed, starts, app_ids)
                 elif topic in renamed:
                     out[renamed[topic]] = dict(starts[renamed[topic]])
                 else:
@@ -92,6 +94,31 @@ class ForkPlan:
             return out
 
         return rewrite
+
+
+def _moved(
+    meta: dict[str, Any],
+    renamed: Mapping[str, str],
+    starts: Mapping[str, Mapping[str, int]],
+    apps: Mapping[str, str],
+) -> dict[str, Any]:
+    """A source's alignment reports on the renamed topics: a fan-in report's apps at the
+    new topic's first offsets (see the module docstring), under their forked app ids."""
+    reports = meta.get("topics")
+    if not isinstance(reports, dict):
+        return meta
+    moved: dict[str, Any] = {}
+    for topic, report in reports.items():
+        new = renamed.get(topic)
+        if new is not None and isinstance(report, dict):
+            report = dict(report)
+            if isinstance(report.get("app"), str):
+                report["app"] = apps.get(report["app"], report["app"])
+            if isinstance(fanned := report.get("apps"), dict):
+                at = {"from": dict(starts[new]), "pending": dict(starts[new])}
+                report["apps"] = {apps.get(a, a): {**r, **at} for a, r in fanned.items()}
+        moved[new or topic] = report
+    return {**meta, "topics": moved}
 
 
 def pairs(items: Sequence[str], *, option: str) -> dict[str, str]:
@@ -122,6 +149,10 @@ def _writes(manifest: SavepointManifest) -> list[str]:
     if sink is None or sink.kind != "chkpt-kafka" or not sink.target:
         return []
     return [t.strip() for t in sink.target.split(",") if t.strip()]
+
+
+def _jobs(names: Sequence[str]) -> str:
+    return ("jobs " if len(names) > 1 else "job ") + ", ".join(names)
 
 
 def _norm(uri: str) -> str:
@@ -194,13 +225,16 @@ def plan_fork(
                 f"--checkpoint-dir {checkpoint_dir} is job {name}'s checkpoint ({chk}) or "
                 "inside it: a fork gets folders of its own"
             )
-    written = {t: name for name, m in jobs.items() for t in _writes(m)}
+    written: dict[str, list[str]] = {}  # topic -> its writers (several: fan-in)
+    for name, m in jobs.items():
+        for t in _writes(m):
+            written.setdefault(t, []).append(name)
     production = set(written) | {t for m in jobs.values() for t in _reads(m)}
     missing = sorted(t for t in written if t not in rename_topics)
     if missing:
         raise SavepointError(
             f"pipeline {pipeline}: a fork writes new topics; rename "
-            + ", ".join(f"{t} (written by job {written[t]})" for t in missing)
+            + ", ".join(f"{t} (written by {_jobs(written[t])})" for t in missing)
             + " with --rename-topic OLD=NEW (the fork would write production's topic and "
             "its control topic, which production's readers read)"
         )

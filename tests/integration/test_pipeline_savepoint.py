@@ -15,6 +15,7 @@ naming the revocation."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections import Counter
@@ -57,6 +58,27 @@ def report(chk: Path, batch: int, topic: str) -> dict[str, Any]:
     """The alignment report B's source wrote with batch ``batch``'s end offsets."""
     doc = json.loads((chk / "offsets" / str(batch)).read_text().splitlines()[2])
     return dict(doc["__chkpt__"]["topics"][topic])
+
+
+def end_offsets(servers: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers.split(","), group_id=None)
+    try:
+        tps = [KafkaPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        return {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (relative path) and its content's digest."""
+    return {
+        str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(folder.rglob("*"))
+        if f.is_file()
+    }
 
 
 def event_ids(table: Path) -> Counter[int]:
@@ -182,25 +204,29 @@ def test_pipeline_savepoint_across_a_fan_in_topic_rewinds_both_writers_exactly_o
 ) -> None:
     """Fan-in into one topic: A1 (raw1) and A2 (raw2) both write mid, B reads it aligned
     with upstreamApps into Delta. A pipeline savepoint cuts each writer at its own
-    snapshot and B at the batch whose pending offsets join both; after everything ran on
-    past it, the rewind revokes both writers' later snapshots and rolls B's table back,
-    and running the three again delivers every id of both inputs exactly once."""
+    snapshot and B at the batch whose pending offsets join both. After everything ran on
+    past it, the pipeline is forked into a new topic and a new table: the forked B
+    starts both apps at the new topic's first offsets, and the three forked jobs deliver
+    every id after the savepoint once, leaving mid, its control topic, B's table and the
+    three checkpoints as they were. Then the rewind revokes both writers' later
+    snapshots and rolls B's table back, and running the three again delivers every id of
+    both inputs exactly once."""
     raw1 = make_topic(partitions=2, suffix="raw1")
     raw2 = make_topic(partitions=2, suffix="raw2")
     mid = make_topic(partitions=3, suffix="mid")
     table = tmp_path / "table"
     apps = {"a1": "fan-pipe-a1", "a2": "fan-pipe-a2"}
 
-    def run(stage: str, chk: Path) -> None:
+    def run(stage: str, chk: Path, *, topic: str = mid, into: Path = table) -> None:
         writer = stage if stage in apps else None
         run_stage(
             spark,
             "a" if writer else "b",
             servers=bootstrap_servers,
             source=raw1 if stage == "a1" else raw2,
-            target=mid,
+            target=topic,
             checkpoint=chk,
-            table=table,
+            table=into,
             max_offsets_per_trigger=PER_BATCH if writer else None,
             source_options=() if writer else [f"upstreamApps={apps['a1']},{apps['a2']}"],
             sink_options=[f"txnAppId={apps[writer]}"] if writer else (),
@@ -251,6 +277,43 @@ def test_pipeline_savepoint_across_a_fan_in_topic_rewinds_both_writers_exactly_o
     run("a2", chk["a2"])
     run("b", chk["b"])
     assert sum(event_ids(table).values()) > sum(at_savepoint.values())
+
+    # The fork, before the rewind: it reads only the savepoint's copies and writes a new
+    # topic and table, so it must leave production exactly as it is here, with the
+    # snapshots past the cut that the rewind will revoke; the rewind then shows that
+    # production still runs exactly once after it (after the rewind, mid's revocations
+    # would be part of what "untouched" compares). No second pipeline run: the fork's
+    # own three jobs only.
+    fork_mid, fork_table, forked = f"{mid}-fork", tmp_path / "table-fork", tmp_path / "forked"
+    original = {t: end_offsets(bootstrap_servers, t) for t in (mid, control_topic_for(mid))}
+    version = DeltaTable(str(table)).version()
+    files = {name: digests(folder) for name, folder in chk.items()}
+    fork = ["savepoint", "restore", "--pipeline", location, "--mode", "fork",
+            "--checkpoint-dir", str(forked), "--bootstrap-servers", bootstrap_servers]  # fmt: skip
+    refused = chkpt_cli(work, *fork, "--table-path", str(fork_table))
+    assert refused.returncode != 0
+    assert f"rename {mid} (written by jobs chk-a1, chk-a2)" in refused.stderr, refused.stderr
+    out = ok(chkpt_cli(work, *fork, "--rename-topic", f"{mid}={fork_mid}", "--table-path",
+                       str(fork_table)))  # fmt: skip
+    assert f"topic {mid} forked into {fork_mid} (3 partitions)" in out, out
+    # The forked B starts each app at the new topic's first offsets, not at its pending
+    # offsets in mid (positions in the old topic).
+    cut_b = next(j for j in manifest["jobs"] if j["name"] == "chk-b")["batch_id"]
+    source = json.loads((forked / "chk-b" / "offsets" / str(cut_b)).read_text().splitlines()[2])
+    assert set(source) == {fork_mid, "__chkpt__"} and source[fork_mid] == {"0": 0, "1": 0, "2": 0}
+    fanned = source["__chkpt__"]["topics"][fork_mid]["apps"]
+    assert set(fanned) == set(apps.values()), fanned
+    assert all(r["pending"] == source[fork_mid] for r in fanned.values()), fanned
+    for name in ("a1", "a2", "b"):
+        run(name, forked / f"chk-{name}", topic=fork_mid, into=fork_table)
+    counts = event_ids(fork_table)
+    after = (set(range(1000)) | set(range(10_000, 11_000))) - set(at_savepoint)
+    assert set(counts) == after, (len(counts), len(after), sorted(after - set(counts))[:10])
+    assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1][:10]
+    # The original pipeline is untouched: its topic, control topic, table, checkpoints.
+    assert {t: end_offsets(bootstrap_servers, t) for t in original} == original
+    assert DeltaTable(str(table)).version() == version
+    assert {name: digests(folder) for name, folder in chk.items()} == files
 
     restored = tmp_path / "restored"
     out = ok(
