@@ -4,9 +4,11 @@
     python -m bench.profile k2k-latency --sink-client confluent --out /tmp/prof
     python -m bench.profile latency --rate 5000 --out /tmp/prof     # Kafka -> Delta
     python -m bench.profile k2k --records 100000 --out /tmp/prof    # Kafka -> Kafka
+    python -m bench.profile k2d --records 100000 --out /tmp/prof    # Kafka -> Delta
     python -m bench.profile --summarize /tmp/prof/k2k-latency.txt   # the shares again
 
-The row runs as in ``make bench`` (bench/latency.py, bench/kafka_to_kafka.py), after a
+The row runs as in ``make bench`` (bench/latency.py, bench/kafka_to_kafka.py, ``k2d``:
+row (b) through bench/query.py), after a
 warm-up query in the same session, on a real Kafka broker started for it (``--broker
 tansu``: the embedded Tansu broker of the third round). Only the row is sampled
 (bench/spy.py): py-spy attaches to this process just before the row starts and follows
@@ -35,7 +37,7 @@ from typing import Any
 
 from bench.spy import gc_totals, log_gc, sampling, summarize, summary_lines
 
-ROWS = ("k2k-latency", "latency", "k2k")
+ROWS = ("k2k-latency", "latency", "k2k", "k2d")
 
 
 @contextlib.contextmanager
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"row": args.row, "argv": sys.argv[1:]}
     gc_log = Path(args.gc_log) if args.gc_log else None
     if gc_log is not None:
-        log_gc(gc_log)
+        log_gc(gc_log, freeze=args.gc_freeze)
     with _broker(args.broker, args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions)
         warm = "profile-warm"
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "source.kafka.client": args.client,
         }
         run_query(spark=spark, settings=settings, workdir=workdir, name="warmup")
-        if args.row == "k2k":
+        if args.row in ("k2k", "k2d"):
             fill(servers=servers, topic="bench", records=args.records, partitions=args.partitions)
         progress: dict[str, list[dict[str, Any]]] = {}
         if gc_log is not None:  # the row's collections only
@@ -158,6 +160,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     partitions=args.partitions,
                     client=args.client,
                 )
+            elif args.row == "k2d":  # make bench's (b): Kafka -> Delta, AvailableNow
+                seconds, phases, _ = run_query(
+                    spark=spark,
+                    settings={**settings, "source.subscribe": "bench"}
+                    | {"source.maxOffsetsPerTrigger": str(args.per_trigger)},
+                    workdir=workdir,
+                    name="b",
+                )
+                measured = {"seconds": round(seconds, 2), "phases_ms": phases}
             else:
                 measured = kafka_to_kafka.run(
                     spark=spark,
@@ -172,7 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     sink_client=args.sink_client or args.client,
                 )
         figures["row_s"] = round(time.monotonic() - started, 2)
-        figures["result"] = asdict(measured)
+        figures["result"] = measured if isinstance(measured, dict) else asdict(measured)
         if args.row == "k2k-latency":
             figures["hop_split"] = hop_split(workdir / f"k2k-latency{args.rate}")
             figures["batches"] = {k: batches(v) for k, v in progress.items()}
@@ -223,6 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="DIR",
         help="log every full garbage collection of Spark's Python processes in DIR",
+    )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="with --gc-log: each process freezes what survives each full collection "
+        "(an experiment)",
     )
     args = parser.parse_args(argv)
     if args.summarize:

@@ -219,16 +219,24 @@ def _chkpt_gc_log(phase, info):
         wall = (time.perf_counter() - _at["wall"]) * 1000
         with open(os.path.join(os.environ["CHKPT_GC_LOG"], str(os.getpid())), "a") as f:
             f.write(f"{cpu:.2f} {wall:.2f} {info.get('collected', 0)}\\n")
+        if os.environ.get("CHKPT_GC_FREEZE"):
+            gc.freeze()  # an experiment: the next full collection skips what survived this one
 gc.callbacks.append(_chkpt_gc_log)
 """
 
 
-def log_gc(folder: Path) -> None:
-    """Make every Python process started from here on log its full collections."""
+def log_gc(folder: Path, *, freeze: bool = False) -> None:
+    """Make every Python process started from here on log its full collections;
+    ``freeze``: and move what survives each one to the permanent generation
+    (``gc.freeze()``), so that pyspark's per-task ``gc.collect()`` walks only what the
+    task made: the floor a fix could reach (frozen cyclic garbage is never freed: an
+    experiment, not a setting for a long-running job)."""
     folder.mkdir(parents=True, exist_ok=True)
     site = Path(tempfile.mkdtemp(prefix="chkpt-gc-site-"))
     (site / "sitecustomize.py").write_text(_GC_SITECUSTOMIZE)
     os.environ["CHKPT_GC_LOG"] = str(folder)
+    if freeze:
+        os.environ["CHKPT_GC_FREEZE"] = "1"
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
     )
