@@ -237,9 +237,17 @@ def measure_kafka_to_kafka(
     seconds: float,
     partitions: int,
     client: str,
+    sink_client: str | None = None,
+    progress: dict[str, list[dict[str, Any]]] | None = None,
 ) -> Latency:
     """Run ``chkpt-kafka`` → ``chkpt-kafka`` and its aligned downstream read at ``rate``
-    records/s for ``seconds``; each record's latency to the downstream's commit."""
+    records/s for ``seconds``; each record's latency to the downstream's commit.
+
+    ``sink_client``: the upstream sink's ``kafka.client`` (default: ``client``, the
+    sources'). ``progress``: filled with each query's progress events (``up``, ``down``),
+    for bench/profile.py. The table also keeps each record's timestamp in the middle
+    topic (``hop_timestamp``: when the upstream sink produced it), which splits a
+    record's latency into the upstream's part and the downstream's."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
@@ -275,7 +283,7 @@ def measure_kafka_to_kafka(
         )
         .writeStream.format("chkpt-kafka")
         .option("kafka.bootstrap.servers", servers)
-        .option("kafka.client", client)
+        .option("kafka.client", sink_client or client)
         .option("topic", out)
         .option("checkpointLocation", str(workdir / f"chk-{name}-up"))
         .queryName(f"bench_{name}_up".replace("-", "_"))
@@ -293,6 +301,7 @@ def measure_kafka_to_kafka(
             fields[0].cast("int").alias("origin_partition"),
             fields[1].cast("long").alias("origin_offset"),
             F.timestamp_millis(fields[2].cast("long")).alias("kafka_timestamp"),
+            F.col("timestamp").alias("hop_timestamp"),
         )
         .writeStream.format("chkpt-delta")
         .option("path", str(table))
@@ -311,6 +320,9 @@ def measure_kafka_to_kafka(
                 raise RuntimeError(f"Kafka -> Kafka latency run fell behind or failed: {failed}")
             time.sleep(0.2)
     finally:
+        if progress is not None:
+            progress["up"] = [json.loads(p.json) for p in queries[0].recentProgress]
+            progress["down"] = [json.loads(p.json) for p in queries[1].recentProgress]
         for query in queries:
             query.stop()
     rows = DeltaTable(str(table)).to_pyarrow_table(columns=["origin_partition", "origin_offset"])
