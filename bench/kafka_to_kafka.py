@@ -68,8 +68,8 @@ def run(
         .queryName(f"bench_{name}_up")
         .trigger(availableNow=True)
     )
-    if sink_client != "kafka-python":
-        writer = writer.option("kafka.client", sink_client)
+    # Always named: the sink's default is librdkafka, so a kafka-python row must say so.
+    writer = writer.option("kafka.client", sink_client)
     if delivery != "barriers":  # barriers too: the aligned downstream read counts the rows
         writer = writer.option("delivery", delivery).option("barriers", "true")
     started = time.monotonic()

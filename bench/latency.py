@@ -243,8 +243,8 @@ def measure_kafka_to_kafka(
     """Run ``chkpt-kafka`` → ``chkpt-kafka`` and its aligned downstream read at ``rate``
     records/s for ``seconds``; each record's latency to the downstream's commit.
 
-    ``sink_client``: the upstream sink's ``kafka.client`` (default: ``client``, the
-    sources'). ``progress``: filled with each query's progress events (``up``, ``down``),
+    ``sink_client``: the upstream sink's ``kafka.client`` (default: none set, the sink's
+    own default, librdkafka, as a user's job gets it). ``progress``: filled with each query's progress events (``up``, ``down``),
     for bench/profile.py. The table also keeps each record's timestamp in the middle
     topic (``hop_timestamp``: when the upstream sink produced it), which splits a
     record's latency into the upstream's part and the downstream's."""
@@ -271,7 +271,7 @@ def measure_kafka_to_kafka(
     origin = F.concat_ws(
         ":", "partition", "offset", F.unix_millis("timestamp").cast("string")
     ).cast("binary")
-    upstream = (
+    upstream_writer = (
         read(topic)
         .load()
         .select(
@@ -283,12 +283,14 @@ def measure_kafka_to_kafka(
         )
         .writeStream.format("chkpt-kafka")
         .option("kafka.bootstrap.servers", servers)
-        .option("kafka.client", sink_client or client)
         .option("topic", out)
         .option("checkpointLocation", str(workdir / f"chk-{name}-up"))
         .queryName(f"bench_{name}_up".replace("-", "_"))
         .trigger(processingTime="0 seconds")
     )
+    if sink_client is not None:
+        upstream_writer = upstream_writer.option("kafka.client", sink_client)
+    upstream = upstream_writer
     fields = F.split(
         F.expr(f"filter(headers, h -> h.key = '{ORIGIN_HEADER}')[0].value").cast("string"), ":"
     )
