@@ -244,10 +244,11 @@ def measure_kafka_to_kafka(
     records/s for ``seconds``; each record's latency to the downstream's commit.
 
     ``sink_client``: the upstream sink's ``kafka.client`` (default: none set, the sink's
-    own default, librdkafka, as a user's job gets it). ``progress``: filled with each query's progress events (``up``, ``down``),
-    for bench/profile.py. The table also keeps each record's timestamp in the middle
-    topic (``hop_timestamp``: when the upstream sink produced it), which splits a
-    record's latency into the upstream's part and the downstream's."""
+    own default, librdkafka, as a user's job gets it). ``progress``: filled with each
+    query's progress events (``up``, ``down``), for bench/profile.py. The table also
+    keeps each record's timestamp in the middle topic (``hop_timestamp``: when the
+    upstream sink produced it), which splits a record's latency into the upstream's part
+    and the downstream's."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
