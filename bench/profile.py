@@ -138,28 +138,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"[profile] {tag}: sampling {'to ' + str(raw) if raw else 'off'}", flush=True)
         started = time.monotonic()
         with sampling(raw, rate=args.rate_hz, idle=args.idle):
+            steady = {  # the two latency rows' common arguments
+                "spark": spark,
+                "servers": servers,
+                "workdir": workdir,
+                "rate": args.rate,
+                "seconds": args.seconds,
+                "partitions": args.partitions,
+                "client": args.client,
+            }
             if args.row == "k2k-latency":
                 measured: Any = latency.measure_kafka_to_kafka(
-                    spark=spark,
-                    servers=servers,
-                    workdir=workdir,
-                    rate=args.rate,
-                    seconds=args.seconds,
-                    partitions=args.partitions,
-                    client=args.client,
-                    sink_client=args.sink_client,
-                    progress=progress,
+                    **steady, sink_client=args.sink_client, progress=progress
                 )
             elif args.row == "latency":
-                measured = latency.measure(
-                    spark=spark,
-                    servers=servers,
-                    workdir=workdir,
-                    rate=args.rate,
-                    seconds=args.seconds,
-                    partitions=args.partitions,
-                    client=args.client,
-                )
+                measured = latency.measure(**steady)
             elif args.row == "k2d":  # make bench's (b): Kafka -> Delta, AvailableNow
                 seconds, phases, _ = run_query(
                     spark=spark,
