@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
 from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records, set_columnar
+from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
 from spark_chkpt.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -98,10 +99,12 @@ class KafkaPythonConsumer:
         return self._ktp(tp.topic, tp.partition)
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        begins = self._consumer.beginning_offsets([self._k(tp) for tp in tps])
+        ktps = [self._k(tp) for tp in tps]
+        begins = list_offsets(self._consumer, ktps, lambda: self._consumer.beginning_offsets(ktps))
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in begins.items()}
 
     def assign(self, starts: Mapping[TopicPartition, int]) -> None:
+        know_leaders(self._consumer, [self._k(tp) for tp in starts])
         self._drop_parked()
         self._tps = {self._k(tp): tp for tp in starts}
         self._consumer.assign(list(self._tps))

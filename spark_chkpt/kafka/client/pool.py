@@ -14,8 +14,9 @@ them under another id: a topic deleted and created again under the same name is 
 topic, and a librdkafka handle's topic-id metadata cache is not trusted to follow that
 change (confluentinc/librdkafka#4778, #4964, #5093), nor partitions added since (the
 partition count is part of the id here). kafka-python follows a changed id
-itself (its cluster metadata replaces the id and logs it), so its consumers are not
-probed and cost no call.
+itself (its cluster metadata replaces the id and logs it), and a partition it does not
+know is refreshed for before the task names it (:mod:`.metadata`), so its consumers are
+not probed and cost no call.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.client.metadata import list_offsets
 from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 
@@ -130,7 +131,8 @@ class OffsetReader:
         tps = list(tps)
         if not tps:
             return {}
-        got = self.consumer.beginning_offsets([_ktp(tp) for tp in tps])
+        ktps = [_ktp(tp) for tp in tps]
+        got = list_offsets(self.consumer, ktps, lambda: self.consumer.beginning_offsets(ktps))
         return {tp: int(got[_ktp(tp)]) for tp in tps}
 
     def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -184,7 +186,8 @@ class OffsetReader:
         tps = list(tps)
         if not tps:
             return {}
-        listed = self.consumer.end_offsets([_ktp(tp) for tp in tps])
+        ktps = [_ktp(tp) for tp in tps]
+        listed = list_offsets(self.consumer, ktps, lambda: self.consumer.end_offsets(ktps))
         ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
         if self.consumer.config.get("isolation_level") == "read_committed":
             return ends  # the last stable offsets (see the module docstring)
@@ -225,7 +228,10 @@ class OffsetReader:
         """First offset whose timestamp is at or after the time; ``None`` where none is."""
         if not times:
             return {}
-        got = self.consumer.offsets_for_times({_ktp(tp): ts for tp, ts in times.items()})
+        query = {_ktp(tp): ts for tp, ts in times.items()}
+        got = list_offsets(
+            self.consumer, list(query), lambda: self.consumer.offsets_for_times(query)
+        )
         result: dict[TopicPartition, int | None] = {}
         for tp in times:
             found = got.get(_ktp(tp))

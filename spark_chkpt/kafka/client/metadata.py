@@ -1,0 +1,77 @@
+"""kafka-python clients whose cached metadata predates a topic's growth (issue 35).
+
+A kafka-python client keeps the cluster's metadata and refreshes it every
+``metadata.max.age.ms`` (5 min) or when a request fails in a way it recognises. Partitions
+added to a topic in between are unknown to it, and kafka-python 3.0 (3.0.12) does not
+treat that as a reason to refresh everywhere: ListOffsets is sent only for partitions whose
+leader is known (the others are missing from the answer, ``KeyError``), a fetch skips them,
+and the producer refuses an explicit one (``ValueError: Unrecognized partition``). The
+project's long-lived kafka-python clients go through here before they name partitions:
+the source's pooled read consumers and the driver's offset probe. (The barrier producer
+refreshes on its own before each snapshot: ``kafka.sink.committer.fresh_partitions``; the
+control topic has one partition; librdkafka consumers are retired by the pool.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from spark_chkpt.deadline import Deadline
+from spark_chkpt.errors import KafkaReadError
+
+_T = TypeVar("_T")
+
+
+def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -> None:
+    """Refresh a kafka-python consumer's metadata until it knows every partition's leader.
+
+    kafka-python 3.0 (3.0.12) sends ListOffsets only for the partitions whose leader its
+    cached metadata knows: the others are left out of the answer and not retried, so
+    ``beginning_offsets`` / ``end_offsets`` fail with ``KeyError: TopicPartition(...)``,
+    and a fetch skips them. A consumer that read a topic before partitions were added
+    knows the old ones only, until ``metadata.max.age.ms`` (5 min): a pooled read task
+    given old and new partitions together died (issue 35), and so could the driver's
+    probe right after a growth, while a new partition's leader is still unknown (-1).
+
+    Known leaders cost nothing; otherwise one metadata request per try (``refresh``:
+    at least one), until the consumer's ``request_timeout_ms``, then
+    :class:`KafkaReadError` naming the partitions."""
+    cluster = getattr(consumer, "_cluster", None)
+    leader_for = getattr(cluster, "leader_for_partition", None)
+    if leader_for is None:  # another kafka-python: its own retries are all there is
+        return
+
+    def unknown() -> list[Any]:
+        return [ktp for ktp in ktps if leader_for(ktp) in (None, -1)]
+
+    if not refresh and not unknown():
+        return
+    timeout_ms = float(consumer.config.get("request_timeout_ms", 30_000))
+    deadline = Deadline.after(seconds=timeout_ms / 1000)
+    while True:
+        consumer.topics()  # one metadata request for every topic, sent now
+        missing = unknown()
+        if not missing:
+            return
+        if deadline.expired():
+            named = ", ".join(f"{ktp.topic}-{ktp.partition}" for ktp in missing)
+            raise KafkaReadError(
+                f"chkpt-kafka: no leader known for {named} after {timeout_ms / 1000:.0f}s of "
+                "metadata refreshes (kafka.request.timeout.ms): the partition was deleted, "
+                "or its broker is down"
+            )
+        time.sleep(0.1)
+
+
+def list_offsets(consumer: Any, ktps: Sequence[Any], request: Callable[[], _T]) -> _T:
+    """``request()`` (a ListOffsets call of kafka-python ``consumer`` for ``ktps``) once
+    the consumer's metadata knows their leaders (:func:`know_leaders`); asked again, after
+    a refresh, if a leader moved in between and the answer left a partition out."""
+    know_leaders(consumer, ktps)
+    try:
+        return request()
+    except KeyError:
+        know_leaders(consumer, ktps, refresh=True)
+        return request()
