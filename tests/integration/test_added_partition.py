@@ -140,3 +140,102 @@ def test_records_in_a_partition_added_between_snapshots_are_read_once(
     missing = sorted(set(range(next_id)) - set(read))
     assert not missing, f"{len(missing)} of {next_id} records not read: {missing}"
     assert read == list(range(next_id))  # once each
+
+
+def _produce_ids(bootstrap_servers: str, topic: str, ids: range, partitions: int) -> None:
+    """Records ``ids`` spread round-robin over the first ``partitions`` partitions, from a
+    new producer (one that knew the topic before it grew would not see the new ones)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), linger_ms=5)
+    try:
+        for i in ids:
+            producer.send(topic, value=str(i).encode(), partition=i % partitions)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+@pytest.mark.parametrize("when", ["between-batches", "during-a-batch"])
+def test_a_pooled_consumer_that_read_the_topic_before_it_grew_reads_the_new_partitions(
+    bootstrap_servers: str, make_topic: Callable[..., str], client: str, when: str
+) -> None:
+    """Issue 35, the user's schedule: the read task's pooled consumer read the topic's two
+    partitions in batch 1; the topic grows to six while records go on arriving, between
+    two batches (batch 2 is planned after the growth) or during one (batch 2 is planned
+    before it and read after; batch 3 finds the new partitions, records written before
+    the query noticed them included). One task reads old and new partitions together.
+    kafka-python's cached metadata knew two partitions: ListOffsets left the new ones out
+    and the task died with ``KeyError: TopicPartition(..., partition=2)``. A task given only
+    new partitions (the old partition-growth test's grouping) never showed it.
+    kafka-python's consumer refreshes and reads on; librdkafka's is retired by the pool."""
+    from spark_chkpt.kafka.client.pool import POOL
+
+    topic = make_topic(partitions=2)
+    _produce_ids(bootstrap_servers, topic, range(0, 20), 2)
+    config = SourceConfig.from_options(
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "subscribe": topic,
+            "startingOffsets": "earliest",
+            "kafka.client": client,
+            "partitionsPerTask": "6",  # one task reads every partition, old and new
+        }
+    )
+    planner = SourcePlanner(config=config)
+    ids: list[int] = []
+
+    def plan(start: Any) -> tuple[Any, list[Any]]:
+        end = planner.latest_offset(start, max_rows=None, read_all=False)
+        tasks = planner.read_tasks(start, end)
+        assert len(tasks) == 1
+        return end, tasks[0]
+
+    def read(specs: list[Any]) -> None:
+        for b in read_task(config=config, specs=specs, client_id="grow"):
+            ids.extend(int(bytes(v)) for v in pa.Table.from_batches([b])["value"].to_pylist())
+
+    try:
+        end, specs = plan(planner.initial_offsets())
+        read(specs)
+        assert sorted(ids) == list(range(20))
+        _produce_ids(bootstrap_servers, topic, range(20, 30), 2)
+        created, retired = POOL.created, POOL.retired
+        if when == "during-a-batch":
+            end, specs = plan(end)  # batch 2 planned on two partitions
+        _grow(bootstrap_servers, topic, 6)
+        _produce_ids(bootstrap_servers, topic, range(30, 90), 6)
+        if when == "between-batches":
+            end, specs = plan(end)  # batch 2 planned on six partitions
+        read(specs)
+        if when == "during-a-batch":
+            assert sorted(ids) == list(range(30))
+            end, specs = plan(end)  # batch 3: the new partitions from their first offset
+            read(specs)
+        if client == "kafka-python":  # the consumer that read before the growth reads on
+            assert POOL.created == created, "the task did not reuse the pooled consumer"
+        else:  # librdkafka's metadata is not trusted to follow: a new consumer
+            assert POOL.retired > retired, "the stale librdkafka consumer was not retired"
+    finally:
+        planner.stop()
+    assert sorted(ids) == list(range(90)), sorted(set(range(90)) - set(ids))
+
+
+def test_a_control_topic_that_grew_still_indexes_every_snapshot(
+    bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """The control topic is read and written on partition 0 only (its entries' order is
+    the index): a user who grows it (or a tool that grows every topic) changes nothing,
+    for the sink's cached index and the reader alike."""
+    from spark_chkpt.alignment.barrier import control_topic_for
+
+    topic = make_topic(partitions=2)
+    checkpoint = tmp_path / "up"
+    output, next_id = _write_task(bootstrap_servers, topic, 0, 2, 0)
+    _commit(bootstrap_servers, topic, checkpoint, 0, output)  # caches the index
+    _grow(bootstrap_servers, control_topic_for(topic), 3)
+    for batch_id in (1, 2):
+        output, next_id = _write_task(bootstrap_servers, topic, batch_id, 2, next_id)
+        _commit(bootstrap_servers, topic, checkpoint, batch_id, output)
+    assert _read_all(bootstrap_servers, topic, "aligned") == list(range(next_id))
