@@ -17,9 +17,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_chkpt.alignment.barrier import control_topic_for
-from spark_chkpt.kafka.client.topics import add_partitions, create_topic, topic_configs
+from spark_chkpt.kafka.client.topics import create_topic, topic_configs
 from tests.helpers import BROKER_ENV, drain_to_files, kafka_stream, produce
-from tests.integration.test_kafka_source import batch, to_memory
+from tests.integration.test_kafka_source import batch
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,40 +28,6 @@ pytestmark = [
         reason="Tansu has no CreatePartitions, DeleteRecords or transaction isolation",
     ),
 ]
-
-
-def test_partitions_added_under_a_running_query_are_read_every_record_once(
-    spark: SparkSession,
-    bootstrap_servers: str,
-    make_topic: Callable[..., str],
-    producer: Any,
-    tmp_path: Path,
-) -> None:
-    from kafka import KafkaProducer
-
-    topic = make_topic(partitions=2)
-    produce(producer, topic, [b"before-%d" % i for i in range(10)], partitions=2)
-    df = kafka_stream(spark, bootstrap_servers, topic, maxOffsetsPerTrigger="4")
-    query, name = to_memory(df, tmp_path / "chk", processingTime="200 milliseconds")
-    try:
-        query.processAllAvailable()
-        add_partitions(bootstrap_servers=bootstrap_servers, name=topic, total=4)
-        # A new producer: the fixture's caches the topic's metadata of two partitions.
-        grown = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5)
-        produce(grown, topic, [b"after-%d" % i for i in range(20)], partitions=4)
-        grown.close()
-        deadline = time.monotonic() + 90
-        while spark.table(name).count() < 30 and time.monotonic() < deadline:
-            query.processAllAvailable()
-            time.sleep(0.2)
-    finally:
-        query.stop()
-    rows = spark.sql(f"SELECT partition, offset, CAST(value AS STRING) v FROM {name}").collect()
-    want = [f"before-{i}" for i in range(10)] + [f"after-{i}" for i in range(20)]
-    assert sorted(r.v for r in rows) == sorted(want)  # every record, once
-    assert {r.partition for r in rows} == {0, 1, 2, 3}
-    # The new partitions are read from their first offset.
-    assert sorted(r.offset for r in rows if r.partition == 3) == list(range(5))
 
 
 def _delete_records(servers: str, topic: str, before: int) -> None:
