@@ -164,6 +164,31 @@ def _grow(servers: str, topic: str, feeders: Iterable[Feeder] = ()) -> None:
         feeder.partitions = 6
 
 
+def _barrier_partitions(servers: str, topic: str) -> set[int]:
+    """The partitions of ``topic`` that hold at least one barrier record."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    from spark_chkpt.alignment.barrier import BARRIER_KEY
+
+    consumer = KafkaConsumer(bootstrap_servers=servers.split(","), enable_auto_commit=False)
+    try:
+        tps = [KafkaTopicPartition(topic, p) for p in range(6)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(tps)
+        found: set[int] = set()
+        deadline = time.monotonic() + 30
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"reading {topic} timed out"
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                if any(r.key == BARRIER_KEY for r in records):
+                    found.add(tp.partition)
+        return found
+    finally:
+        consumer.close()
+
+
 def _stop(queries: Iterable[Any]) -> None:
     for query in queries:
         with contextlib.suppress(Exception):  # the test's own assertion says why it failed
@@ -225,6 +250,8 @@ def test_a_pipeline_keeps_running_when_its_input_and_middle_topics_grow(
         for p in range(2, 6):
             offsets = sorted(r["offset"] for r in rows if r["partition"] == p)
             assert offsets[0] == 0, f"{mode}: {mid}-{p} not read from its first offset"
+    # A's sink put its barriers into the partitions added under it, from the next snapshot.
+    assert _barrier_partitions(bootstrap_servers, mid) == set(range(6))
 
 
 def test_a_fan_in_reader_keeps_running_when_the_shared_topic_grows(
