@@ -5,8 +5,11 @@ coordinator puts its figures (rows, files, bytes, commit duration, source offset
 the snapshot record, and this module brings them to where users look:
 
 * :class:`SnapshotReporter`, a ``StreamingQueryListener``: after each batch's progress
-  event it reads that batch's snapshot record and logs one line, keeps a history, and
-  calls your callback (push to your metrics system there);
+  event it reads that batch's snapshot record and prints one line with the sources' lag
+  (:mod:`.lag`: offsets behind the latest, Spark's ``*OffsetsBehindLatest``) on standard
+  error whatever the logging setup (``print_lines=False`` or the session's
+  ``spark.chkpt.progressLog=false`` turns it off), keeps a history, and calls your
+  callback (push to your metrics system there);
 * :func:`alignment_report`: per batch of an aligned read, the mode, the upstream
   snapshots covered, the wait and the records dropped as unconfirmed (the reporter logs
   it and keeps it in ``reporter.alignment``);
@@ -30,6 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_chkpt.metrics.lag import (
+    SourceLag,
+    detach_at_exit,
+    line_printer,
+    progress_log_on,
+    source_lags,
+)
 from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.record import SnapshotRecord
@@ -167,8 +177,15 @@ class SnapshotReporter(StreamingQueryListener):
     """
 
     def __init__(
-        self, *, on_snapshot: Callable[[SnapshotRecord], None] | None = None, keep: int = 1000
+        self,
+        *,
+        on_snapshot: Callable[[SnapshotRecord], None] | None = None,
+        keep: int = 1000,
+        print_lines: bool = True,
     ) -> None:
+        self._print = line_printer() if print_lines else None
+        # Each query's sources' lag in its latest progress (offsets behind the latest).
+        self.lag: dict[str, list[SourceLag]] = {}
         self._stores: dict[str, SnapshotStore] = {}
         self._on_snapshot = on_snapshot
         self._keep = keep
@@ -179,10 +196,19 @@ class SnapshotReporter(StreamingQueryListener):
 
     @classmethod
     def attach(
-        cls, spark: SparkSession, *, on_snapshot: Callable[[SnapshotRecord], None] | None = None
+        cls,
+        spark: SparkSession,
+        *,
+        on_snapshot: Callable[[SnapshotRecord], None] | None = None,
+        print_lines: bool | None = None,
     ) -> SnapshotReporter:
-        reporter = cls(on_snapshot=on_snapshot)
+        """A reporter listening to ``spark``'s queries; its line is printed unless
+        ``print_lines`` is False (None: unless ``spark.chkpt.progressLog`` is false)."""
+        if print_lines is None:
+            print_lines = progress_log_on(spark)
+        reporter = cls(on_snapshot=on_snapshot, print_lines=print_lines)
         spark.streams.addListener(reporter)
+        detach_at_exit(spark, reporter)
         return reporter
 
     def track(self, query: StreamingQuery, *, checkpoint_location: str) -> None:
@@ -234,6 +260,9 @@ class SnapshotReporter(StreamingQueryListener):
                 drift["records_with_unknown_fields"],
                 drift["records"],
             )
+        lags = source_lags(progress)
+        if lags:
+            self.lag[str(progress.id)] = lags
         store = self._stores.get(str(progress.id))
         if store is None:
             return
@@ -250,7 +279,14 @@ class SnapshotReporter(StreamingQueryListener):
             return
         history.append(record)
         del history[: max(0, len(history) - self._keep)]
-        log.info("%s: %s", progress.name or progress.id, describe(record))
+        line = f"{progress.name or progress.id}: {describe(record)}"
+        if lags:
+            line += "; " + "; ".join(lag.describe() for lag in lags)
+        if self._print is not None:
+            self._print(line)
+            log.debug("%s", line)  # printed already: a configured INFO log would repeat it
+        else:
+            log.info("%s", line)
         if self._on_snapshot is not None:
             self._on_snapshot(record)
 

@@ -1,0 +1,220 @@
+"""Lag where Spark users look: offsets behind the latest, per source and per partition.
+
+Spark's own Kafka source reports ``avgOffsetsBehindLatest``, ``maxOffsetsBehindLatest``
+and ``minOffsetsBehindLatest`` in each progress (``sources[i].metrics``). Spark 4.2 gives a
+Python source no metrics hook of its own, only ``reportLatestOffset`` (which
+``chkpt-kafka`` implements, so every progress has a ``latestOffset`` beside its
+``endOffset``). The same figures follow from those two offsets:
+
+* :func:`source_lags` reads them from a progress (the listener's event object, or
+  ``query.lastProgress`` / ``recentProgress`` entries, which are dicts);
+* :class:`~spark_chkpt.metrics.reporter.SnapshotReporter` prints them in its line per
+  snapshot;
+* :class:`LagReporter`, the one line to add otherwise (``LagReporter.attach(spark)``):
+  a ``StreamingQueryListener`` that prints one line per batch of each query reading
+  ``chkpt-kafka`` on standard error whatever the logging setup
+  (``spark.chkpt.progressLog=false`` in the session's conf turns both off), and keeps
+  the figures in ``reporter.latest`` for code that pushes them to a metrics system.
+
+Lag is ``latest - end`` per partition: what the batch left unread of what the broker
+held when the batch was planned (Spark's own source computes it the same way). A
+partition absent from ``endOffset`` (added after the batch was planned) counts from 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from spark_chkpt.offsets import META_KEY
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("spark_chkpt.progress")
+
+PROGRESS_LOG_CONF = "spark.chkpt.progressLog"
+
+
+@dataclass(frozen=True)
+class SourceLag:
+    """One source's lag in one progress: offsets behind the latest, per ``topic-partition``."""
+
+    source: str
+    partitions: Mapping[str, int]
+
+    @property
+    def max(self) -> int:
+        return max(self.partitions.values(), default=0)
+
+    @property
+    def min(self) -> int:
+        return min(self.partitions.values(), default=0)
+
+    @property
+    def avg(self) -> float:
+        return sum(self.partitions.values()) / len(self.partitions) if self.partitions else 0.0
+
+    @property
+    def behind(self) -> int:
+        """Offsets behind in all (an upper bound on records: transaction markers and
+        barriers take offsets too)."""
+        return sum(self.partitions.values())
+
+    def describe(self) -> str:
+        worst = max(self.partitions, key=lambda tp: self.partitions[tp], default="-")
+        return (
+            f"lag {self.behind} offsets over {len(self.partitions)} partitions "
+            f"(max {self.max} at {worst}, avg {self.avg:.1f}, min {self.min})"
+        )
+
+    def metrics(self) -> dict[str, str]:
+        """The figures under Spark's own Kafka source's metric names (strings, as Spark
+        reports ``sources[i].metrics``)."""
+        return {
+            "avgOffsetsBehindLatest": f"{self.avg:.1f}",
+            "maxOffsetsBehindLatest": str(self.max),
+            "minOffsetsBehindLatest": str(self.min),
+        }
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _partition_offsets(text: Any) -> dict[str, int] | None:
+    """``{"topic-p": offset}`` from a Kafka-shaped offset JSON, or None for any other."""
+    try:
+        doc = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return None
+    if not isinstance(doc, Mapping):
+        return None
+    found: dict[str, int] = {}
+    for topic, partitions in doc.items():
+        if topic == META_KEY:
+            continue
+        if not isinstance(partitions, Mapping):
+            return None
+        for partition, offset in partitions.items():
+            if not str(partition).lstrip("-").isdigit() or not isinstance(offset, int):
+                return None
+            found[f"{topic}-{partition}"] = offset
+    return found
+
+
+def source_lags(progress: Any) -> list[SourceLag]:
+    """Each Kafka-shaped source's lag in ``progress`` (sources without a ``latestOffset``
+    or with other offsets are left out)."""
+    lags = []
+    for source in _field(progress, "sources") or ():
+        latest = _partition_offsets(_field(source, "latestOffset"))
+        if not latest:
+            continue
+        end = _partition_offsets(_field(source, "endOffset")) or {}
+        # Spark's offsets for "earliest"/"latest" are negative sentinels: no lag known.
+        behind = {tp: max(0, off - max(0, end.get(tp, 0))) for tp, off in latest.items()}
+        lags.append(SourceLag(source=str(_field(source, "description")), partitions=behind))
+    return lags
+
+
+def describe(progress: Any, lags: list[SourceLag]) -> str:
+    """One line: the query, the batch, its rows and rate, and each source's lag."""
+    name = _field(progress, "name") or _field(progress, "id")
+    rows = _field(progress, "numInputRows") or 0
+    rate = _field(progress, "processedRowsPerSecond") or 0.0
+    head = f"chkpt {name} batch {_field(progress, 'batchId')}: {rows} rows ({rate:.0f}/s)"
+    return "; ".join([head, *(lag.describe() for lag in lags)])
+
+
+def detach_at_exit(spark: SparkSession, listener: StreamingQueryListener) -> None:
+    """At interpreter exit, let Spark deliver the events still queued for ``listener``
+    (at most 10 s), then remove it.
+
+    Spark posts progress events to listeners asynchronously. A script whose last query
+    just ended (``availableNow``) exits before its last events reach a Python listener,
+    and the JVM, calling back into a process that is gone, printed
+    ``Py4JNetworkException ... Connection refused`` stack traces after the script's
+    output (and the last batch's line was lost)."""
+    import atexit
+
+    def flush() -> None:
+        try:
+            bus = spark.sparkContext._jsc.sc().listenerBus()
+            bus.waitUntilEmpty(10_000)
+        except Exception:  # Spark Connect, a stopped context: nothing to wait for
+            log.debug("listener bus not drained at exit", exc_info=True)
+        try:
+            spark.streams.removeListener(listener)
+        except Exception:
+            log.debug("listener not removed at exit", exc_info=True)
+
+    atexit.register(flush)
+
+
+def progress_log_on(spark: SparkSession) -> bool:
+    """False when the session's ``spark.chkpt.progressLog`` is ``false``."""
+    try:
+        setting = spark.conf.get(PROGRESS_LOG_CONF, "true")
+    except Exception:  # a conf that cannot be read leaves the default
+        return True
+    return str(setting or "true").strip().lower() != "false"
+
+
+def line_printer(stream: Any = None) -> Callable[[str], None]:
+    """Print a line on ``stream`` (standard error) through a handler of its own, so it
+    shows whatever the application's logging configuration."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+
+    def emit(line: str) -> None:
+        handler.handle(logging.makeLogRecord({"msg": line, "levelno": logging.INFO}))
+
+    return emit
+
+
+class LagReporter(StreamingQueryListener):
+    """One line per batch of each query with a Kafka-shaped source that reports its
+    latest offsets (``chkpt-kafka``), and the latest figures by query id in ``latest``.
+
+    ``LagReporter.attach(spark)``: the one line to add where :class:`SnapshotReporter`
+    (which prints the same figures in its snapshot line) is not used."""
+
+    def __init__(self, *, stream: Any = None) -> None:
+        self.latest: dict[str, list[SourceLag]] = {}
+        self._print = line_printer(stream)
+
+    @classmethod
+    def attach(cls, spark: SparkSession) -> LagReporter | None:
+        """Add a reporter to ``spark`` unless ``spark.chkpt.progressLog`` is ``false``."""
+        if not progress_log_on(spark):
+            return None
+        reporter = cls()
+        spark.streams.addListener(reporter)
+        detach_at_exit(spark, reporter)
+        return reporter
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            progress = event.progress
+            lags = source_lags(progress)
+            if lags:
+                self.latest[str(_field(progress, "id"))] = lags
+                self._print(describe(progress, lags))
+        except Exception:  # a listener must never take the query down
+            log.debug("lag line not printed", exc_info=True)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass

@@ -1,0 +1,84 @@
+"""Lag from a progress's endOffset and latestOffset (spark_chkpt.metrics.lag); the
+figures are checked against Spark's own Kafka source's metrics in
+tests/integration/test_kafka_parity.py."""
+
+from __future__ import annotations
+
+import io
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from spark_chkpt.metrics.lag import LagReporter, describe, source_lags
+
+
+def _progress(*sources: dict[str, Any]) -> dict[str, Any]:
+    """A progress as ``query.lastProgress`` gives it (a dict, offsets as JSON strings)."""
+    return {
+        "id": "q1",
+        "name": "events",
+        "batchId": 3,
+        "numInputRows": 40,
+        "processedRowsPerSecond": 80.0,
+        "sources": list(sources),
+    }
+
+
+def _source(end: Any, latest: Any, description: str = "chkpt-kafka") -> dict[str, Any]:
+    return {
+        "description": description,
+        "endOffset": json.dumps(end),
+        "latestOffset": None if latest is None else json.dumps(latest),
+    }
+
+
+def test_lag_per_partition_and_the_three_figures_spark_reports() -> None:
+    end = {"t": {"0": 10, "1": 20}, "__chkpt__": {"topics": {"t": {"mode": "none"}}}}
+    latest = {"t": {"0": 15, "1": 20}}
+    (lag,) = source_lags(_progress(_source(end, latest)))
+    assert lag.partitions == {"t-0": 5, "t-1": 0}
+    assert (lag.max, lag.min, lag.avg, lag.behind) == (5, 0, 2.5, 5)
+    assert lag.metrics() == {
+        "avgOffsetsBehindLatest": "2.5",
+        "maxOffsetsBehindLatest": "5",
+        "minOffsetsBehindLatest": "0",
+    }
+
+
+def test_a_partition_the_batch_did_not_plan_counts_from_its_start() -> None:
+    (lag,) = source_lags(_progress(_source({"t": {"0": 4}}, {"t": {"0": 4, "1": 7}})))
+    assert lag.partitions == {"t-0": 0, "t-1": 7}
+
+
+def test_sources_without_latest_or_kafka_offsets_are_left_out() -> None:
+    progress = _progress(
+        _source({"t": {"0": 1}}, None),
+        _source(5, 9, description="RateStream"),
+        _source({"logOffset": 3}, {"logOffset": 4}, description="FileStream"),
+    )
+    assert source_lags(progress) == []
+
+
+def test_the_progress_object_spark_hands_a_listener_works_too() -> None:
+    source = SimpleNamespace(
+        description="chkpt-kafka",
+        endOffset=json.dumps({"t": {"0": 1}}),
+        latestOffset=json.dumps({"t": {"0": 3}}),
+    )
+    (lag,) = source_lags(SimpleNamespace(sources=[source]))
+    assert lag.behind == 2
+
+
+def test_the_reporter_prints_one_line_per_batch_whatever_the_logging_setup() -> None:
+    out = io.StringIO()
+    reporter = LagReporter(stream=out)
+    progress = _progress(_source({"t": {"0": 10}}, {"t": {"0": 25}}))
+    reporter.onQueryProgress(SimpleNamespace(progress=progress))
+    reporter.onQueryProgress(SimpleNamespace(progress=_progress()))  # no source: no line
+    line = describe(progress, source_lags(progress))
+    assert out.getvalue() == line + "\n"
+    assert line == (
+        "chkpt events batch 3: 40 rows (80/s); "
+        "lag 15 offsets over 1 partitions (max 15 at t-0, avg 15.0, min 15)"
+    )
+    assert reporter.latest["q1"][0].behind == 15
