@@ -18,6 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_chkpt.jobs import kafka_to_delta
+from spark_chkpt.metrics.lag import source_lags
 from spark_chkpt.metrics.reporter import SnapshotReporter, store_records
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from tests.helpers import kafka_stream, produce
@@ -42,7 +43,11 @@ def to_delta(df: DataFrame, tmp_path: Path, *, wait: bool = True, **options: str
 
 
 def test_stream_creates_a_partitioned_table_with_snapshot_records(
-    spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+    spark: SparkSession,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     topic = make_topic(partitions=2)
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=900)
@@ -81,6 +86,17 @@ def test_stream_creates_a_partitioned_table_with_snapshot_records(
     while len(reporter.records(query)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [r.batch_id for r in reporter.records(query)] == [0, 1, 2]
+    # Lag, as Spark's own Kafka source reports it: offsets behind the latest after each
+    # batch, in every progress and in the reporter's line (printed with no logging set up).
+    assert [source_lags(p)[0].behind for p in query.recentProgress] == [500, 100, 0]
+    assert reporter.lag[str(query.id)][0].metrics() == {
+        "avgOffsetsBehindLatest": "0.0",
+        "maxOffsetsBehindLatest": "0",
+        "minOffsetsBehindLatest": "0",
+    }
+    printed = capfd.readouterr().err
+    assert "pv_test: snapshot 1 " in printed and ": 400 rows, " in printed
+    assert "lag 100 offsets over 2 partitions" in printed
 
 
 def test_new_column_fails_naming_it_unless_merge_schema(

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_chkpt.kafka.client.topics import create_topic, delete_topic
+from spark_chkpt.metrics.lag import source_lags
 from tests.helpers import produce
 
 pytestmark = pytest.mark.integration
@@ -117,9 +118,13 @@ def batch_sizes(df: DataFrame) -> list[int]:
     return [r["count"] for r in df.groupBy("batch").count().orderBy("batch").collect()]
 
 
+PROGRESS: dict[Path, list[Any]] = {}  # each stream's progress events, by its output folder
+
+
 def stream(spark: SparkSession, fmt: str, servers: str, out: Path, **options: str) -> DataFrame:
     """Run an availableNow stream of ``fmt`` (once, or again on the same checkpoint) and
-    return what it wrote: every row with the id of the micro-batch that read it."""
+    return what it wrote: every row with the id of the micro-batch that read it. Its
+    progress events are kept in ``PROGRESS[out]``."""
     reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", servers)
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -139,6 +144,7 @@ def stream(spark: SparkSession, fmt: str, servers: str, out: Path, **options: st
         query.awaitTermination(180)
     finally:
         query.stop()
+    PROGRESS[out] = list(query.recentProgress)
     if query.exception() is not None:
         raise AssertionError(f"{fmt} stream failed: {query.exception()}")
     return spark.read.parquet(str(rows)) if rows.exists() else spark.createDataFrame([], "x int")
@@ -283,6 +289,19 @@ def test_stream_batches_follow_max_offsets_per_trigger(
     assert batch_sizes(ours) == [20, 20, 15]
     assert batch_sizes(native) != batch_sizes(ours)
     assert_same(native, ours, batches=False)
+    # Lag: Spark's own source reports *OffsetsBehindLatest in each progress; the same
+    # figures computed from a progress's endOffset and latestOffset (what chkpt-kafka has,
+    # as Spark gives a Python source no metrics) equal Spark's on Spark's own progress.
+    native_progress = [p for p in PROGRESS[tmp_path / "native"] if p.sources[0].metrics]
+    assert native_progress
+    for progress in native_progress:
+        (lag,) = source_lags(progress)
+        assert lag.metrics() == {
+            k: f"{float(v):.1f}" if k.startswith("avg") else v
+            for k, v in progress.sources[0].metrics.items()
+            if k.endswith("OffsetsBehindLatest")
+        }
+    assert [source_lags(p)[0].behind for p in PROGRESS[tmp_path / "ours"]] == [35, 15, 0]
 
 
 def test_stream_pattern_offsets_and_headers(

@@ -64,6 +64,8 @@ def test_readme_script_runs_from_any_folder_without_pyspark_python(
     assert code == 0, err[-3000:]
     assert f"rows {EVENTS} ids {EVENTS}" in out
     assert "terminate called" not in err
+    # The README's lag line, printed without any logging set up: all read, nothing behind.
+    assert f"batch 0: {EVENTS} rows" in err and "lag 0 offsets over 2 partitions" in err
 
 
 def test_script_exits_0_every_time_with_and_without_spark_stop(

@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 import spark_chkpt
+from spark_chkpt.metrics import LagReporter
 
 parser = argparse.ArgumentParser()
 parser.add_argument("servers")
@@ -25,6 +26,7 @@ args = parser.parse_args()
 spark = SparkSession.builder.master(args.master).appName("usage-job").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 spark_chkpt.register(spark)  # registers every format of the project
+LagReporter.attach(spark)  # a line per batch with the lag
 
 events = (
     spark.readStream.format("chkpt-kafka")
