@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 import spark_chkpt
-from spark_chkpt.metrics import SnapshotReporter, store_records
+from spark_chkpt.metrics import SnapshotReporter, source_lags, store_records
 
 SERVERS = os.environ.get("BOOTSTRAP_SERVERS", "localhost:9092")
 TOPIC = os.environ.get("TOPIC", "page-views")
@@ -35,7 +35,7 @@ events = (
 # --8<-- [end:read]
 
 # --8<-- [start:write]
-reporter = SnapshotReporter.attach(spark)  # logs each snapshot (logging at INFO)
+reporter = SnapshotReporter.attach(spark)  # prints each snapshot with the sources' lag
 query = (
     events.selectExpr("CAST(value AS STRING) AS json", "topic", "partition", "offset")
     .writeStream.format("chkpt-delta")  # was: format("delta")
@@ -48,6 +48,11 @@ query = (
 reporter.track(query, checkpoint_location=f"{WORK}/chk/events")
 query.awaitTermination()
 # --8<-- [end:write]
+
+# --8<-- [start:lag]
+for lag in source_lags(query.lastProgress):  # offsets behind the latest, per source
+    print(f"lag {lag.source}: max {lag.max}, per partition {dict(lag.partitions)}")
+# --8<-- [end:lag]
 
 # --8<-- [start:records]
 for record in store_records(checkpoint_location=f"{WORK}/chk/events"):
