@@ -199,6 +199,17 @@ class SavepointError(ChkptError):
     option or batch."""
 
 
+class PathNotFoundError(ChkptError):
+    """A folder a command was given (a checkpoint, a savepoint or the folder that keeps
+    savepoints) does not exist; the message names the command's argument and the path,
+    instead of reporting what the missing folder lacks."""
+
+
+class NoKeyedStateError(ChkptError):
+    """``spark-chkpt state`` on a checkpoint with no state files (a stateless query), or
+    for an operator it does not have: answered from a listing, before Spark starts."""
+
+
 class PlannedStartError(BaseException):
     """Not a failure: ``savepoint check`` planned a job's query instead of starting it
     (:mod:`spark_chkpt.savepoint.plan`). A ``BaseException``, so that no ``except

@@ -3,6 +3,7 @@
 spark-chkpt broker [--port N] [--topic NAME[:PARTITIONS] ...]   run the embedded broker
 spark-chkpt snapshots CHECKPOINT [--json]                       list a query's snapshots
 spark-chkpt state CHECKPOINT [--batch N] [--operator K] [--json] print a snapshot's keyed state
+spark-chkpt recover --table TABLE --checkpoint NEW             rebuild a lost checkpoint
 spark-chkpt savepoint create CHECKPOINT --dir DIR               savepoint the newest snapshot
 spark-chkpt savepoint stop CHECKPOINT --dir DIR                 stop a running job with one
 spark-chkpt savepoint list DIR | show SAVEPOINT [--state]       print manifests (and state)
