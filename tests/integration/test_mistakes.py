@@ -52,6 +52,10 @@ def test_a_misspelled_topic_is_refused_at_start_naming_the_topics_that_exist(
     assert "MissingTopicError" in err, err[-3000:]
     assert f"topic '{typo}' does not exist on {bootstrap_servers}; topics there: {topic}" in err
     assert "rows" not in out
+    # The first line of the failure is the project's message, before Spark's dump of it.
+    said = f"spark-chkpt: MissingTopicError: option 'subscribe' = '{typo}': topic '{typo}'"
+    first = next(i for i, line in enumerate(err.splitlines()) if "Error" in line)
+    assert err.splitlines()[first].startswith(said), err[-3000:]
     # Refused in the source's first planning: no batch planned, no table written.
     assert not (work / "chk" / "offsets" / "0").exists()
     assert not (work / "events" / "_delta_log").exists()
@@ -70,4 +74,6 @@ def test_a_misspelled_option_is_refused_naming_the_known_one(
     assert code != 0, out
     assert "UnknownOptionError" in err, err[-3000:]
     assert "'maxoffsetpertrigger' (did you mean maxOffsetsPerTrigger?)" in err
+    first = next(line for line in err.splitlines() if "Error" in line)
+    assert first.startswith("spark-chkpt: UnknownOptionError: chkpt-kafka: unknown option"), err
     assert not work.exists()  # refused at load(), before the query started
