@@ -120,3 +120,35 @@ def test_the_command_run_by_a_user_names_the_missing_folder(run: Run, tmp_path: 
     done = chkpt_cli(elsewhere, "state", str(run.checkpoint))
     assert done.returncode == 2, done.stderr
     assert "holds no keyed state" in done.stderr and "SparkContext" not in done.stderr
+
+
+def test_status_tells_where_a_query_stands_without_spark(
+    run: Run,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spark_chkpt.cli.status import collect
+
+    def no_spark(**kwargs: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr("spark_chkpt.session.build_session", no_spark)
+    run.step(0, ids_of(0))
+    run.step(1, ids_of(1))
+    point = run.savepoint(1)
+    status = collect(str(run.checkpoint), savepoint_dir=str(tmp_path / "savepoints"))
+    assert status["generation"] == 0 and status["committed_batch"] == 1
+    snap = status["last_snapshot"]
+    assert (snap["batch"], snap["sink"], snap["table_version"]) == (1, "chkpt-delta", 1)
+    assert snap["time"].endswith("Z")
+    assert status["partitions"] == [
+        {"topic": "events", "partition": 0, "committed": 20, "end": None, "lag": None}
+    ]
+    assert status["savepoints"] == [{"savepoint": point, "batch": 1, "reason": "manual"}]
+    assert main(["status", str(run.checkpoint)]) == 0
+    out = capsys.readouterr().out
+    assert "query        " in out and "generation 0" in out
+    assert "last snapshot  1 at " in out and "Delta version 1 of " in out
+    assert "events-0" in out and "(--bootstrap-servers for each partition's end" in out
+    assert "does not exist" in fails(capsys, "status", str(tmp_path / "nope"))
