@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError, ConfigError, MissingTopicError
+from spark_chkpt.errors import ChkptError, ConfigError
 from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 
@@ -51,6 +51,8 @@ def require_topics(config: SourceConfig, existing: Iterable[str]) -> None:
     """Refuse a start that names a topic the broker does not have (``subscribe``,
     ``assign``) with :class:`MissingTopicError`, naming the topics that exist, the
     closest names first; ``failOnMissingTopic=false`` waits for it instead."""
+    from spark_chkpt.errors import MissingTopicError
+
     sub = config.subscription
     if not config.fail_on_missing_topic or sub.kind == "subscribePattern":
         return
