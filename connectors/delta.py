@@ -25,6 +25,7 @@ from spark_chkpt.delta.sink.dead_letters import check_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.sink.writer import DeltaWriter
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
+from spark_chkpt.report import reported
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class DeltaDataSource(DataSource):
     def name(cls) -> str:
         return "chkpt-delta"
 
+    @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # outputMode("complete") reaches a Python sink as overwrite=True; Spark 4.2 refuses
         # outputMode("update") itself (use spark_chkpt.DeltaUpsert in foreachBatch).
@@ -88,6 +90,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         message.dead_letter_files = letters
         return message
 
+    @reported
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.sink.committer().commit(
             messages=[m if isinstance(m, StagedOutput) else None for m in messages],
@@ -96,6 +99,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             dead_letter_schema=self.sink.dead_letter_schema,
         )
 
+    @reported
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = [m if isinstance(m, StagedOutput) else None for m in messages]
         self.sink.committer().abort(messages=staged, batch_id=batchId)

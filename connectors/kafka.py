@@ -18,6 +18,7 @@ from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.records import spark_schema_ddl
 from spark_chkpt.options import parse_bool
+from spark_chkpt.report import reported
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 
 
@@ -52,6 +53,7 @@ class KafkaDataSource(DataSource):
             self.options, streaming=streaming, task_slots=self.task_slots
         )
 
+    @reported
     def schema(self) -> str:
         # Spark calls this at load() on the driver: validate every option here so a bad
         # one fails the user's load() call, not a task on an executor later.
@@ -62,16 +64,19 @@ class KafkaDataSource(DataSource):
             )
         )
 
+    @reported
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_chkpt.connectors.kafka_source import KafkaBatchReader
 
         return KafkaBatchReader(config=self._config(streaming=False))
 
+    @reported
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 
         return KafkaStreamReader(config=self._config(streaming=True))
 
+    @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter
         from spark_chkpt.kafka.sink.options import check_sink_schema

@@ -24,6 +24,7 @@ from spark_chkpt.kafka.sink.writer import (
     build_producer,
     produce_all,
 )
+from spark_chkpt.report import reported
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,11 +86,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         with self._broker_calls("committing the transactions of an unfinished batch"):
             return self._coordinator().resume()
 
+    @reported
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         produced = [m if isinstance(m, ProducedOutput) else None for m in messages]
         with self._broker_calls(f"committing snapshot {batchId} (index entries, barriers)"):
             self._coordinator().commit(messages=produced, batch_id=batchId)
 
+    @reported
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         produced = [m if isinstance(m, ProducedOutput) else None for m in messages]
         self._coordinator().abort(messages=produced, batch_id=batchId)

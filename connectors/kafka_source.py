@@ -22,6 +22,7 @@ from spark_chkpt.errors import InvalidTypeError
 from spark_chkpt.kafka.source.fetcher import ReadSpec, read_task
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner
+from spark_chkpt.report import reported
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,6 +59,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.config = config
         self.planner = SourcePlanner(config=config)
 
+    @reported
     def initialOffset(self) -> dict:
         return self.planner.initial_offsets()
 
@@ -66,9 +68,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.config.max_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @reported
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()
 
+    @reported
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         return self.planner.latest_offset(
             start,
@@ -79,12 +83,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         return self.planner.reported_latest()
 
+    @reported
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return [KafkaInputPartition(task) for task in self.planner.read_tasks(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.planner, partition)
 
+    @reported
     def commit(self, end: dict) -> None:
         self.planner.commit_group(end)
 
@@ -99,6 +105,7 @@ class KafkaBatchReader(DataSourceReader):
         self.config = config
         self.planner = SourcePlanner(config=config)
 
+    @reported
     def partitions(self) -> Sequence[InputPartition]:
         return [KafkaInputPartition(task) for task in self.planner.batch_read_tasks()]
 

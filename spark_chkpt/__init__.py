@@ -64,8 +64,10 @@ def register(spark: SparkSession) -> list[str]:
     run cannot import this package, naming the interpreter, the setting and the fix.
     """
     from spark_chkpt.interpreter import choose_worker_python
+    from spark_chkpt.report import install_excepthook
 
     choose_worker_python(spark)
+    install_excepthook()  # Spark's "failed to connect back" explained first
     from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
 
     slots = _task_slots(spark)

@@ -28,6 +28,54 @@ class ConfigError(ChkptError, ValueError):
         super().__init__(f"option '{option}' = {shown}: {allowed}")
 
 
+class UnknownOptionError(ConfigError):
+    """Options a format does not know, each close to one it does (a typo such as
+    ``maxOffsetPerTrigger``): refused at ``load()`` / ``start()`` instead of ignored.
+    ``suggestions`` maps each name as the format was handed it to the known names it is
+    close to. Spark hands a Python data source its option names lower-cased, so the name
+    shown is the lower-cased one; the suggestion is spelled as documented."""
+
+    def __init__(self, *, connector: str, suggestions: dict[str, list[str]]) -> None:
+        self.connector = connector
+        self.suggestions = suggestions
+        parts = [
+            f"'{name}' (did you mean {' or '.join(close)}?)"
+            for name, close in sorted(suggestions.items())
+        ]
+        first = sorted(suggestions)[0]
+        ChkptError.__init__(
+            self,
+            f"{connector}: unknown option {', '.join(parts)}"
+            + (" (Spark hands option names lower-cased)" if first == first.lower() else ""),
+        )
+        self.option = first
+        self.value = None
+        self.allowed = "a known option"
+
+
+class MissingTopicError(ConfigError):
+    """A topic the ``chkpt-kafka`` source is to read (``subscribe``, ``assign``) does not
+    exist on the broker when a query plans its start: refused then, naming the topic and
+    the topics that do exist (close matches first), instead of a query that reads nothing.
+    ``failOnMissingTopic=false`` waits for the topic instead, as Spark's source does."""
+
+    def __init__(
+        self, *, option: str, value: str, missing: list[str], existing: list[str], servers: str
+    ) -> None:
+        shown = ", ".join(existing[:20]) + (
+            f" and {len(existing) - 20} more" if len(existing) > 20 else ""
+        )
+        names = ", ".join(f"'{t}'" for t in missing)
+        super().__init__(
+            option,
+            value,
+            f"topic {names} does not exist on {servers}; topics there: {shown or 'none'}. "
+            "Set failOnMissingTopic=false to wait for it to be created",
+        )
+        self.missing = missing
+        self.existing = existing
+
+
 class InvalidArgumentError(ChkptError, ValueError):
     """A programming interface got an argument it does not take (not a user's option:
     those are :class:`ConfigError`); the message names the argument and its value."""
@@ -149,6 +197,17 @@ class StateFilesError(ChkptError):
 class SavepointError(ChkptError):
     """A savepoint cannot be made, read or restored; the message names the file,
     option or batch."""
+
+
+class PathNotFoundError(ChkptError):
+    """A folder a command was given (a checkpoint, a savepoint or the folder that keeps
+    savepoints) does not exist; the message names the command's argument and the path,
+    instead of reporting what the missing folder lacks."""
+
+
+class NoKeyedStateError(ChkptError):
+    """``spark-chkpt state`` on a checkpoint with no state files (a stateless query), or
+    for an operator it does not have: answered from a listing, before Spark starts."""
 
 
 class PlannedStartError(BaseException):

@@ -9,12 +9,13 @@ same whichever connector parsed it. Each connector's option class (``kafka.sourc
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spark_chkpt.errors import ConfigError
+from spark_chkpt.errors import ConfigError, UnknownOptionError
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +25,45 @@ def lowercase(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
-def warn_unknown(
-    options: Iterable[str], *, known: set[str], connector: str, prefixes: tuple[str, ...] = ()
+# How close an unknown option name must be to a known one (difflib's ratio, on the
+# lower-cased names) to be taken for a typo of it and refused: ``subscibe`` and
+# ``maxOffsetPerTrigger`` score 0.94 and 0.97; unrelated names stay far below.
+CLOSE_MATCH_CUTOFF = 0.8
+
+
+def _ratio(given: str, known: str) -> float:
+    return difflib.SequenceMatcher(None, given.lower(), known).ratio()
+
+
+def check_option_names(
+    options: Iterable[str],
+    *,
+    known: Iterable[str],
+    connector: str,
+    prefixes: tuple[str, ...] = (),
 ) -> None:
-    """Log options the connector does not know (Spark passes some of its own)."""
-    unknown = sorted(k for k in options if k not in known and not k.startswith(prefixes))
+    """Refuse option names close to a known one; warn once about the others.
+
+    ``known``: the format's option names as documented (``maxOffsetsPerTrigger``). An
+    unknown name whose lower-cased form is close to a known one's (difflib,
+    :data:`CLOSE_MATCH_CUTOFF`) raises :class:`~spark_chkpt.errors.UnknownOptionError`
+    naming both; names far from every known one are logged in one warning (Spark passes
+    some options of its own). Names under ``prefixes`` (``kafka.``) are checked where
+    they are parsed. Names are reported as given: Spark hands them lower-cased."""
+    documented = {name.lower(): name for name in known}
+    unknown = sorted(
+        k for k in options if k.lower() not in documented and not k.lower().startswith(prefixes)
+    )
+    suggestions: dict[str, list[str]] = {}
+    for name in unknown:
+        close = difflib.get_close_matches(
+            name.lower(), list(documented), n=3, cutoff=CLOSE_MATCH_CUTOFF
+        )
+        if close:  # the closest, and any as close (maxOffset... is near min... too)
+            best = _ratio(name, close[0])
+            suggestions[name] = [documented[c] for c in close if _ratio(name, c) >= best]
+    if suggestions:
+        raise UnknownOptionError(connector=connector, suggestions=suggestions)
     if unknown:
         log.warning("%s ignores unknown option(s): %s", connector, ", ".join(unknown))
 

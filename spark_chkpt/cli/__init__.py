@@ -1,8 +1,10 @@
 """``spark-chkpt``: the project's command line.
 
 spark-chkpt broker [--port N] [--topic NAME[:PARTITIONS] ...]   run the embedded broker
+spark-chkpt status CHECKPOINT [--bootstrap-servers S] [--json]  where a query stands
 spark-chkpt snapshots CHECKPOINT [--json]                       list a query's snapshots
 spark-chkpt state CHECKPOINT [--batch N] [--operator K] [--json] print a snapshot's keyed state
+spark-chkpt recover --table TABLE --checkpoint NEW             rebuild a lost checkpoint
 spark-chkpt savepoint create CHECKPOINT --dir DIR               savepoint the newest snapshot
 spark-chkpt savepoint stop CHECKPOINT --dir DIR                 stop a running job with one
 spark-chkpt savepoint list DIR | show SAVEPOINT [--state]       print manifests (and state)
@@ -33,6 +35,7 @@ from spark_chkpt.cli import (
     savepoint,
     snapshots,
     state,
+    status,
 )
 
 
@@ -52,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = programs.programs()
     for name in sorted(found):  # dispatched before parsing: see below
         sub.add_parser(name, help=helps.get(name, f"run the {name} program"))
+    status.add_parser(sub)
     snapshots.add_parser(sub)
     state.add_parser(sub)
     recover.add_parser(sub)

@@ -9,9 +9,11 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from spark_chkpt.cli.paths import require_folder
     from spark_chkpt.recovery.rebuild import recover_checkpoint
     from spark_chkpt.snapshot.epoch import read_epoch
 
+    require_folder(args.table, what="table")
     snapshot = recover_checkpoint(
         table_uri=args.table, checkpoint_location=args.checkpoint, app_id=args.app_id
     )

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from spark_chkpt.cli.paths import require_folder, require_savepoint
 from spark_chkpt.cli.pipeline import (
     add_create_arguments,
     add_restore_arguments,
@@ -30,6 +31,7 @@ def _savepoint_create(args: argparse.Namespace) -> int:
         )
     if args.dir is None:
         raise SystemExit("savepoint create: give --dir, the folder that keeps savepoints")
+    require_folder(args.checkpoint, what="checkpoint")
 
     point = create_savepoint(
         checkpoint_location=args.checkpoint,
@@ -44,6 +46,7 @@ def _savepoint_create(args: argparse.Namespace) -> int:
 def _savepoint_stop(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.stop import request_stop
 
+    require_folder(args.checkpoint, what="checkpoint")
     point = request_stop(
         checkpoint_location=args.checkpoint, savepoint_dir=args.dir, timeout_s=args.timeout
     )
@@ -57,6 +60,7 @@ def _savepoint_list(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.manifest import describe, list_savepoints
     from spark_chkpt.savepoint.pipeline import list_pipelines
 
+    require_folder(args.dir, what="savepoint folder")
     rows = [describe(p.manifest) for p in list_savepoints(savepoint_dir=args.dir)]
     pipelines = list_pipelines(savepoint_dir=args.dir)
     if args.json:
@@ -93,7 +97,7 @@ def _savepoint_show(args: argparse.Namespace) -> int:
         return pipeline_show(args)
     if args.savepoint is None:
         raise SystemExit("savepoint show: give a savepoint folder, or --pipeline PIPELINE")
-
+    require_savepoint(args.savepoint)
     point = load_savepoint(location=args.savepoint)
     verify_files(point)
     m = point.manifest
@@ -196,6 +200,7 @@ def _savepoint_check(args: argparse.Namespace) -> int:
         )
         return 2
     json_output = args.json or "--json" in ours
+    require_savepoint(args.savepoint)
     point = load_savepoint(location=args.savepoint)
     verify_files(point)
     report = check_savepoint(savepoint=point, plan=_job_plan(args.job, job_args))
@@ -218,6 +223,7 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
     if args.shadow and args.mode != "fork":
         print("spark-chkpt savepoint restore: --shadow needs --mode fork", file=sys.stderr)
         return 2
+    require_savepoint(args.savepoint)
     job = _job_plan(args.job, shlex.split(args.job_args)) if args.job else None
     result = restore_savepoint(
         savepoint=args.savepoint,
@@ -314,7 +320,14 @@ def add_parser(sub: Any) -> None:
     restore.add_argument("savepoint", nargs="?", help="the savepoint's folder")
     restore.add_argument("--checkpoint", default=None, help="an empty folder to write")
     add_restore_arguments(restore)
-    restore.add_argument("--mode", required=True, choices=("rewind", "fork"))
+    restore.add_argument(
+        "--mode",
+        required=True,
+        choices=("rewind", "fork"),
+        help="rewind: the same query goes back to the savepoint (its table rolled back, a "
+        "chkpt-kafka sink's later snapshots revoked); fork: a new query (new id) starts "
+        "from the savepoint into a new table, the original left alone",
+    )
     restore.add_argument(
         "--table",
         default=None,

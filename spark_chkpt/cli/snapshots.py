@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.paths import require_folder
 from spark_chkpt.cli.state import or_dash
 
 
@@ -14,6 +15,7 @@ def run(args: argparse.Namespace) -> int:
     from spark_chkpt.metrics.reporter import as_table, store_records, summarize
     from spark_chkpt.snapshot.store import SnapshotStore
 
+    require_folder(args.checkpoint, what="checkpoint")
     records = store_records(checkpoint_location=args.checkpoint)
     failures = SnapshotStore(checkpoint_location=args.checkpoint).failures()
     if args.json:

@@ -9,12 +9,16 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from spark_chkpt.cli.paths import require_folder
     from spark_chkpt.fs import qualify
     from spark_chkpt.state.operators import check_retained
 
+    require_folder(args.checkpoint, what="checkpoint")
     location = qualify(args.checkpoint)
-    # The batch is checked before a JVM starts: a wrong one fails in a second.
+    # The batch and the state files are checked before a JVM starts: a wrong one, or a
+    # stateless query, fails in a second (Spark's reader took minutes to say so).
     batch = check_retained(checkpoint_location=location, batch_id=args.batch)
+    _require_operator(location, args.operator)
     from spark_chkpt.state.reader import read_state
 
     spark = reader_session("spark-chkpt-state")
@@ -62,6 +66,24 @@ def run(args: argparse.Namespace) -> int:
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     return 0
+
+
+def _require_operator(location: str, operator: int) -> None:
+    from spark_chkpt.errors import NoKeyedStateError
+    from spark_chkpt.state.operators import operator_ids
+
+    operators = operator_ids(checkpoint_location=location)
+    if not operators:
+        raise NoKeyedStateError(
+            f"{location} holds no keyed state (no state/<operator> folder): the query is "
+            "stateless, or has not committed a stateful batch"
+        )
+    if operator not in operators:
+        raise NoKeyedStateError(
+            f"{location} has no stateful operator {operator}; its operators: "
+            + ", ".join(str(o) for o in operators)
+            + " (--operator)"
+        )
 
 
 def or_dash(value: object) -> str:

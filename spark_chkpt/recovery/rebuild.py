@@ -160,7 +160,7 @@ def recover_checkpoint(
             )
         },
     )
-    log.warning(
+    log.info(
         "recovered %s from %s: query %s resumes at batch %d after Delta version %d, from %s",
         checkpoint_location,
         table_uri,

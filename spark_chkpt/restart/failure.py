@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from spark_chkpt.errors import ConfigError, FencedError, QueryIdentityError, SchemaMismatchError
+from spark_chkpt.report import explain
 
 FATAL_ERRORS = (FencedError, QueryIdentityError, ConfigError, SchemaMismatchError)
 _FATAL = re.compile(r"\b(" + "|".join(e.__name__ for e in FATAL_ERRORS) + r")\b")
@@ -72,7 +73,12 @@ def classify(error: BaseException, *, starting: bool = False) -> Failure:
 
 def summary(text: str) -> str:
     """The line of a query's error that names it: the last ``...Error: message`` of the
-    Python traceback, else the first line; without Spark's query description."""
+    Python traceback, else the first line; without Spark's query description. Spark's
+    "Python worker failed to connect back" is told with what it means and what to do
+    (:func:`spark_chkpt.report.explain`)."""
+    said = explain(text)
+    if said is not None:
+        return said
     head = _traceback_of(text)
     lines = [line.strip() for line in head.splitlines() if line.strip()]
     named = [line for line in lines if _EXCEPTION_LINE.match(line)]

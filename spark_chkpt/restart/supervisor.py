@@ -127,13 +127,17 @@ class Supervisor:
     def _give_up(self, failure: Failure, decision: Decision) -> ExitCode:
         code = _EXIT[decision.verdict]
         detail = f" ({decision.detail})" if decision.detail else ""
+        # The strategy and its limits in the give-up line itself: it is the line a user
+        # reads, and the strategy was otherwise only in an INFO line at the start.
         log.error(
-            "%s failed (%s), %s%s after %d restart(s); exit code %d. Last cause: %s",
+            "%s failed (%s), %s%s after %d restart(s) (restart strategy %s); exit code %d. "
+            "Last cause: %s",
             self.name,
             failure.kind.value,
             decision.verdict.value,
             detail,
             self.metrics.restarts,
+            self.config.describe(),
             int(code),
             failure.cause,
         )

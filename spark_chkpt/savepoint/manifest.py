@@ -257,7 +257,7 @@ def create_savepoint(
         except OSError as cleanup:  # the folder has no manifest: listings skip it anyway
             log.warning("could not remove the incomplete savepoint %s: %s", work, cleanup)
         raise
-    log.warning(
+    log.info(
         "savepoint %s: snapshot %d of query %s (%d files, %d bytes)",
         final,
         batch,

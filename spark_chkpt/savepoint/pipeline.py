@@ -510,7 +510,7 @@ def create_pipeline_savepoint(
         except OSError as cleanup:
             log.warning("could not remove the incomplete pipeline savepoint %s: %s", work, cleanup)
         raise
-    log.warning(
+    log.info(
         "pipeline savepoint %s: %s",
         final,
         ", ".join(f"{j.name} at {j.batch_id}" for j in parts),

@@ -316,7 +316,7 @@ def restore_savepoint(
             dead_letters_rolled_back_from=before,
             dead_letters_restore_version=restored,
         )
-    log.warning(
+    log.info(
         "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
         point.location,
         mode,

@@ -65,7 +65,10 @@ def test_a_supervised_script_recovers_from_transient_failures_and_stops_on_perma
     restarts = [line for line in failed.stderr.splitlines() if "restart #" in line]
     assert len(restarts) == 2 and all("(snapshot failure)" in r for r in restarts)
     last = [line for line in failed.stderr.splitlines() if "Last cause:" in line][-1]
-    assert "restart strategy exhausted (restart 2 of 2) after 2 restart(s); exit code 3" in last
+    assert (
+        "restart strategy exhausted (restart 2 of 2) after 2 restart(s) (restart strategy "
+        "fixed-delay: 2 attempt(s), 100 ms apart); exit code 3" in last
+    )
     assert "InjectedFailureError: spark-chkpt fault injection: failing in-commit of batch 0" in last
 
 

@@ -25,6 +25,8 @@ BASE = {
     "spark_chkpt.offsets",
     "spark_chkpt.version",
     "spark_chkpt.jars",
+    # A failure's first line (imports only errors): the connectors and the supervisor.
+    "spark_chkpt.report",
     # The fail points' registry: the one module of testing/ the engine calls.
     "spark_chkpt.testing.failpoints",
 }

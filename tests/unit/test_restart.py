@@ -371,6 +371,11 @@ def test_an_exhausted_strategy_exits_with_its_code_and_the_last_cause(
     assert int(code) == 3
     last = caplog.records[-1].getMessage()
     assert "restart strategy exhausted" in last and "Last cause: RuntimeError: boom" in last
+    # The give-up line names the strategy and its limits, not only "restart 2 of 2".
+    assert (
+        "restart strategy exhausted (restart 2 of 2) after 2 restart(s) (restart strategy "
+        "fixed-delay: 2 attempt(s), 0 ms apart); exit code 3" in last
+    )
 
 
 def test_the_exit_codes() -> None:

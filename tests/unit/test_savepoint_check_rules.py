@@ -302,6 +302,6 @@ def test_the_command_takes_a_script_jobs_arguments_only(capsys: Any) -> None:
     assert "--mode x: unknown option (only a script job takes arguments" in capsys.readouterr().err
     assert main(["savepoint", "check", "/nowhere", "job.py", "--jsn", "--", "--mode", "x"]) == 2
     assert "--jsn: unknown option" in capsys.readouterr().err
-    # Accepted: then the savepoint is read (and here is missing).
+    # Accepted: then the savepoint is read (and here does not exist, which is said).
     assert main(["savepoint", "check", "/nowhere", "job.py:build", "--json"]) == 2
-    assert "is not a complete savepoint" in capsys.readouterr().err
+    assert "savepoint /nowhere does not exist" in capsys.readouterr().err

@@ -10,36 +10,34 @@ from spark_chkpt.fs import qualify
 from spark_chkpt.options import (
     SNAPSHOT_TIMING_OPTIONS,
     SnapshotTiming,
+    check_option_names,
     lowercase,
     parse_bool,
     parse_duration_ms,
     parse_positive_int,
     parse_size,
-    warn_unknown,
 )
 
 # The query column that carries a malformed record to the dead-letter table (a struct;
 # null for good rows). See ``deadLetterPath``.
 DEAD_LETTER_COLUMN = "_dead_letter"
 
-_KNOWN_DELTA_OPTIONS = {
-    k.lower()
-    for k in (
-        "path",
-        "partitionBy",
-        "mergeSchema",
-        "txnAppId",
-        "checkpointLocation",
-        "queryName",
-        "retainedSnapshots",
-        *SNAPSHOT_TIMING_OPTIONS,
-        "maxRecordsPerFile",
-        "targetFileSize",
-        "orphanRetention",
-        "otherWriters",
-        "deadLetterPath",
-    )
-}
+# Every option of the sink as documented (check_option_names refuses a name close to one).
+_KNOWN_DELTA_OPTIONS = (
+    "path",
+    "partitionBy",
+    "mergeSchema",
+    "txnAppId",
+    "checkpointLocation",
+    "queryName",
+    "retainedSnapshots",
+    *SNAPSHOT_TIMING_OPTIONS,
+    "maxRecordsPerFile",
+    "targetFileSize",
+    "orphanRetention",
+    "otherWriters",
+    "deadLetterPath",
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,10 @@ class DeltaSinkConfig:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
+        # First: a misspelled name must be named as such, not as the option it missed.
+        check_option_names(
+            options, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
+        )
         opts = lowercase(options)
         path = opts.get("path", "").strip()
         if not path:
@@ -95,9 +97,6 @@ class DeltaSinkConfig:
                 "'refuse' (default: a new query fails if the table holds another query's "
                 "snapshots of the same topic-partitions) or 'allow'",
             )
-        warn_unknown(
-            opts, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
-        )
         timing = SnapshotTiming.from_options(opts)
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder

@@ -29,11 +29,11 @@ from spark_chkpt.kafka.client.settings import (
 from spark_chkpt.options import (
     SNAPSHOT_TIMING_OPTIONS,
     SnapshotTiming,
+    check_option_names,
     lowercase,
     parse_bool,
     parse_duration_ms,
     parse_positive_int,
-    warn_unknown,
 )
 
 if TYPE_CHECKING:
@@ -41,23 +41,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_KNOWN_KAFKA_SINK_OPTIONS = {
-    k.lower()
-    for k in (
-        "topic",
-        "controlTopic",
-        "checkpointLocation",
-        "queryName",
-        "txnAppId",
-        "retainedSnapshots",
-        *SNAPSHOT_TIMING_OPTIONS,
-        "path",
-        "delivery",
-        "barriers",
-        "maxBatchDuration",
-        "maxRestartTime",
-    )
-}
+# Every option of the sink as documented (check_option_names refuses a name close to one).
+_KNOWN_KAFKA_SINK_OPTIONS = (
+    "kafka.bootstrap.servers",
+    "topic",
+    "controlTopic",
+    "checkpointLocation",
+    "queryName",
+    "txnAppId",
+    "retainedSnapshots",
+    *SNAPSHOT_TIMING_OPTIONS,
+    "path",
+    "delivery",
+    "barriers",
+    "maxBatchDuration",
+    "maxRestartTime",
+)
 
 Delivery = Literal["barriers", "exactly-once-transactions"]
 DELIVERIES: tuple[Delivery, ...] = ("barriers", "exactly-once-transactions")
@@ -269,6 +268,13 @@ class KafkaSinkConfig:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
+        # First: a misspelled name must be named as such, not as the option it missed.
+        check_option_names(
+            options,
+            known=_KNOWN_KAFKA_SINK_OPTIONS,
+            connector="chkpt-kafka sink",
+            prefixes=("kafka.",),
+        )
         opts = lowercase(options)
         servers = opts.get("kafka.bootstrap.servers", "").strip()
         if not servers:
@@ -280,12 +286,6 @@ class KafkaSinkConfig:
             raise ConfigError(
                 "checkpointLocation", None, "required: barriers are numbered by Spark's batch ids"
             )
-        warn_unknown(
-            opts,
-            known=_KNOWN_KAFKA_SINK_OPTIONS,
-            connector="chkpt-kafka sink",
-            prefixes=("kafka.",),
-        )
         settings: dict[str, Any] = {
             "acks": "all",
             "enable_idempotence": True,

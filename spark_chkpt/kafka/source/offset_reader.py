@@ -24,6 +24,7 @@ Two broker behaviours are handled here rather than assumed away:
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -45,6 +46,31 @@ def _ktp(tp: TopicPartition) -> Any:
     from kafka import TopicPartition as KafkaTopicPartition
 
     return KafkaTopicPartition(tp.topic, tp.partition)
+
+
+def require_topics(config: SourceConfig, existing: Iterable[str]) -> None:
+    """Refuse a start that names a topic the broker does not have (``subscribe``,
+    ``assign``) with :class:`MissingTopicError`, naming the topics that exist, the
+    closest names first; ``failOnMissingTopic=false`` waits for it instead."""
+    from spark_chkpt.errors import MissingTopicError
+
+    sub = config.subscription
+    if not config.fail_on_missing_topic or sub.kind == "subscribePattern":
+        return
+    wanted = sub.topics if sub.kind == "subscribe" else tuple(sub.assigned)
+    topics = set(existing)
+    missing = [t for t in wanted if t not in topics]
+    if not missing:
+        return
+    visible = sorted(t for t in topics if not t.startswith("__"))
+    close = difflib.get_close_matches(missing[0], visible, n=5, cutoff=0.5)
+    raise MissingTopicError(
+        option=sub.kind,
+        value=sub.describe().partition("=")[2],
+        missing=missing,
+        existing=close + [t for t in visible if t not in close],
+        servers=config.bootstrap_servers,
+    )
 
 
 class OffsetReader:

@@ -27,11 +27,11 @@ from spark_chkpt.kafka.client.settings import (
     parse_client,
 )
 from spark_chkpt.options import (
+    check_option_names,
     lowercase,
     parse_bool,
     parse_duration_ms,
     parse_positive_int,
-    warn_unknown,
 )
 
 EARLIEST = -2
@@ -154,10 +154,12 @@ def _parse_subscription(options: Mapping[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k.lower())]
     if len(given) != 1:
         shown = ", ".join(given) if given else "none"
+        seen = ", ".join(sorted(options)) or "none"
         raise ConfigError(
             "subscribe",
             shown,
-            "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set",
+            "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set "
+            f"(the options given: {seen})",
         )
     kind = given[0]
     raw = options[kind.lower()]
@@ -182,40 +184,43 @@ def _parse_subscription(options: Mapping[str, str]) -> Subscription:
     return Subscription(kind="assign", assigned=assigned)
 
 
-_KNOWN_SOURCE_OPTIONS = {
-    k.lower()
-    for k in (
-        "subscribe",
-        "subscribePattern",
-        "assign",
-        "startingOffsets",
-        "startingTimestamp",
-        "startingOffsetsByTimestamp",
-        "startingOffsetsByTimestampStrategy",
-        "endingOffsets",
-        "endingTimestamp",
-        "endingOffsetsByTimestamp",
-        "maxOffsetsPerTrigger",
-        "minOffsetsPerTrigger",
-        "maxTriggerDelay",
-        "failOnDataLoss",
-        "includeHeaders",
-        "minPartitions",
-        "groupIdPrefix",
-        "kafkaConsumer.pollTimeoutMs",
-        "fetchOffset.numRetries",
-        "fetchOffset.retryIntervalMs",
-        "maxRecordsPerArrowBatch",
-        "path",
-        "alignment",
-        "alignmentTimeout",
-        "upstreamApps",
-        "controlTopic",
-        "partitionsPerTask",
-        "prefetchRecords",
-        "decode",
-    )
-}
+# Every option of the source as documented (``check_option_names`` refuses a name close
+# to one of these); the two ``kafka.*`` names are here so that a misspelled prefix
+# (``kakfa.bootstrap.servers``) is named too.
+_KNOWN_SOURCE_OPTIONS = (
+    "kafka.bootstrap.servers",
+    "kafka.group.id",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "failOnDataLoss",
+    "failOnMissingTopic",
+    "includeHeaders",
+    "minPartitions",
+    "groupIdPrefix",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "maxRecordsPerArrowBatch",
+    "path",
+    "alignment",
+    "alignmentTimeout",
+    "upstreamApps",
+    "controlTopic",
+    "partitionsPerTask",
+    "prefetchRecords",
+    "decode",
+)
 
 
 @dataclass(frozen=True)
@@ -254,6 +259,9 @@ class SourceConfig:
     # kafka-python reads of plain topics: record batches straight into columns, or
     # kafka-python's record objects (the path before columns, kept as a fallback)
     decode: Literal["columns", "records"] = "columns"
+    # failOnMissingTopic: a subscribed or assigned topic that does not exist when a query
+    # plans its start is refused (MissingTopicError); false: wait for it, as Spark does
+    fail_on_missing_topic: bool = True
 
     @classmethod
     def from_options(
@@ -269,6 +277,13 @@ class SourceConfig:
         ``task_slots``: the session's task slots, which size the read tasks when neither
         ``partitionsPerTask`` nor ``minPartitions`` is set.
         """
+        # First: a misspelled name must be named as such, not as the option it missed.
+        check_option_names(
+            options,
+            known=_KNOWN_SOURCE_OPTIONS,
+            connector="chkpt-kafka",
+            prefixes=("kafka.", "chkpt."),
+        )
         opts = lowercase(options)
         servers = opts.get("kafka.bootstrap.servers", "").strip()
         if not servers:
@@ -344,12 +359,6 @@ class SourceConfig:
             )
         group_id = opts.get("kafka.group.id")
         prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
-        warn_unknown(
-            opts,
-            known=_KNOWN_SOURCE_OPTIONS,
-            connector="chkpt-kafka",
-            prefixes=("kafka.", "chkpt."),
-        )
         client = parse_client(opts, role="consumer").kind
         settings = kafka_client_settings(opts, role="consumer")
         if client == "confluent":
@@ -381,6 +390,9 @@ class SourceConfig:
                 "failOnDataLoss", opts.get("failondataloss"), default=True
             ),
             include_headers=parse_bool("includeHeaders", opts.get("includeheaders"), default=False),
+            fail_on_missing_topic=parse_bool(
+                "failOnMissingTopic", opts.get("failonmissingtopic"), default=True
+            ),
             min_partitions=parse_positive_int("minPartitions", opts.get("minpartitions")),
             group_id=group_id,
             group_id_prefix=prefix,

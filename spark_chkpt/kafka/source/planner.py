@@ -37,7 +37,7 @@ from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.client.outage import broker_calls, retry_while_refused
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, topic_id_of
 from spark_chkpt.kafka.source.fetcher import ReadSpec
-from spark_chkpt.kafka.source.offset_reader import OffsetReader
+from spark_chkpt.kafka.source.offset_reader import OffsetReader, require_topics
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.offsets import (
     OffsetRange,
@@ -270,6 +270,7 @@ class SourcePlanner:
         """Where a new streaming query starts (``startingOffsets`` and friends)."""
         spec = self.config.starting
         tps = self.offsets.partitions()
+        require_topics(self.config, self.offsets.topics_seen)  # before offsets/0 is written
         offsets = self.offsets.resolve(
             spec,
             tps,
@@ -550,6 +551,7 @@ class SourcePlanner:
         barriers, barrier records are skipped and records of failed upstream attempts
         before the last barrier dropped; records after it (a snapshot in flight) are read."""
         tps = self.offsets.partitions()
+        require_topics(self.config, self.offsets.topics_seen)
         start = self.offsets.resolve(
             self.config.starting,
             tps,

@@ -1,0 +1,91 @@
+"""A failure's first line is the project's one-line message (issue 39): a DataSource
+method's error written to stderr before Spark's report of it; Spark's "Python worker
+failed to connect back" explained (what, the settings, the restart strategy) in the
+supervisor's lines and as the first line of an uncaught error's report."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+
+from spark_chkpt.errors import MissingTopicError
+from spark_chkpt.report import explain, install_excepthook, reported
+from spark_chkpt.restart import ExitCode, RestartConfig
+from spark_chkpt.restart.failure import classify
+from spark_chkpt.restart.options import FixedDelay
+from tests.unit.test_restart import FakeQuery, query_error, supervise
+
+CONNECT_BACK_TEXT = (
+    "[STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted due to stage "
+    "failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task 0.0: "
+    "org.apache.spark.SparkException: Python worker failed to connect back.\n"
+    "\tat org.apache.spark.api.python.PythonWorkerFactory.createSimpleWorker\n"
+    "Caused by: java.net.SocketTimeoutException: Timed out while waiting for the Python "
+    "worker to connect back\n=== Streaming Query ===\nIdentifier: [id = 1]\n"
+)
+
+
+def test_a_datasource_methods_error_is_one_line_on_stderr_before_it_propagates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    @reported
+    def initialOffset() -> dict[str, int]:
+        raise MissingTopicError(
+            option="subscribe", value="evnts", missing=["evnts"], existing=["events"], servers="h:1"
+        )
+
+    with pytest.raises(MissingTopicError):
+        initialOffset()
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "spark-chkpt: MissingTopicError: option 'subscribe' = 'evnts': topic 'evnts' does not "
+        "exist on h:1; topics there: events. Set failOnMissingTopic=false to wait for it to be "
+        "created"
+    ]
+
+
+def test_connect_back_is_explained_with_the_settings_and_the_restart_strategy() -> None:
+    said = explain(CONNECT_BACK_TEXT)
+    assert said is not None and said.startswith("Python worker failed to connect back: ")
+    for needed in (
+        "fixed 10 s",
+        "spark.python.authenticate.socketTimeout",
+        "spark.python.worker.reuse",
+        "restart-strategy.type=fixed-delay",
+        "run_supervised",
+    ):
+        assert needed in said
+    assert explain("RuntimeError: boom") is None
+    assert classify(query_error(CONNECT_BACK_TEXT)).cause == said
+
+
+def test_the_supervisors_lines_start_with_the_explanation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = RestartConfig(strategy=FixedDelay(attempts=1, delay_ms=0))
+    with caplog.at_level(logging.WARNING):
+        code, _, _ = supervise(config, FakeQuery(CONNECT_BACK_TEXT), FakeQuery(CONNECT_BACK_TEXT))
+    assert code == ExitCode.RESTARTS_EXHAUSTED
+    restart, last = caplog.records[-2].getMessage(), caplog.records[-1].getMessage()
+    assert "(task failure): Python worker failed to connect back: Spark started" in restart
+    assert "Last cause: Python worker failed to connect back: Spark started" in last
+
+
+def test_an_uncaught_connect_back_error_reports_the_explanation_first(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(sys, "excepthook", lambda kind, error, tb: seen.append(str(error)))
+    install_excepthook()
+    install_excepthook()  # once only
+    error = query_error(CONNECT_BACK_TEXT)
+    sys.excepthook(type(error), error, None)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("spark-chkpt: Python worker failed to connect back: Spark")
+    assert seen == [str(error)]  # then Python's own report, unchanged
+    plain = RuntimeError("boom")
+    sys.excepthook(RuntimeError, plain, None)
+    assert capsys.readouterr().err == ""
