@@ -78,6 +78,33 @@ def _batch_in_flight(checkpoint: Path, *, after: int) -> int | None:
     return None
 
 
+KILL_ATTEMPTS = 3
+IN_FLIGHT_WAIT_S = 300.0
+
+
+def _wait_for_batch_in_flight(
+    job: subprocess.Popen[bytes], checkpoint: Path, table: Path, *, after: int
+) -> int | None:
+    """A batch past ``after`` planned and not committed while ``job`` runs (after giving it
+    up to 5 s to stage some files), or None if the wait ran out or the job ended."""
+    deadline = time.monotonic() + IN_FLIGHT_WAIT_S
+    in_flight = None
+    while time.monotonic() < deadline and job.poll() is None:
+        in_flight = _batch_in_flight(checkpoint, after=after)
+        if in_flight is not None:
+            break
+        time.sleep(0.02)
+    staged_by = time.monotonic() + 5  # let the batch stage some files, then strike
+    while in_flight is not None and time.monotonic() < staged_by and job.poll() is None:
+        if any(table.rglob(f"part-b{in_flight:05d}-*.parquet")):
+            break
+        time.sleep(0.01)
+    # The batch may have committed in the meantime: then it was not in flight at the kill.
+    if in_flight is not None and (checkpoint / "commits" / str(in_flight)).exists():
+        return None
+    return in_flight
+
+
 def _staged_not_visible(table: Path) -> int:
     from spark_chkpt.delta.staging import STAGED_NAME
     from spark_chkpt.delta.table import DeltaTarget
@@ -128,43 +155,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"wrote {args.events} page-view events to '{topic}' ({args.partitions} partitions)")
 
         _say(f"starting the Kafka -> Delta job ({args.per_batch} records per micro-batch)")
-        job = _job(
-            workdir=workdir,
-            servers=servers,
-            topic=topic,
-            per_batch=args.per_batch,
-            log_name="job-run1.log",
-        )
-        deadline = time.monotonic() + 300
-        in_flight = None
-        while time.monotonic() < deadline and job.poll() is None:
-            in_flight = _batch_in_flight(checkpoint, after=1)
+        in_flight: int | None = None
+        for attempt in range(1, KILL_ATTEMPTS + 1):
+            log_name = f"job-run1-{attempt}.log" if attempt > 1 else "job-run1.log"
+            job = _job(
+                workdir=workdir,
+                servers=servers,
+                topic=topic,
+                per_batch=args.per_batch,
+                log_name=log_name,
+            )
+            in_flight = _wait_for_batch_in_flight(job, checkpoint, table, after=1)
+            if job.poll() is not None:
+                _say(
+                    f"the job ended before it could be killed (exit {job.returncode}); see "
+                    f"{workdir / log_name}"
+                )
+                return 1
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
             if in_flight is not None:
                 break
-            time.sleep(0.02)
-        staged_by = time.monotonic() + 5  # let the batch stage some files, then strike
-        while in_flight is not None and time.monotonic() < staged_by and job.poll() is None:
-            if any(table.rglob(f"part-b{in_flight:05d}-*.parquet")):
-                break
-            time.sleep(0.01)
-        if job.poll() is not None:
+            # Never "batch None": say the kill point was missed, and try again.
             _say(
-                f"the job ended before it could be killed (exit {job.returncode}); see "
-                f"{workdir / 'job-run1.log'}"
+                f"SIGKILL the job's driver (exit {job.returncode}), but no batch was in flight "
+                f"within {IN_FLIGHT_WAIT_S:.0f} s (attempt {attempt} of {KILL_ATTEMPTS}): "
+                "the kill point was missed"
+                + ("; restarting the job to try again" if attempt < KILL_ATTEMPTS else "")
             )
-            return 1
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-        rows_then = DeltaTable(str(table)).to_pyarrow_table().num_rows if table.exists() else 0
-        _say(
-            f"SIGKILL the job's driver (Python + JVM) while batch {in_flight} was in flight "
-            f"(exit {job.returncode})"
-        )
-        _say(
-            f"  state left behind: Delta has {rows_then} rows; Spark planned batch "
-            f"{in_flight} (offsets/{in_flight}) but never committed it; "
-            f"{_staged_not_visible(table)} staged Parquet file(s) on disk, not in the log"
-        )
+        if in_flight is None:
+            _say(
+                "no kill landed while a batch was in flight; the demo cannot show that "
+                "recovery (a slow machine? see the job logs); it goes on and still checks "
+                "exactly-once after the kills it made"
+            )
+        else:
+            rows_then = DeltaTable(str(table)).to_pyarrow_table().num_rows if table.exists() else 0
+            _say(
+                f"SIGKILL the job's driver (Python + JVM) while batch {in_flight} was in "
+                f"flight (exit {job.returncode})"
+            )
+            _say(
+                f"  state left behind: Delta has {rows_then} rows; Spark planned batch "
+                f"{in_flight} (offsets/{in_flight}) but never committed it; "
+                f"{_staged_not_visible(table)} staged Parquet file(s) on disk, not in the log"
+            )
 
         produce_page_views(
             bootstrap_servers=servers, topic=topic, first=args.events, count=args.more_events
