@@ -179,16 +179,42 @@ def line_printer(stream: Any = None) -> Callable[[str], None]:
     return emit
 
 
+def progress_bar(progress: Any, lags: list[SourceLag], *, read: int, width: int = 30) -> str:
+    """A terminal line rewritten in place: ``read`` records of ``read`` + the lag, as a
+    bar; a newline once nothing is left (the run is done, or the query caught up)."""
+    behind = sum(lag.behind for lag in lags)
+    total = read + behind
+    done = width if total == 0 else round(width * read / total)
+    name = _field(progress, "name") or _field(progress, "id")
+    percent = 100 if total == 0 else 100 * read // total
+    line = (
+        f"\rchkpt {name} [{'#' * done}{'.' * (width - done)}] {read}/{total} records "
+        f"({percent}%), batch {_field(progress, 'batchId')}"
+    )
+    return line + ("\n" if behind == 0 else "")
+
+
 class LagReporter(StreamingQueryListener):
     """One line per batch of each query with a Kafka-shaped source that reports its
     latest offsets (``chkpt-kafka``), and the latest figures by query id in ``latest``.
 
     ``LagReporter.attach(spark)``: the one line to add where :class:`SnapshotReporter`
-    (which prints the same figures in its snapshot line) is not used."""
+    (which prints the same figures in its snapshot line) is not used.
 
-    def __init__(self, *, stream: Any = None) -> None:
+    On a terminal the lines become a progress bar per query, rewritten in place: records
+    read of records to read (read so far plus the lag), which is the whole run of an
+    ``availableNow`` query, whose latest offsets are the end it stops at. Not on a
+    terminal (a log file, a notebook, a job's output), one line per batch as above."""
+
+    def __init__(self, *, stream: Any = None, bar: bool | None = None) -> None:
         self.latest: dict[str, list[SourceLag]] = {}
-        self._print = line_printer(stream)
+        self._stream = stream or sys.stderr
+        self._print = line_printer(self._stream)
+        if bar is None:
+            isatty = getattr(self._stream, "isatty", None)
+            bar = bool(isatty()) if callable(isatty) else False
+        self._bar = bar
+        self._read: dict[str, int] = {}  # rows each query has read since this reporter began
 
     @classmethod
     def attach(cls, spark: SparkSession) -> LagReporter | None:
@@ -207,8 +233,17 @@ class LagReporter(StreamingQueryListener):
         try:
             progress = event.progress
             lags = source_lags(progress)
-            if lags:
-                self.latest[str(_field(progress, "id"))] = lags
+            if not lags:
+                return
+            query = str(_field(progress, "id"))
+            self.latest[query] = lags
+            if self._bar:
+                self._read[query] = self._read.get(query, 0) + int(
+                    _field(progress, "numInputRows") or 0
+                )
+                self._stream.write(progress_bar(progress, lags, read=self._read[query]))
+                self._stream.flush()
+            else:
                 self._print(describe(progress, lags))
         except Exception:  # a listener must never take the query down
             log.debug("lag line not printed", exc_info=True)

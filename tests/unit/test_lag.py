@@ -82,3 +82,34 @@ def test_the_reporter_prints_one_line_per_batch_whatever_the_logging_setup() -> 
         "lag 15 offsets over 1 partitions (max 15 at t-0, avg 15.0, min 15)"
     )
     assert reporter.latest["q1"][0].behind == 15
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_lines_become_a_progress_bar_of_records_read() -> None:
+    """An availableNow run of 100 records in batches of 40: the bar is rewritten in place
+    (carriage return) and ends its line when nothing is left to read."""
+    out = _Terminal()
+    reporter = LagReporter(stream=out)
+    for end, rows in ((40, 40), (80, 40), (100, 20)):
+        progress = _progress(_source({"t": {"0": end}}, {"t": {"0": 100}}))
+        progress["numInputRows"] = rows
+        reporter.onQueryProgress(SimpleNamespace(progress=progress))
+    frames = out.getvalue().split("\r")[1:]
+    assert [f.split("] ")[1].split(" records")[0] for f in frames] == [
+        "40/100",
+        "80/100",
+        "100/100",
+    ]
+    assert not frames[0].endswith("\n") and frames[-1].endswith("(100%), batch 3\n")
+
+
+def test_not_on_a_terminal_there_is_no_bar() -> None:
+    out = io.StringIO()  # a log file, a job's captured output
+    LagReporter(stream=out).onQueryProgress(
+        SimpleNamespace(progress=_progress(_source({"t": {"0": 1}}, {"t": {"0": 2}})))
+    )
+    assert "\r" not in out.getvalue() and out.getvalue().startswith("chkpt events batch 3:")
