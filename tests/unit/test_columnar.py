@@ -12,7 +12,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 from kafka.structs import TopicPartition
 
-from spark_chkpt.kafka.client.columnar import RecordColumns, _partition_records_class
+from spark_chkpt.kafka.client.columnar import RecordColumns
+from spark_chkpt.kafka.client.fetcher_hook import partition_records_class
 from spark_chkpt.kafka.source.records import (
     arrow_schema,
     columns_to_record_batch,
@@ -57,7 +58,7 @@ def test_columns_equal_kafka_pythons_records(codec: str, fetch_offset: int) -> N
     tp = TopicPartition("t", 0)
     old = Fetcher.PartitionRecords(fetch_offset, tp, MemoryRecords(data))
     records = old.take(None)
-    new = _partition_records_class()(fetch_offset, tp, MemoryRecords(data))
+    new = partition_records_class()(fetch_offset, tp, MemoryRecords(data))
     chunks: list[RecordColumns] = []
     while got := new.take(128):
         assert len(got) <= 128  # kafka-python counts take()'s rows against max_records
@@ -73,7 +74,7 @@ def test_columns_equal_kafka_pythons_records(codec: str, fetch_offset: int) -> N
 
 def test_columns_round_trip_through_records_and_slices() -> None:
     data = _fetch(300, codec=0)
-    new = _partition_records_class()(0, TopicPartition("t", 0), MemoryRecords(data))
+    new = partition_records_class()(0, TopicPartition("t", 0), MemoryRecords(data))
     (chunk,) = new.take(None)
     before, after = chunk.split_at(120)
     assert (len(before), after.first_offset) == (120, 120)
@@ -92,7 +93,7 @@ def test_columns_round_trip_through_records_and_slices() -> None:
 def test_a_corrupt_record_fails_after_the_records_before_it() -> None:
     data = bytearray(_fetch(50, codec=0, per_batch=50))
     struct.pack_into(">i", data, 57, 51)  # the batch claims one record more than it holds
-    new = _partition_records_class()(0, TopicPartition("t", 0), MemoryRecords(bytes(data)))
+    new = partition_records_class()(0, TopicPartition("t", 0), MemoryRecords(bytes(data)))
     new.check_crcs = False
     (chunk,) = new.take(None)
     assert len(chunk) == 50

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
-from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records, set_columnar
+from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records
+from spark_chkpt.kafka.client.fetcher_hook import set_columnar
 from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
 from spark_chkpt.offsets import TopicPartition
 
