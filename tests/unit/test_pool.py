@@ -135,3 +135,45 @@ def test_kafka_python_consumers_cost_no_topic_id_call() -> None:
     from spark_chkpt.kafka.client.pool import read_topic_ids
 
     assert read_topic_ids(SETTINGS, ["a"]) == {}  # no broker at h:1 was asked
+
+
+def test_the_drivers_client_cache_builds_once_and_rebuilds_what_is_stale_or_retired() -> None:
+    from spark_chkpt.kafka.client.pool import ClientCache
+
+    closed: list[str] = []
+    built: list[str] = []
+    cache: ClientCache[str] = ClientCache(close=closed.append)
+
+    def build(name: str) -> Any:
+        return lambda: built.append(name) or name
+
+    assert cache.get("k", build=build("a")) == "a"
+    assert cache.get("k", build=build("b")) == "a"  # cached: not built again
+    assert cache.get("k", build=build("c"), stale=lambda c: c == "a") == "c"  # recreated
+    cache.retire("k")  # a client that failed
+    assert cache.get("k", build=build("d")) == "d"
+    assert built == ["a", "c", "d"] and closed == ["a", "c"]
+
+
+def test_two_sinks_with_other_producer_settings_never_share_a_barrier_producer() -> None:
+    """The cache was keyed on the bootstrap servers alone: a second sink on the same
+    cluster with other credentials or TLS settings got the first one's producer."""
+    from spark_chkpt.kafka.sink.committer import BarrierSettings, barrier_producer_key
+
+    def settings(**producer: Any) -> BarrierSettings:
+        return BarrierSettings(
+            bootstrap_servers="h:9092",
+            topic="t",
+            control_topic=None,
+            checkpoint_location="/chk",
+            app_id="a",
+            query_name=None,
+            retained_snapshots=10,
+            producer_settings=producer,
+        )
+
+    plain, sasl = settings(), settings(security_protocol="SASL_SSL", sasl_plain_username="u")
+    assert barrier_producer_key(plain) != barrier_producer_key(sasl)
+    assert barrier_producer_key(sasl) == barrier_producer_key(
+        settings(sasl_plain_username="u", security_protocol="SASL_SSL")
+    )

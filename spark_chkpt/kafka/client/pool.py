@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from spark_chkpt.kafka.client.consumer import ConsumerSettings, RangeConsumer, build_consumer
 
@@ -200,3 +200,48 @@ class ConsumerPool:
 
 
 POOL = ConsumerPool()  # one per Python worker process
+
+
+V = TypeVar("V")
+
+
+class ClientCache(Generic[V]):
+    """The driver's long-lived Kafka clients by key, one per process: the Kafka sink's
+    barrier producer and its control-topic readers. Spark builds a new writer per batch;
+    a client built per batch would reconnect and, for a control topic, read it again from
+    its start (O(history) per commit). ``get`` builds once; ``retire`` closes and forgets
+    (a client that failed, or whose topic was recreated), so the next ``get`` builds anew.
+    """
+
+    def __init__(self, *, close: Callable[[V], None]) -> None:
+        self._close = close
+        self._clients: dict[Any, V] = {}
+        self._lock = threading.Lock()
+
+    def get(
+        self, key: Any, *, build: Callable[[], V], stale: Callable[[V], bool] | None = None
+    ) -> V:
+        """The client under ``key``, built by ``build`` if there is none, or if
+        ``stale(client)`` says the cached one must not be used again (it is closed)."""
+        with self._lock:
+            client = self._clients.get(key)
+        if client is not None and stale is not None and stale(client):
+            self.retire(key)
+            client = None
+        if client is None:
+            client = build()
+            with self._lock:
+                self._clients[key] = client
+        return client
+
+    def retire(self, key: Any) -> None:
+        with self._lock:
+            client = self._clients.pop(key, None)
+        if client is not None:
+            try:
+                self._close(client)
+            except Exception:  # a client that cannot close is dropped all the same
+                log.debug("closing a cached client failed", exc_info=True)
+
+    def __len__(self) -> int:
+        return len(self._clients)

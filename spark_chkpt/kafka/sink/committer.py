@@ -31,6 +31,7 @@ from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, cont
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -51,8 +52,10 @@ log = logging.getLogger(__name__)
 # The Kafka sink's coordinator keeps its index readers and producer per commit process:
 # Spark builds a new writer per batch, and re-reading a control topic from its start on
 # every commit would cost O(history).
-_INDEXES: dict[tuple[str, str, str], ControlTopic] = {}
-_BARRIER_PRODUCERS: dict[str, Any] = {}
+_INDEXES: ClientCache[ControlTopic] = ClientCache(close=lambda index: index.close())
+# One barrier producer per cluster and producer settings (two sinks with other
+# credentials or TLS settings never share one).
+_BARRIER_PRODUCERS: ClientCache[Any] = ClientCache(close=lambda p: p.close(timeout=0))
 
 
 @dataclass(frozen=True)
@@ -138,36 +141,36 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         )
 
     def _producer(self) -> Any:
-        key = self.settings.bootstrap_servers
-        producer = _BARRIER_PRODUCERS.get(key)
-        if producer is None:
+        def build() -> Any:
             from kafka import KafkaProducer
 
-            producer = KafkaProducer(
+            return KafkaProducer(
                 **{
                     **self.settings.producer_settings,
                     "bootstrap_servers": self.settings.bootstrap_servers.split(","),
                     "client_id": f"spark-chkpt-barriers-{self.settings.app_id[:8]}",
                 }
             )
-            _BARRIER_PRODUCERS[key] = producer
-        return producer
+
+        return _BARRIER_PRODUCERS.get(barrier_producer_key(self.settings), build=build)
 
     def _index(self, topic: str) -> ControlTopic:
         control = self.settings.control_topic or control_topic_for(topic)
         key = (self.settings.bootstrap_servers, control, topic)
-        index = _INDEXES.get(key)
-        if index is not None and index.current_topic_id() != index.topic_id:
-            index.close()  # deleted and created again: entries of the old one don't count
-            index = None
-        if index is None:
+
+        def build() -> ControlTopic:
             index = ControlTopic(
                 bootstrap_servers=self.settings.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,
             )
             index.topic_id = index.current_topic_id()
-            _INDEXES[key] = index
+            return index
+
+        # A data topic deleted and created again: entries of the old one don't count.
+        index = _INDEXES.get(
+            key, build=build, stale=lambda cached: cached.current_topic_id() != cached.topic_id
+        )
         ensure_control_topic(bootstrap_servers=self.settings.bootstrap_servers, name=control)
         index.refresh()
         return index
@@ -292,9 +295,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             batch.transactions.close()
             batch.transactions = None
         if failed:
-            producer = _BARRIER_PRODUCERS.pop(self.settings.bootstrap_servers, None)
-            if producer is not None:
-                producer.close(timeout=0)
+            _BARRIER_PRODUCERS.retire(barrier_producer_key(self.settings))
 
     def resume(self) -> list[int]:
         """Before a batch's tasks run (the sink's ``streamWriter``, on the driver): commit
@@ -418,6 +419,13 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             batch_id,
             ", ".join(attempts) or "-",
         )
+
+
+def barrier_producer_key(settings: BarrierSettings) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What makes two sinks' barrier producers interchangeable: the cluster and every
+    producer setting (security, TLS, timeouts)."""
+    items = tuple(sorted((k, repr(v)) for k, v in settings.producer_settings.items()))
+    return settings.bootstrap_servers, items
 
 
 def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:
