@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.alignment.aligner import Aligner, Forward, Mode
-from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.alignment.barrier import attempt_of, is_barrier
 from spark_chkpt.alignment.cut import RecordFilter
 from spark_chkpt.alignment.fanin import FanInFilter
 from spark_chkpt.deadline import Deadline
@@ -48,6 +48,7 @@ from spark_chkpt.kafka.client.columnar import RecordColumns, as_columns, as_reco
 from spark_chkpt.kafka.client.consumer import RangeConsumer, build_consumer
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.client.pool import POOL, ConsumerPool
+from spark_chkpt.kafka.source.judge import RecordJudge, fan_in_verdict, plain_records
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.prefetch import PREFETCH, PrefetchBuffer
 from spark_chkpt.kafka.source.records import (
@@ -102,7 +103,10 @@ class _Channel:
     assigned: bool = False
     done: bool = False
     held: list[Any] = field(default_factory=list)  # waiting for a barrier to judge them
-    seen_confirmed: set[str] = field(default_factory=set)  # attempts barriers here named
+    judge: RecordJudge = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.judge = RecordJudge(tp=self.spec.range.tp, filter=self.spec.filter)
 
     @property
     def tp(self) -> TopicPartition:
@@ -393,61 +397,33 @@ class RangeFetcher:
         if not spec.markers:
             if spec.missing_control is not None:
                 _refuse_without_control(spec, records)
-            # A topic read as plain may still carry barriers its reader cannot place (the
-            # control topic is invisible to it): they are never rows.
-            if any(r.headers and is_barrier(r.headers) for r in records):
-                skipped = [r for r in records if not (r.headers and is_barrier(r.headers))]
-                self.stats.barriers += len(records) - len(skipped)
-                records = skipped
-            channel.pending.extend(records)
+            rows, barriers = plain_records(records)
+            self.stats.barriers += barriers
+            channel.pending.extend(rows)
             return
         if spec.fan_in is not None:
             self._take_fan_in(channel, spec.fan_in, records)
             return
-        keep_until = spec.filter.confirm_until if spec.filter is not None else -1
-        confirmed = spec.filter.confirmed if spec.filter is not None else frozenset()
-        revoking = spec.filter
-        if revoking is not None and not (revoking.revoked or revoking.revoked_attempts):
-            revoking = None
+        judge = channel.judge
         for record in records:
-            headers = record.headers
-            if revoking is not None and revoking.is_revoked(record.offset, attempt_of(headers)):
+            verdict, barrier = judge.judge(record, holding=bool(channel.held))
+            if verdict == "pass":
+                self._pass(channel, record, aligner, channels)
+            elif verdict == "hold":
+                # Until a barrier confirms its attempt or the range ends without one.
+                channel.held.append(record)
+            elif verdict == "revoked":
                 self.stats.revoked += 1
-                continue
-            if headers and is_barrier(headers):
-                barrier = Barrier.parse(
-                    record.value,
-                    topic=spec.range.tp.topic,
-                    partition=spec.range.tp.partition,
-                    offset=record.offset,
-                )
-                if (
-                    revoking is not None
-                    and barrier.attempts
-                    and set(barrier.attempts) <= revoking.revoked_attempts
-                ):
-                    # A revoked snapshot's barrier past the revoked offsets (a stale
-                    # writer's commit that raced the revocation): it confirms nothing.
-                    self.stats.revoked += 1
-                    continue
+            else:  # a barrier: held records may be judged now, then the aligner hears it
+                assert barrier is not None
                 self.stats.barriers += 1
-                # The barrier names the attempts it confirms: records held for want of an
-                # index entry (expired, or a recreated control topic) are judged now.
-                channel.seen_confirmed.update(barrier.attempts)
                 if channel.held:
-                    self._release(channel, confirmed, keep_until, aligner, channels)
+                    self._release(channel, aligner, channels)
                 if aligner is not None:
                     self._emit(
                         aligner.on_barrier(channel=channel.tp, snapshot_id=barrier.snapshot_id),
                         channels,
                     )
-                continue
-            if channel.held or _unconfirmed(record, confirmed, channel.seen_confirmed, keep_until):
-                # Hold it (and everything after it, to keep offset order) until a barrier
-                # confirms its attempt or the range ends without one.
-                channel.held.append(record)
-                continue
-            self._pass(channel, record, aligner, channels)
 
     def _take_fan_in(self, channel: _Channel, judge: FanInFilter, records: list[Any]) -> None:
         """A fan-in topic's records: barriers skipped, each record delivered, dropped (a
@@ -455,13 +431,10 @@ class RangeFetcher:
         attempt tag (:mod:`spark_chkpt.alignment.fanin`). Not through the aligner: the
         apps number their snapshots each on its own."""
         for record in records:
-            headers = record.headers
-            if headers and is_barrier(headers):
+            verdict, tag = fan_in_verdict(judge, record)
+            if verdict == "barrier":
                 self.stats.barriers += 1
-                continue
-            tag = attempt_of(headers) if headers else None
-            verdict = judge.judge(record.offset, tag)
-            if verdict == "deliver":
+            elif verdict == "deliver":
                 channel.pending.append(record)
             elif verdict == "drop":
                 self.stats.dropped += 1
@@ -515,19 +488,16 @@ class RangeFetcher:
     def _release(
         self,
         channel: _Channel,
-        confirmed: frozenset[str],
-        keep_until: int,
         aligner: Aligner[Any] | None,
         channels: dict[TopicPartition, _Channel],
     ) -> None:
         """Pass the held records that some barrier or the index confirms, in order; drop
         the tagged ones that none does (a failed upstream attempt's output)."""
         held, channel.held = channel.held, []
-        for record in held:
-            if _unconfirmed(record, confirmed, channel.seen_confirmed, keep_until):
-                tag = attempt_of(record.headers)
+        for verdict, record in channel.judge.release(held):
+            if verdict == "drop":
                 self.stats.dropped += 1
-                self.stats.dropped_attempts.add(str(tag))
+                self.stats.dropped_attempts.add(str(attempt_of(record.headers)))
             else:
                 self._pass(channel, record, aligner, channels)
 
@@ -558,14 +528,7 @@ class RangeFetcher:
     ) -> None:
         """No barrier comes any more: judge the held records by what is known."""
         if channel.held:
-            spec = channel.spec
-            self._release(
-                channel,
-                spec.filter.confirmed if spec.filter is not None else frozenset(),
-                spec.filter.confirm_until if spec.filter is not None else -1,
-                aligner,
-                channels,
-            )
+            self._release(channel, aligner, channels)
         if aligner is not None:
             self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
 
@@ -607,15 +570,6 @@ def _refuse_without_control(spec: ReadSpec, records: Sequence[Any]) -> None:
                 "upstream's control topic; or, to read every record including failed "
                 "attempts' (at least once), set alignment=none."
             )
-
-
-def _unconfirmed(record: Any, confirmed: frozenset[str], seen: set[str], keep_until: int) -> bool:
-    """A tagged record below the filter's bound whose attempt neither the index nor a
-    barrier read so far confirms."""
-    if record.offset >= keep_until or not record.headers:
-        return False
-    tag = attempt_of(record.headers)
-    return tag is not None and tag not in confirmed and tag not in seen
 
 
 # A read task's alignment by the source's mode: 'none' passes every record but barriers.
