@@ -28,11 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_chkpt.delta.history import snapshot_records
 from spark_chkpt.delta.table import DeltaTarget
-from spark_chkpt.errors import RecoveryError
+from spark_chkpt.errors import NotADeltaTableError, RecoveryError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.snapshot.epoch import StartedBy, write_epoch
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
+from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -71,26 +72,20 @@ def snapshot_history(
     *, table_uri: str, storage_options: Mapping[str, str] | None = None
 ) -> list[TableSnapshot]:
     """Every commit of the table that carries a snapshot record, newest first."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
-        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
-    except TableNotFoundError as e:
+        table = DeltaTarget(uri=table_uri, storage_options=storage_options).require()
+    except NotADeltaTableError as e:
         raise RecoveryError(f"{table_uri} is not a Delta table: {e}") from e
-    found = []
-    for entry in table.history():  # newest first
-        text = entry.get(SNAPSHOT_KEY)
-        if not text:
-            continue
-        try:
-            record = SnapshotRecord.from_json(text)
-        except (ValueError, TypeError) as e:
-            raise RecoveryError(
-                f"{table_uri} version {entry.get('version')}: unreadable snapshot record ({e})"
-            ) from e
-        found.append(TableSnapshot(record=record, table_version=int(entry["version"])))
-    return found
+
+    def unreadable(version: int, e: Exception) -> None:
+        raise RecoveryError(
+            f"{table_uri} version {version}: unreadable snapshot record ({e})"
+        ) from e
+
+    return [
+        TableSnapshot(record=record, table_version=version)
+        for version, record in snapshot_records(table, unreadable=unreadable)
+    ]
 
 
 def last_snapshot(

@@ -20,22 +20,21 @@ Everything that can refuse runs at step 2, before anything is changed
 writer committed to it after that version (unless ``--discard-other-writers`` names
 them), and the files of that version are all there (VACUUM may have removed them).
 
-Also here, shared with the main table's rollback: :func:`commits_after`, the scan of the
-commits a rollback would undo.
+Also here, shared with the main table's rollback: :func:`refuse_other_writers`, over
+the scan of the commits a rollback would undo (:func:`spark_chkpt.delta.history.commits_after`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.history import commits_after
+from spark_chkpt.delta.table import DeltaTarget, commit_properties
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.snapshot.epoch import generation_app_id, writer_of
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +125,10 @@ def rewind_dead_letters(
     """Step 5: roll the dead-letter table back to snapshot N with ``txn(appId, N)`` and
     the new generation; returns its version before and the restore commit's version
     (None: nothing to undo)."""
-    from deltalake import CommitProperties, Transaction
-
     target, batch, app_id = letters.target, letters.batch, letters.app_id
     plan = plan_dead_letter_rewind(letters, discard_other_writers=discard_other_writers)
     if not plan.needed:
         return plan.current, None
-    now = int(time.time() * 1000)
     info = {
         "savepoint": savepoint_id,
         "batch_id": batch,
@@ -146,29 +142,22 @@ def rewind_dead_letters(
         at = target.commit_at(plan.version)
         if at is not None and at.txns.get(app_id) == batch:
             rows = int(at.info.get("chkpt.deadLetters") or 0)
-    props = CommitProperties(
-        custom_metadata={
+    props = commit_properties(
+        metadata={
             "chkpt.batchId": batch,
             "chkpt.deadLetters": rows,
             REWIND_KEY: json.dumps(info),
         },
-        app_transactions=[
-            Transaction(app_id=app_id, version=batch, last_updated=now),
-            Transaction(app_id=generation_app_id(app_id), version=generation, last_updated=now),
-        ],
+        app_id=app_id,
+        version=batch,
+        generation=generation,
     )
     table = plan.table
     try:
         if plan.version is not None:
-            table.restore(plan.version, commit_properties=props)
+            target.restore_to(table, plan.version, props=props)
         else:  # no dead letter of the app at N: every file goes
-            table.create_write_transaction(
-                [],
-                "overwrite",
-                table.schema(),
-                partition_by=list(table.metadata().partition_columns) or None,
-                commit_properties=props,
-            )
+            target.replace_with_nothing(table, mode="overwrite", props=props)
     except Exception as e:
         raise SavepointError(
             f"could not roll the dead-letter table {target.uri} back from version "
@@ -213,30 +202,6 @@ def refuse_other_writers(
             "Nothing was changed."
         )
     return plain
-
-
-def commits_after(
-    target: DeltaTarget, version: int, current: int, app_id: str
-) -> tuple[set[str], int]:
-    """Other app ids with commits after ``version``, and how many commits had none."""
-    others: set[str] = set()
-    plain = 0
-    log_dir = target.location.child("_delta_log")
-    for v in range(version + 1, current + 1):
-        try:
-            text = log_dir.child(f"{v:020d}.json").read_text()
-        except FileNotFoundError:
-            continue
-        apps = set()
-        for line in text.splitlines():
-            if '"txn"' in line:
-                txn = json.loads(line).get("txn")
-                if isinstance(txn, dict):
-                    apps.add(writer_of(str(txn.get("appId"))))
-        if not apps:
-            plain += 1
-        others |= apps - {app_id}
-    return others, plain
 
 
 def _needed(
@@ -288,11 +253,8 @@ def _version_at(target: DeltaTarget, table: Any, *, app_id: str, batch: int) -> 
 def _check_files(target: DeltaTarget, version: int, *, batch: int, current: int) -> None:
     """Every file of ``version`` is still there (VACUUM removes the files of old
     versions); else one :class:`SavepointError` naming the table and the versions."""
-    from deltalake import DeltaTable
-
     try:
-        options = target.storage_options or None
-        old = DeltaTable(target.uri, version=version, storage_options=options)
+        old = target.open_at(version)
         missing = sorted(p for p in target.referenced(old) if not target.location.child(p).exists())
     except Exception as e:
         raise SavepointError(

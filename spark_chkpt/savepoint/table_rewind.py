@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_chkpt.delta.replay import describe_offsets, positions
-from spark_chkpt.delta.table import DeltaTarget, TxnCommit
+from spark_chkpt.delta.table import DeltaTarget, TxnCommit, commit_properties
 from spark_chkpt.fs import qualify
 from spark_chkpt.savepoint.dead_letters import REWIND_KEY, DeadLetterTable, refuse_other_writers
 from spark_chkpt.savepoint.manifest import Savepoint, SavepointError
-from spark_chkpt.snapshot.epoch import generation_app_id
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 
 log = logging.getLogger(__name__)
@@ -195,8 +193,6 @@ def rewind_table(
 ) -> TableRewound:
     """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)`` and the new
     generation ``txn(<appId>#generation, g)``, which fences the writers of older ones."""
-    from deltalake import CommitProperties, Transaction
-
     manifest = point.manifest
     batch = manifest.batch_id
     state = check_table(point, target, discard_other_writers)
@@ -223,20 +219,11 @@ def rewind_table(
     if record is not None:
         metadata[SNAPSHOT_KEY] = replace(record, table_version=state.snapshot_version).to_json()
     try:
-        state.table.restore(
+        target.restore_to(
+            state.table,
             state.snapshot_version,
-            commit_properties=CommitProperties(
-                custom_metadata=metadata,
-                app_transactions=[
-                    Transaction(
-                        app_id=state.app_id, version=batch, last_updated=int(time.time() * 1000)
-                    ),
-                    Transaction(
-                        app_id=generation_app_id(state.app_id),
-                        version=generation,
-                        last_updated=int(time.time() * 1000),
-                    ),
-                ],
+            props=commit_properties(
+                metadata=metadata, app_id=state.app_id, version=batch, generation=generation
             ),
         )
     except Exception as e:

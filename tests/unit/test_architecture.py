@@ -68,6 +68,7 @@ LAYERS = {
     # Lineage reads the table's records and, like the source's planner, the control
     # topics the sink writes (their reader only).
     "spark_chkpt.lineage": {
+        "spark_chkpt.delta",
         "spark_chkpt.snapshot",
         "spark_chkpt.alignment",
         "spark_chkpt.kafka.sink.control_topic",
@@ -124,6 +125,18 @@ def test_the_scan_sees_the_layout() -> None:
 def test_alignment_imports_no_spark_kafka_or_delta(name: str) -> None:
     third_party = {m.split(".")[0] for m in GRAPH[name]}
     assert not third_party & {"pyspark", "kafka", "confluent_kafka", "deltalake", "pyarrow"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(m for m in MODULES if under(m, "spark_chkpt") and not under(m, "spark_chkpt.jobs")),
+)
+def test_only_delta_imports_deltalake(name: str) -> None:
+    """delta-rs has one door: ``spark_chkpt.delta`` (the jobs, programs that read a
+    table back for their user, and the benchmark aside)."""
+    if under(name, "spark_chkpt.delta"):
+        return
+    assert "deltalake" not in {m.split(".")[0] for m in GRAPH[name]}, name
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
