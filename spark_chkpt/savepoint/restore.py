@@ -39,7 +39,7 @@ The protocol (``# Step N`` in the body):
    query ran on the folder past N (it would roll the table back under that query);
 4. the checkpoint: ``chkpt/restore.json`` first (what is being restored), then Spark's
    files and the epoch (``chkpt/epoch.json``) through
-   :func:`spark_chkpt.recovery.rebuild.write_checkpoint`, the state copied before
+   :func:`spark_chkpt.snapshot.checkpoint.write_checkpoint`, the state copied before
    ``metadata``, which comes last;
 5. rewind only: the table restore, carrying the new generation (writers of older ones,
    the old checkpoint restarted or still running, are fenced from then on; a rewind
@@ -78,7 +78,6 @@ from typing import Any, Literal
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
-from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.dead_letters import (
     DeadLetterTable,
@@ -101,6 +100,7 @@ from spark_chkpt.savepoint.table_rewind import (
     rewind_target,
     same_table,
 )
+from spark_chkpt.snapshot.checkpoint import checkpoint_in_use, write_checkpoint
 from spark_chkpt.snapshot.store import STORE_DIR
 
 log = logging.getLogger(__name__)

@@ -57,8 +57,9 @@ in the table. Null keys match null keys.
 (Over 400 lines: ``DeltaUpsert``, the public front (its arguments checked together and
 step 2's checks), and :class:`UpsertCommitter`, the hooks and the steps' helpers it
 gives the shared commit template (what both Delta writers do alike is in
-:mod:`spark_chkpt.delta.hooks`), are one protocol read top to bottom; the template and its retry loop live in
-:mod:`spark_chkpt.snapshot.coordinator`, staging and the MERGE in their own modules.)
+:mod:`spark_chkpt.delta.hooks`), are one protocol read top to bottom; the template
+and its retry loop live in :mod:`spark_chkpt.snapshot.coordinator`, staging and the
+MERGE in their own modules.)
 """
 
 from __future__ import annotations
