@@ -75,9 +75,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from spark_chkpt.delta.sink.rewind import (
+    check_table,
+    dead_letter_table_of,
+    rewind_table,
+    rewind_target,
+    same_table,
+)
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
+from spark_chkpt.kafka.sink.rewind import KafkaRewind, plan_kafka_rewind, write_revocations
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.dead_letters import (
     DeadLetterTable,
@@ -91,15 +99,7 @@ from spark_chkpt.savepoint.manifest import (
     verify_files,
 )
 from spark_chkpt.savepoint.plan import JobPlan
-from spark_chkpt.savepoint.revocation import KafkaRewind, plan_kafka_rewind, write_revocations
 from spark_chkpt.savepoint.shadow import check_shadow
-from spark_chkpt.savepoint.table_rewind import (
-    check_table,
-    dead_letter_table_of,
-    rewind_table,
-    rewind_target,
-    same_table,
-)
 from spark_chkpt.snapshot.checkpoint import checkpoint_in_use, write_checkpoint
 from spark_chkpt.snapshot.store import STORE_DIR
 
