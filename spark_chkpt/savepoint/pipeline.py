@@ -29,7 +29,7 @@ jobs: nothing in flight between them. :func:`create_pipeline_savepoint`:
 :func:`restore_pipeline` checks every job's restore first (without writing) and refuses,
 naming the job and the reason, before changing anything; then restores the jobs,
 upstream first, each into ``<checkpoint_dir>/<job>``. A rewind of a job that writes
-Kafka revokes its snapshots after N (:mod:`spark_chkpt.savepoint.revocation`), so the
+Kafka revokes its snapshots after N (:mod:`spark_chkpt.kafka.sink.rewind`), so the
 restored downstream job reads each record of the new timeline once. A fork restores
 every job as a new query into new topics and tables, the downstream jobs starting at
 the new topics' first offsets (:mod:`spark_chkpt.savepoint.pipeline_fork`).

@@ -52,7 +52,8 @@ LAYERS = {
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
-    # A rewind of a Kafka sink revokes snapshots in the sink's control topic.
+    # A restore picks the sink's rewind (delta.sink, kafka.sink); a pipeline savepoint
+    # reads the control topics and creates a fork's topics.
     "spark_chkpt.savepoint": {
         "spark_chkpt.delta",
         "spark_chkpt.snapshot",
