@@ -84,7 +84,7 @@ def pipeline_restore(args: argparse.Namespace) -> int:
             "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
             "restored into <dir>/<job>), no savepoint or --checkpoint"
         )
-    from spark_chkpt.savepoint.pipeline_fork import load_fork, pairs
+    from spark_chkpt.savepoint.pipeline.fork import load_fork, pairs
 
     for result in restore_pipeline(
         pipeline=args.pipeline,

@@ -1,4 +1,4 @@
-"""The pure parts of a pipeline fork (spark_chkpt.savepoint.pipeline_fork): the rename
+"""The pure parts of a pipeline fork (spark_chkpt.savepoint.pipeline.fork): the rename
 options, where the forked downstream job starts on a new topic, which job gets which new
 table, and the refusals that need no broker."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.savepoint.manifest import SavepointManifest, SinkInfo
-from spark_chkpt.savepoint.pipeline_fork import ForkPlan, _tables, pairs, plan_fork
+from spark_chkpt.savepoint.pipeline.fork import ForkPlan, _tables, pairs, plan_fork
 from spark_chkpt.savepoint.restore import RestoreResult
 
 

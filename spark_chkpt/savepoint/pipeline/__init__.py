@@ -32,7 +32,7 @@ upstream first, each into ``<checkpoint_dir>/<job>``. A rewind of a job that wri
 Kafka revokes its snapshots after N (:mod:`spark_chkpt.kafka.sink.rewind`), so the
 restored downstream job reads each record of the new timeline once. A fork restores
 every job as a new query into new topics and tables, the downstream jobs starting at
-the new topics' first offsets (:mod:`spark_chkpt.savepoint.pipeline_fork`).
+the new topics' first offsets (:mod:`spark_chkpt.savepoint.pipeline.fork`).
 
 (Over 400 lines: the manifest's dataclasses, the search for the cut across the jobs'
 checkpoints and the barrier index, and create / load / list / restore of one pipeline
@@ -57,8 +57,8 @@ from spark_chkpt.fs import qualify, resolve
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
-from spark_chkpt.savepoint.pipeline_file import PipelineFile, check_declared, load_pipeline_file
-from spark_chkpt.savepoint.pipeline_fork import ForkPlan, plan_fork, prepare_topics
+from spark_chkpt.savepoint.pipeline.file import PipelineFile, check_declared, load_pipeline_file
+from spark_chkpt.savepoint.pipeline.fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.store import SnapshotStore
@@ -527,7 +527,7 @@ def create_pipeline_savepoint_from_file(
     client_settings: Mapping[str, Any] | None = None,
 ) -> Pipeline:
     """:func:`create_pipeline_savepoint` of the jobs a pipeline file lists
-    (:mod:`spark_chkpt.savepoint.pipeline_file`); the arguments given here win over the
+    (:mod:`spark_chkpt.savepoint.pipeline.file`); the arguments given here win over the
     file's values."""
     spec = load_pipeline_file(path=path)
     directory = savepoint_dir or spec.savepoint_dir
@@ -591,7 +591,7 @@ def restore_pipeline(
     """Restore every job of the pipeline savepoint at ``pipeline`` into
     ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
     fails, naming it), then restored, upstream first. A fork
-    (:mod:`spark_chkpt.savepoint.pipeline_fork`) writes new topics (``rename_topics``,
+    (:mod:`spark_chkpt.savepoint.pipeline.fork`) writes new topics (``rename_topics``,
     old -> new, every Kafka sink topic) and new tables (``table_paths``: ``JOB=PATH``, or
     ``PATH`` when one job writes a table)."""
     point = load_pipeline(location=pipeline)
