@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.savepoint.pipeline import create_pipeline_savepoint_from_file
+from spark_chkpt.savepoint.pipeline.create import create_pipeline_savepoint_from_file
 from spark_chkpt.savepoint.pipeline.file import (
     DeclaredJob,
     check_declared,
