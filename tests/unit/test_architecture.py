@@ -63,6 +63,8 @@ LAYERS = {
         "spark_chkpt.kafka.sink",
         "spark_chkpt.kafka.client",
     },
+    # Two tables paired by their snapshot records' offsets, read through delta/.
+    "spark_chkpt.diff": {"spark_chkpt.delta", "spark_chkpt.recovery"},
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.
     "spark_chkpt.restart": {"spark_chkpt.metrics"},
