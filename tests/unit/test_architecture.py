@@ -52,15 +52,15 @@ LAYERS = {
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
-    # A restore picks the sink's rewind (of delta.sink or kafka.sink, nothing else of
-    # theirs); a pipeline savepoint reads the control topics and creates a fork's topics.
+    # A restore picks the sink's rewind (delta.sink, kafka.sink; not delta/ itself: the
+    # rewind goes through it); a pipeline savepoint reads the control topics and creates
+    # a fork's topics.
     "spark_chkpt.savepoint": {
-        "spark_chkpt.delta.sink.rewind",
-        "spark_chkpt.kafka.sink.rewind",
+        "spark_chkpt.delta.sink",
+        "spark_chkpt.kafka.sink",
         "spark_chkpt.snapshot",
         "spark_chkpt.state",
         "spark_chkpt.alignment",
-        "spark_chkpt.kafka.sink.control_topic",
         "spark_chkpt.kafka.client",
     },
     # Two tables paired by their snapshot records' offsets, read through delta/.
