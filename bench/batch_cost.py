@@ -46,7 +46,7 @@ def measure(
 
     from bench import batch_anatomy
     from bench.query import run_query
-    from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
 
     topic = "bench-small"
     fill(servers=servers, topic=topic, records=batches * per_batch, partitions=partitions)

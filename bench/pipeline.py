@@ -123,7 +123,7 @@ def _worker_peak_rss_mb() -> float | None:
 def _commit_latencies(table: Path) -> tuple[list[float], int]:
     from deltalake import DeltaTable
 
-    from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
 
     latencies = []
     for entry in DeltaTable(str(table)).history():

@@ -35,7 +35,7 @@ def commit_latencies(table: Path) -> list[float]:
     """The driver commit time (ms) of every batch the snapshot records in ``table`` carry."""
     from deltalake import DeltaTable
 
-    from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
 
     return [
         float(json.loads(entry[SNAPSHOT_KEY])["commit_ms"])

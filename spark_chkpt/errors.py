@@ -186,6 +186,11 @@ class CommitConflictError(ChkptError):
     retriable = True
 
 
+class NotADeltaTableError(ChkptError):
+    """No Delta table at a URI that must hold one; the message is delta-rs's. Callers
+    say what they needed the table for (:meth:`spark_chkpt.delta.table.DeltaTarget.require`)."""
+
+
 class RecoveryError(ChkptError):
     """The table cannot say where to resume, or the target folder is not empty."""
 

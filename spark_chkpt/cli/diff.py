@@ -10,7 +10,7 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from spark_chkpt.savepoint.diff import diff_tables
+    from spark_chkpt.diff.tables import diff_tables
 
     key = [k.strip() for k in (args.key or "").split(",") if k.strip()]
     result = diff_tables(table_a=args.table_a, table_b=args.table_b, key=key)

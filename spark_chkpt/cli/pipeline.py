@@ -10,7 +10,7 @@ from spark_chkpt.cli.state import or_dash
 
 
 def pipeline_create(args: argparse.Namespace) -> int:
-    from spark_chkpt.savepoint.pipeline import (
+    from spark_chkpt.savepoint.pipeline.create import (
         create_pipeline_savepoint,
         create_pipeline_savepoint_from_file,
     )
@@ -51,7 +51,7 @@ def pipeline_show(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from spark_chkpt.savepoint.pipeline import load_pipeline
+    from spark_chkpt.savepoint.pipeline.manifest import load_pipeline
 
     point = load_pipeline(location=args.pipeline)
     m = point.manifest
@@ -77,14 +77,14 @@ def pipeline_show(args: argparse.Namespace) -> int:
 
 
 def pipeline_restore(args: argparse.Namespace) -> int:
-    from spark_chkpt.savepoint.pipeline import restore_pipeline
+    from spark_chkpt.savepoint.pipeline.restore import restore_pipeline
 
     if args.savepoint is not None or args.checkpoint is not None or not args.checkpoint_dir:
         raise SystemExit(
             "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
             "restored into <dir>/<job>), no savepoint or --checkpoint"
         )
-    from spark_chkpt.savepoint.pipeline_fork import load_fork, pairs
+    from spark_chkpt.savepoint.pipeline.fork import load_fork, pairs
 
     for result in restore_pipeline(
         pipeline=args.pipeline,

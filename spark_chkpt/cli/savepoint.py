@@ -58,7 +58,7 @@ def _savepoint_list(args: argparse.Namespace) -> int:
     import json
 
     from spark_chkpt.savepoint.manifest import describe, list_savepoints
-    from spark_chkpt.savepoint.pipeline import list_pipelines
+    from spark_chkpt.savepoint.pipeline.manifest import list_pipelines
 
     require_folder(args.dir, what="savepoint folder")
     rows = [describe(p.manifest) for p in list_savepoints(savepoint_dir=args.dir)]

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from spark_chkpt.delta.history import snapshot_records
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit
 from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.offsets import META_KEY, from_json
@@ -110,15 +111,8 @@ def other_writers(table: Any) -> dict[str, tuple[int, SnapshotRecord]]:
     """Per app id, the Delta version and snapshot record of its newest commit in the
     table's history (the writers whose commits carry a record)."""
     newest: dict[str, tuple[int, SnapshotRecord]] = {}
-    for entry in table.history():  # newest first
-        text = entry.get(SNAPSHOT_KEY)
-        if not text:
-            continue
-        try:
-            record = SnapshotRecord.from_json(text)
-        except (ValueError, TypeError):
-            continue
-        newest.setdefault(record.app_id, (int(entry["version"]), record))
+    for version, record in snapshot_records(table):  # newest first
+        newest.setdefault(record.app_id, (version, record))
     return newest
 
 

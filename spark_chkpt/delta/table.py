@@ -19,6 +19,10 @@ Orphans: every staged name carries its writer's tag (``app_tag`` of the app id, 
 :mod:`spark_chkpt.delta.staging`). A writer removes only its own orphans; another
 writer's files, however old, may be a slow batch in flight. Names without a tag (staged
 before tags existed) are removed once older than the retention, as they always were.
+
+(Over 400 lines: this is the door to delta-rs, the one module besides
+:mod:`spark_chkpt.delta.history` that may import ``deltalake``; every open, commit and
+restore of the project passes here, with the facts above that each relies on.)
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
@@ -38,6 +42,7 @@ from spark_chkpt.errors import (
     CommitConflictError,
     CommitError,
     CommitFailureReason,
+    NotADeltaTableError,
     SchemaMismatchError,
 )
 from spark_chkpt.fs import Location, resolve
@@ -85,6 +90,23 @@ class DeltaTarget:
         if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options or None):
             return None
         return DeltaTable(self.uri, storage_options=self.storage_options or None)
+
+    def require(self) -> Any:
+        """The ``DeltaTable`` at its latest version; :class:`NotADeltaTableError` (with
+        delta-rs's words) if there is none."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self.uri, storage_options=dict(self.storage_options))
+        except TableNotFoundError as e:
+            raise NotADeltaTableError(str(e)) from e
+
+    def open_at(self, version: int) -> Any:
+        """The ``DeltaTable`` as of ``version`` (time travel; its files must be there)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri, version=version, storage_options=self.storage_options or None)
 
     # -- schema ----------------------------------------------------------------------
 
@@ -150,7 +172,7 @@ class DeltaTarget:
         ``metadata`` in commitInfo. Creates the table when ``table`` is None. With
         ``overwrite`` the commit also removes every file of the table's current version
         (delta-rs writes the remove actions: the table is replaced, not appended to)."""
-        from deltalake import CommitProperties, Schema, Transaction
+        from deltalake import Schema
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
         actions = [
@@ -164,12 +186,7 @@ class DeltaTarget:
             )
             for f in files
         ]
-        props = CommitProperties(
-            custom_metadata=dict(metadata),
-            app_transactions=[
-                Transaction(app_id=app_id, version=version, last_updated=int(time.time() * 1000))
-            ],
-        )
+        props = commit_properties(metadata=metadata, app_id=app_id, version=version)
         if table is None:
             create_table_with_add_actions(
                 self.uri,
@@ -203,24 +220,30 @@ class DeltaTarget:
         """An empty commit that records ``generation`` of ``app_id`` (``recover``, or a
         rewind with nothing to roll back): from it on, writers of older generations of
         the app id are fenced."""
-        from deltalake import CommitProperties, Transaction
+        self.replace_with_nothing(
+            table,
+            mode="append",
+            props=commit_properties(metadata=metadata, app_id=app_id, generation=generation),
+        )
 
+    def replace_with_nothing(
+        self, table: Any, *, mode: Literal["append", "overwrite"], props: Any
+    ) -> None:
+        """A commit without files: ``append`` records only its txns and metadata,
+        ``overwrite`` also removes every file of the current version (the table emptied)."""
         table.create_write_transaction(
             [],
-            "append",
+            mode,
             table.schema(),
             partition_by=list(table.metadata().partition_columns) or None,
-            commit_properties=CommitProperties(
-                custom_metadata=dict(metadata),
-                app_transactions=[
-                    Transaction(
-                        app_id=generation_app_id(app_id),
-                        version=generation,
-                        last_updated=int(time.time() * 1000),
-                    )
-                ],
-            ),
+            commit_properties=props,
         )
+
+    @staticmethod
+    def restore_to(table: Any, version: int, *, props: Any) -> None:
+        """delta-rs ``restore``: the table's files of ``version`` back in one commit
+        carrying ``props`` (:func:`commit_properties`)."""
+        table.restore(version, commit_properties=props)
 
     def commit_at(self, version: int) -> TxnCommit | None:
         """The commit of Delta ``version`` (its commitInfo and txn versions by app id), or
@@ -335,6 +358,30 @@ class DeltaTarget:
             if mtime <= cutoff and self.location.child(relative).delete():
                 removed += 1
         return removed
+
+
+def commit_properties(
+    *,
+    metadata: Mapping[str, Any],
+    app_id: str,
+    version: int | None = None,
+    generation: int | None = None,
+) -> Any:
+    """delta-rs ``CommitProperties`` of every commit the project makes: ``metadata`` in
+    commitInfo, ``txn(app_id, version)`` if ``version`` is given, and the generation
+    ``txn(<app_id>#generation, generation)`` if ``generation`` is
+    (:mod:`spark_chkpt.snapshot.epoch`)."""
+    from deltalake import CommitProperties, Transaction
+
+    now = int(time.time() * 1000)
+    txns = []
+    if version is not None:
+        txns.append(Transaction(app_id=app_id, version=version, last_updated=now))
+    if generation is not None:
+        txns.append(
+            Transaction(app_id=generation_app_id(app_id), version=generation, last_updated=now)
+        )
+    return CommitProperties(custom_metadata=dict(metadata), app_transactions=txns)
 
 
 def is_conflict(error: Exception) -> bool:

@@ -28,7 +28,9 @@ from dataclasses import asdict
 from typing import Any
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
-from spark_chkpt.errors import ChkptError
+from spark_chkpt.delta.history import history as commit_history
+from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.errors import ChkptError, NotADeltaTableError
 from spark_chkpt.kafka.sink.control_topic import ControlTopic
 from spark_chkpt.lineage.model import (
     Lineage,
@@ -98,14 +100,11 @@ def trace(
 def _table_node(
     *, table: str, version: int, storage_options: Mapping[str, str] | None
 ) -> tuple[SnapshotNode, list[str]]:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
-        delta = DeltaTable(table, storage_options=dict(storage_options or {}))
-    except TableNotFoundError as e:
+        delta = DeltaTarget(uri=table, storage_options=storage_options).require()
+    except NotADeltaTableError as e:
         raise ChkptError(f"lineage: {table} is not a Delta table: {e}") from e
-    history = {int(e["version"]): e for e in delta.history()}
+    history = {e.version: e.info for e in commit_history(delta)}
     check_version(version, sorted(history), table=table)
     info = history[version]
     text = info.get(SNAPSHOT_KEY)

@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from spark_chkpt.delta.history import snapshot_records
 from spark_chkpt.delta.table import DeltaTarget
-from spark_chkpt.errors import RecoveryError
-from spark_chkpt.fs import Location, qualify, resolve
-from spark_chkpt.snapshot.epoch import StartedBy, write_epoch
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
-from spark_chkpt.snapshot.store import SnapshotStore
+from spark_chkpt.errors import NotADeltaTableError, RecoveryError
+from spark_chkpt.snapshot.checkpoint import offset_log_entry, write_checkpoint
+from spark_chkpt.snapshot.record import SnapshotRecord
 
 log = logging.getLogger(__name__)
 
@@ -71,26 +68,20 @@ def snapshot_history(
     *, table_uri: str, storage_options: Mapping[str, str] | None = None
 ) -> list[TableSnapshot]:
     """Every commit of the table that carries a snapshot record, newest first."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
-        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
-    except TableNotFoundError as e:
+        table = DeltaTarget(uri=table_uri, storage_options=storage_options).require()
+    except NotADeltaTableError as e:
         raise RecoveryError(f"{table_uri} is not a Delta table: {e}") from e
-    found = []
-    for entry in table.history():  # newest first
-        text = entry.get(SNAPSHOT_KEY)
-        if not text:
-            continue
-        try:
-            record = SnapshotRecord.from_json(text)
-        except (ValueError, TypeError) as e:
-            raise RecoveryError(
-                f"{table_uri} version {entry.get('version')}: unreadable snapshot record ({e})"
-            ) from e
-        found.append(TableSnapshot(record=record, table_version=int(entry["version"])))
-    return found
+
+    def unreadable(version: int, e: Exception) -> None:
+        raise RecoveryError(
+            f"{table_uri} version {version}: unreadable snapshot record ({e})"
+        ) from e
+
+    return [
+        TableSnapshot(record=record, table_version=version)
+        for version, record in snapshot_records(table, unreadable=unreadable)
+    ]
 
 
 def last_snapshot(
@@ -170,59 +161,3 @@ def recover_checkpoint(
         json.dumps(record.source_offsets),
     )
     return snapshot
-
-
-def write_checkpoint(
-    *,
-    checkpoint_location: str,
-    query_id: str,
-    batch_id: int,
-    offsets: str,
-    previous_offsets: str | None,
-    commit: str,
-    record: SnapshotRecord | None,
-    before_metadata: Callable[[Location], None] | None = None,
-    generation: tuple[int, StartedBy, str] | None = None,
-) -> None:
-    """Write a Spark checkpoint at ``checkpoint_location`` (which must hold none) whose
-    query ``query_id`` resumes at batch ``batch_id + 1``: ``offsets/N-1`` (Spark reads
-    it on restart; skipped when None), ``offsets/N``, ``commits/N``, the snapshot
-    ``record`` in the store, then ``before_metadata(root)`` (a savepoint copies the
-    state there), and ``metadata`` last: until it exists Spark would not take the
-    folder for a checkpoint (nor :func:`checkpoint_in_use` for a written one)."""
-    root = resolve(qualify(checkpoint_location))
-    in_use = checkpoint_in_use(root)
-    if in_use is not None:
-        raise RecoveryError(
-            f"{checkpoint_location} already holds a Spark checkpoint ({in_use} exists); "
-            "write into an empty folder"
-        )
-    if previous_offsets is not None:
-        root.child("offsets", str(batch_id - 1)).write_atomic(previous_offsets)
-    root.child("offsets", str(batch_id)).write_atomic(offsets)
-    root.child("commits", str(batch_id)).write_atomic(commit)
-    if record is not None:
-        # The snapshot store gets the record, so `spark-chkpt snapshots` shows where it resumes.
-        SnapshotStore(checkpoint_location=qualify(checkpoint_location)).put(record)
-    if before_metadata is not None:
-        before_metadata(root)
-    if generation is not None:
-        number, started_by, source = generation
-        write_epoch(root, generation=number, started_by=started_by, source=source)
-    root.child("metadata").write_atomic(json.dumps({"id": query_id}))
-
-
-def checkpoint_in_use(root: Location) -> str | None:
-    """The first of Spark's checkpoint parts the folder holds, or None if it holds none."""
-    for part in ("metadata", "offsets", "commits", "state"):
-        if root.child(part).exists():
-            return part
-    return None
-
-
-def offset_log_entry(*, sources: list[Any], watermark_ms: int = 0) -> str:
-    """Spark's ``offsets/N`` text: version, batch metadata, one line per source."""
-    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": int(time.time() * 1000)}
-    lines = ["v1", json.dumps(meta)]
-    lines += ["-" if s is None else json.dumps(s) for s in sources]
-    return "\n".join(lines)

@@ -9,10 +9,12 @@ N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names)
   one wins" in log replay, so the app is back at N) and snapshot N's record (so
   ``spark-chkpt recover`` and the replay check see N as the app's newest snapshot).
   The sink's dead-letter table, if it has one, is rolled back the same way to its
-  version at N (:mod:`spark_chkpt.savepoint.dead_letters`). Batches N + 1, ... then
+  version at N (both in :mod:`spark_chkpt.delta.sink.rewind`). Batches N + 1, ... then
   commit again, once each, their dead letters too. A query whose sink is ``chkpt-kafka``
   is rewound logically: a topic cannot be rolled back, so a ``revoke`` entry in its
-  control topic revokes the snapshots after N (:mod:`spark_chkpt.savepoint.revocation`).
+  control topic revokes the snapshots after N (:mod:`spark_chkpt.kafka.sink.rewind`).
+  Each is the sink's :class:`~spark_chkpt.snapshot.rewind.SinkRewind`: planned at step
+  2, applied at step 5.
 * ``fork``: a new query id, so the savepoint's state and offsets start a second query
   (a changed application, an A/B run) next to the original, each exactly once into its
   own table or topic.
@@ -39,7 +41,7 @@ The protocol (``# Step N`` in the body):
    query ran on the folder past N (it would roll the table back under that query);
 4. the checkpoint: ``chkpt/restore.json`` first (what is being restored), then Spark's
    files and the epoch (``chkpt/epoch.json``) through
-   :func:`spark_chkpt.recovery.rebuild.write_checkpoint`, the state copied before
+   :func:`spark_chkpt.snapshot.checkpoint.write_checkpoint`, the state copied before
    ``metadata``, which comes last;
 5. rewind only: the table restore, carrying the new generation (writers of older ones,
    the old checkpoint restarted or still running, are fenced from then on; a rewind
@@ -57,12 +59,10 @@ Spark's own state checks (the state schema of each operator, the number of
 partitions) run when the query starts: :func:`explain_start_error` turns them into a
 sentence naming the savepoint.
 
-(Over 400 lines: rewind and fork share every check and step but the table's; the
-checks that keep a rewind on the savepoint's own timeline, and the error messages that
-name the way out, take the rest. Each sink's own rewind is in its module: the table's
-checks and rollback in :mod:`spark_chkpt.savepoint.table_rewind`, the dead-letter
-table's in :mod:`spark_chkpt.savepoint.dead_letters`, a Kafka sink's revocation in
-:mod:`spark_chkpt.savepoint.revocation`.)
+(Over 400 lines: rewind and fork share every step but the sink's, and the protocol
+above, the folder's checks of step 3 and the error messages that name the way out take
+the rest. Each sink's rewind is in its package, picked in
+:mod:`spark_chkpt.savepoint.rewind`.)
 """
 
 from __future__ import annotations
@@ -72,19 +72,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.sink.rewind import same_table
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
-from spark_chkpt.recovery.rebuild import checkpoint_in_use, write_checkpoint
 from spark_chkpt.savepoint.check import restorable_operators
-from spark_chkpt.savepoint.dead_letters import (
-    DeadLetterTable,
-    plan_dead_letter_rewind,
-    rewind_dead_letters,
-)
 from spark_chkpt.savepoint.manifest import (
     Savepoint,
     SavepointError,
@@ -92,15 +86,10 @@ from spark_chkpt.savepoint.manifest import (
     verify_files,
 )
 from spark_chkpt.savepoint.plan import JobPlan
-from spark_chkpt.savepoint.revocation import KafkaRewind, plan_kafka_rewind, write_revocations
+from spark_chkpt.savepoint.rewind import sink_rewind
 from spark_chkpt.savepoint.shadow import check_shadow
-from spark_chkpt.savepoint.table_rewind import (
-    check_table,
-    dead_letter_table_of,
-    rewind_table,
-    rewind_target,
-    same_table,
-)
+from spark_chkpt.snapshot.checkpoint import checkpoint_in_use, write_checkpoint
+from spark_chkpt.snapshot.rewind import SinkRewind
 from spark_chkpt.snapshot.store import STORE_DIR
 
 log = logging.getLogger(__name__)
@@ -176,7 +165,6 @@ def restore_savepoint(
     point = load_savepoint(location=savepoint)
     verify_files(point)
     manifest = point.manifest
-    sink = manifest.sink
     dropped: tuple[int, ...] = ()
     if job is not None:
         dropped = restorable_operators(
@@ -190,49 +178,116 @@ def restore_savepoint(
             savepoint=point, checkpoint_location=checkpoint_location, table=table, job=job
         )
     # Step 2
-    target: DeltaTarget | None = None
-    letters: DeadLetterTable | None = None
-    kafka: KafkaRewind | None = None
-    if mode == "rewind" and sink is not None and sink.kind == "chkpt-kafka":
-        if table is not None:
-            raise SavepointError(
-                f"--table {table}: savepoint {manifest.savepoint_id}'s query writes Kafka "
-                f"(topic {sink.target}), not a table"
-            )
-        kafka = plan_kafka_rewind(
-            point=point, bootstrap_servers=kafka_bootstrap_servers, control_topic=control_topic
+    rewind: SinkRewind | None = None
+    if mode == "rewind":
+        rewind = sink_rewind(
+            point,
+            table=table,
+            storage_options=storage_options,
+            discard_other_writers=discard_other_writers,
+            dead_letter_table=dead_letter_table,
+            kafka_bootstrap_servers=kafka_bootstrap_servers,
+            control_topic=control_topic,
         )
-        query_id = manifest.query_id
-        generation = kafka.generation
-    elif mode == "rewind":
-        target = rewind_target(point, table, storage_options)
-        state = check_table(point, target, discard_other_writers)
-        letters = dead_letter_table_of(point, state, dead_letter_table, storage_options)
-        if letters is not None:
-            plan_dead_letter_rewind(letters, discard_other_writers=discard_other_writers)
-        query_id = manifest.query_id
-        generation = (target.generation(state.table, app_id=state.app_id) or 0) + 1
+        query_id, generation = manifest.query_id, rewind.plan()
     else:
-        if table is not None and sink is not None and same_table(table, sink.target):
-            raise SavepointError(
-                f"--table {table} is the table the savepoint's query writes: a fork writes a "
-                "new table (or restore with mode rewind to roll that table back)"
-            )
-        if (
-            dead_letter_table is not None
-            and sink is not None
-            and same_table(dead_letter_table, sink.dead_letters)
-        ):
-            raise SavepointError(
-                f"--dead-letter-table {dead_letter_table} is the dead-letter table the "
-                "savepoint's query writes: a fork writes a new one"
-            )
-        query_id = str(uuid.uuid4())
-        generation = 1
+        _check_fork(point, table=table, dead_letter_table=dead_letter_table)
+        query_id, generation = str(uuid.uuid4()), 1
     # Steps 3 and 4
     location = qualify(checkpoint_location)
     root = resolve(location)
-    marker = {
+    previous = _previous_of(root, location, point, mode)
+    if previous is not None:
+        query_id = str(previous["query_id"])
+        generation = int(previous.get("generation", generation))
+    result = RestoreResult(
+        checkpoint_location=location,
+        mode=mode,
+        savepoint=point.location,
+        query_id=query_id,
+        resumes_at=manifest.batch_id + 1,
+        generation=generation,
+    )
+    if check_only:
+        return result
+    if previous is None or not root.child("metadata").exists():
+        _clear_partial(root)
+        marker = _marker(point, mode, query_id, generation, dropped, shadow, production)
+        root.child(*RESTORE_FILE.split("/")).write_atomic(json.dumps(marker, indent=2) + "\n")
+        _write(point, location, query_id, mode, generation, dropped, source_rewrite)
+    result = replace(result, dropped_operators=dropped, shadow=shadow)
+    # Step 5
+    if rewind is not None:
+        rewound = rewind.apply(generation=generation, checkpoint_location=location)
+        result = replace(result, **{f.name: getattr(rewound, f.name) for f in fields(rewound)})
+    log.info(
+        "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
+        point.location,
+        mode,
+        location,
+        query_id,
+        result.resumes_at,
+    )
+    return result
+
+
+def _check_fork(point: Savepoint, *, table: str | None, dead_letter_table: str | None) -> None:
+    """Step 2 of a fork: it writes a new table and a new dead-letter table."""
+    sink = point.manifest.sink
+    if table is not None and sink is not None and same_table(table, sink.target):
+        raise SavepointError(
+            f"--table {table} is the table the savepoint's query writes: a fork writes a "
+            "new table (or restore with mode rewind to roll that table back)"
+        )
+    if (
+        dead_letter_table is not None
+        and sink is not None
+        and same_table(dead_letter_table, sink.dead_letters)
+    ):
+        raise SavepointError(
+            f"--dead-letter-table {dead_letter_table} is the dead-letter table the "
+            "savepoint's query writes: a fork writes a new one"
+        )
+
+
+def _previous_of(
+    root: Location, location: str, point: Savepoint, mode: RestoreMode
+) -> dict[str, Any] | None:
+    """Step 3: the unfinished restore of the same savepoint the folder holds (None: an
+    empty folder); refused when the folder holds another restore, a query that ran on
+    it past N, or a checkpoint of its own."""
+    manifest = point.manifest
+    previous = _previous_restore(root)
+    if previous is not None and (
+        previous.get("savepoint_id") != manifest.savepoint_id or previous.get("mode") != mode
+    ):
+        raise SavepointError(
+            f"{location} holds a restore of savepoint {previous.get('savepoint_id')} "
+            f"({previous.get('mode')}): restore into an empty folder"
+        )
+    if previous is not None and root.child("metadata").exists():
+        _refuse_moved_on(root, location, manifest.batch_id)
+    if previous is None and checkpoint_in_use(root) is not None:
+        raise SavepointError(
+            f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
+            "exists): restore into an empty folder"
+        )
+    return previous
+
+
+def _marker(
+    point: Savepoint,
+    mode: RestoreMode,
+    query_id: str,
+    generation: int,
+    dropped: Sequence[int],
+    shadow: bool,
+    production: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """``chkpt/restore.json``: what is being restored, written first."""
+    manifest = point.manifest
+    sink = manifest.sink
+    return {
         "savepoint": point.location,
         "savepoint_id": manifest.savepoint_id,
         "mode": mode,
@@ -245,86 +300,8 @@ def restore_savepoint(
         "dropped_operators": list(dropped),
         "shadow": shadow,
         "production": production,
+        "generation": generation,
     }
-    previous = _previous_restore(root)
-    if previous is not None and (
-        previous.get("savepoint_id") != manifest.savepoint_id or previous.get("mode") != mode
-    ):
-        raise SavepointError(
-            f"{location} holds a restore of savepoint {previous.get('savepoint_id')} "
-            f"({previous.get('mode')}): restore into an empty folder"
-        )
-    if previous is not None:
-        query_id = str(previous["query_id"])
-        generation = int(previous.get("generation", generation))
-        if root.child("metadata").exists():
-            _refuse_moved_on(root, location, manifest.batch_id)
-    if previous is None and checkpoint_in_use(root) is not None:
-        raise SavepointError(
-            f"{location} already holds a Spark checkpoint ({checkpoint_in_use(root)} "
-            "exists): restore into an empty folder"
-        )
-    if check_only:
-        return RestoreResult(
-            checkpoint_location=location,
-            mode=mode,
-            savepoint=point.location,
-            query_id=query_id,
-            resumes_at=manifest.batch_id + 1,
-            generation=generation,
-        )
-    if previous is None or not root.child("metadata").exists():
-        _clear_partial(root)
-        root.child(*RESTORE_FILE.split("/")).write_atomic(
-            json.dumps({**marker, "query_id": query_id, "generation": generation}, indent=2) + "\n"
-        )
-        _write(point, location, query_id, mode, generation, dropped, source_rewrite)
-    result = RestoreResult(
-        checkpoint_location=location,
-        mode=mode,
-        savepoint=point.location,
-        query_id=query_id,
-        resumes_at=manifest.batch_id + 1,
-        table=target.uri if target is not None else None,
-        generation=generation,
-        dropped_operators=dropped,
-        shadow=shadow,
-    )
-    # Step 5
-    if kafka is not None:
-        result = replace(result, revoked=write_revocations(kafka, generation=generation))
-    if target is not None:
-        rewound = rewind_table(
-            point, target, discard_other_writers, generation, checkpoint_location=location
-        )
-        result = replace(
-            result,
-            rolled_back_from=rewound.rolled_back_from,
-            restore_version=rewound.restore_version,
-            others_rolled_back=rewound.others_rolled_back,
-        )
-    if letters is not None:
-        before, restored = rewind_dead_letters(
-            letters,
-            discard_other_writers=discard_other_writers,
-            generation=generation,
-            savepoint_id=manifest.savepoint_id,
-        )
-        result = replace(
-            result,
-            dead_letter_table=letters.target.uri,
-            dead_letters_rolled_back_from=before,
-            dead_letters_restore_version=restored,
-        )
-    log.info(
-        "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
-        point.location,
-        mode,
-        location,
-        query_id,
-        result.resumes_at,
-    )
-    return result
 
 
 def _refuse_moved_on(root: Location, location: str, batch: int) -> None:

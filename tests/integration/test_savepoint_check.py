@@ -229,8 +229,8 @@ def test_a_shadow_fork_of_a_new_version_and_its_diff_with_production(
     capsys: Any,
 ) -> None:
     from spark_chkpt.cli import main
+    from spark_chkpt.diff.tables import diff_tables
     from spark_chkpt.fs import qualify
-    from spark_chkpt.savepoint.diff import diff_tables
 
     point, env = counted
     production, shadow = env["PV_TABLE"], str(tmp_path / "shadow")

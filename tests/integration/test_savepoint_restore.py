@@ -21,7 +21,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from spark_chkpt.delta.replay import check_replay
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import QueryIdentityError
-from spark_chkpt.recovery.rebuild import last_snapshot, offset_log_entry
+from spark_chkpt.recovery.rebuild import last_snapshot
 from spark_chkpt.savepoint.manifest import (
     SavepointError,
     create_savepoint,
@@ -29,6 +29,7 @@ from spark_chkpt.savepoint.manifest import (
     load_savepoint,
 )
 from spark_chkpt.savepoint.restore import restore_savepoint
+from spark_chkpt.snapshot.checkpoint import offset_log_entry
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 from tests.helpers import user_env

@@ -54,22 +54,26 @@ LAYERS = {
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
-    # A rewind of a Kafka sink revokes snapshots in the sink's control topic.
+    # A restore picks the sink's rewind (delta.sink, kafka.sink; not delta/ itself: the
+    # rewind goes through it); a pipeline savepoint reads the control topics and creates
+    # a fork's topics.
     "spark_chkpt.savepoint": {
-        "spark_chkpt.delta",
+        "spark_chkpt.delta.sink",
+        "spark_chkpt.kafka.sink",
         "spark_chkpt.snapshot",
         "spark_chkpt.state",
-        "spark_chkpt.recovery",
         "spark_chkpt.alignment",
-        "spark_chkpt.kafka.sink",
         "spark_chkpt.kafka.client",
     },
+    # Two tables paired by their snapshot records' offsets, read through delta/.
+    "spark_chkpt.diff": {"spark_chkpt.delta", "spark_chkpt.recovery"},
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.
     "spark_chkpt.restart": {"spark_chkpt.metrics"},
     # Lineage reads the table's records and, like the source's planner, the control
     # topics the sink writes (their reader only).
     "spark_chkpt.lineage": {
+        "spark_chkpt.delta",
         "spark_chkpt.snapshot",
         "spark_chkpt.alignment",
         "spark_chkpt.kafka.sink.control_topic",
@@ -126,6 +130,18 @@ def test_the_scan_sees_the_layout() -> None:
 def test_alignment_imports_no_spark_kafka_or_delta(name: str) -> None:
     third_party = {m.split(".")[0] for m in GRAPH[name]}
     assert not third_party & {"pyspark", "kafka", "confluent_kafka", "deltalake", "pyarrow"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(m for m in MODULES if under(m, "spark_chkpt") and not under(m, "spark_chkpt.jobs")),
+)
+def test_only_delta_imports_deltalake(name: str) -> None:
+    """delta-rs has one door: ``spark_chkpt.delta`` (the jobs, programs that read a
+    table back for their user, and the benchmark aside)."""
+    if under(name, "spark_chkpt.delta"):
+        return
+    assert "deltalake" not in {m.split(".")[0] for m in GRAPH[name]}, name
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

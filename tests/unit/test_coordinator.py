@@ -20,12 +20,12 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.sink.committer import SNAPSHOT_KEY, CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.sink.committer import CommitSettings, DeltaCoordinator
 from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, SchemaMismatchError
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.fs import resolve
-from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 
 APP_ID = "3f9d0c1e-query-id"

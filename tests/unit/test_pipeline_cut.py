@@ -8,7 +8,7 @@ import pytest
 
 from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.savepoint.pipeline import JobCheckpoint, find_cut, job_tree
+from spark_chkpt.savepoint.pipeline.cut import JobCheckpoint, find_cut, job_tree
 
 
 def barrier(snapshot: int, app: str = "A", topic: str = "mid") -> IndexEntry:
@@ -135,7 +135,7 @@ def test_unjoined_jobs_and_cycles_are_refused() -> None:
 
 
 def test_jobs_sharing_a_query_name_are_named_by_their_folders() -> None:
-    from spark_chkpt.savepoint.pipeline import _distinct_names
+    from spark_chkpt.savepoint.pipeline.create import _distinct_names
 
     one, two = job("stage_a", {0: {"raw": {0: 1}}}), job("stage_a", {0: at(0)})
     two.checkpoint = "/chk/second/"
@@ -199,7 +199,7 @@ def test_two_jobs_writing_one_topic_under_one_app_id_are_refused() -> None:
 
 
 def test_a_fan_in_batchs_pending_offsets_are_read_from_its_offset_log_entry() -> None:
-    from spark_chkpt.savepoint.pipeline import _fan_in_pending
+    from spark_chkpt.savepoint.pipeline.create import _fan_in_pending
 
     logged = {
         "mid": {"0": 40, "1": 40},

@@ -1,5 +1,5 @@
 """The pipeline file of ``savepoint create --pipeline-file``
-(spark_chkpt.savepoint.pipeline_file): parsed once and whole, one error naming the file
+(spark_chkpt.savepoint.pipeline.file): parsed once and whole, one error naming the file
 and the key, and the topics it declares checked against what the checkpoints show."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.savepoint.pipeline import create_pipeline_savepoint_from_file
-from spark_chkpt.savepoint.pipeline_file import (
+from spark_chkpt.savepoint.pipeline.create import create_pipeline_savepoint_from_file
+from spark_chkpt.savepoint.pipeline.file import (
     DeclaredJob,
     check_declared,
     load_pipeline_file,

@@ -1,4 +1,4 @@
-"""The pure parts of a pipeline fork (spark_chkpt.savepoint.pipeline_fork): the rename
+"""The pure parts of a pipeline fork (spark_chkpt.savepoint.pipeline.fork): the rename
 options, where the forked downstream job starts on a new topic, which job gets which new
 table, and the refusals that need no broker."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.savepoint.manifest import SavepointManifest, SinkInfo
-from spark_chkpt.savepoint.pipeline_fork import ForkPlan, _tables, pairs, plan_fork
+from spark_chkpt.savepoint.pipeline.fork import ForkPlan, _tables, pairs, plan_fork
 from spark_chkpt.savepoint.restore import RestoreResult
 
 
@@ -205,25 +205,26 @@ def test_a_fork_gives_the_reader_the_forked_app_id_of_each_writer_without_txn_ap
     (A1, no txnAppId) writes the fork under its new query id, which the reader's rewritten
     report then tracks; A2's txnAppId stays. The restores are stubbed: this is the
     wiring between them."""
-    from spark_chkpt.savepoint import pipeline as pipe
+    from spark_chkpt.savepoint.pipeline import manifest as pm
+    from spark_chkpt.savepoint.pipeline import restore as pipe
 
     jobs = [
-        pipe.PipelineJob(name="a1", checkpoint="/chk/a1", savepoint="jobs/a1", batch_id=3,
+        pm.PipelineJob(name="a1", checkpoint="/chk/a1", savepoint="jobs/a1", batch_id=3,
                          query_id="q1", sink="chkpt-kafka", target="mid", app_id="q1"),
-        pipe.PipelineJob(name="a2", checkpoint="/chk/a2", savepoint="jobs/a2", batch_id=5,
+        pm.PipelineJob(name="a2", checkpoint="/chk/a2", savepoint="jobs/a2", batch_id=5,
                          query_id="q2", sink="chkpt-kafka", target="mid", app_id="fan-a2"),
-        pipe.PipelineJob(name="b", checkpoint="/chk/b", savepoint="jobs/b", batch_id=7,
+        pm.PipelineJob(name="b", checkpoint="/chk/b", savepoint="jobs/b", batch_id=7,
                          query_id="q3", sink="chkpt-delta", target="/t", app_id="q3"),
     ]  # fmt: skip
     joins = [
-        pipe.Join(topic="mid", upstream=up, downstream="b", app_id=app, snapshot=n,
+        pm.Join(topic="mid", upstream=up, downstream="b", app_id=app, snapshot=n,
                   downstream_batch=7, offsets={"0": 40})
         for up, app, n in (("a1", "q1", 3), ("a2", "fan-a2", 5))
     ]  # fmt: skip
     folder = tmp_path / "sp"
     folder.mkdir()
-    manifest = pipe.PipelineManifest(name="fan", pipeline_id="p", jobs=jobs, joins=joins)
-    (folder / pipe.PIPELINE_MANIFEST).write_text(manifest.to_json())
+    manifest = pm.PipelineManifest(name="fan", pipeline_id="p", jobs=jobs, joins=joins)
+    (folder / pm.PIPELINE_MANIFEST).write_text(manifest.to_json())
     plan = ForkPlan(pipeline_id="p", topics={"mid": "mid2"}, partitions={"mid2": 1},
                     tables={"b": "/t2"}, starts={"mid2": {"0": 0}})  # fmt: skip
     monkeypatch.setattr(pipe, "plan_fork", lambda **_: plan)

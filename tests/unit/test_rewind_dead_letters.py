@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from spark_chkpt.delta.sink import rewind as rewind_module
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.savepoint import restore as restore_module
 from spark_chkpt.savepoint.manifest import MANIFEST, load_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.snapshot.store import SnapshotStore
@@ -159,16 +159,16 @@ def test_restore_run_again_finishes_the_dead_letter_table(
     for b in range(3):
         step(run, b, letters_of(b))
     point = run.savepoint(1)
-    real = restore_module.rewind_dead_letters
+    real = rewind_module.rewind_dead_letters
 
     def dies(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(restore_module, "rewind_dead_letters", dies)
+    monkeypatch.setattr(rewind_module, "rewind_dead_letters", dies)
     with pytest.raises(KeyboardInterrupt):
         rewind(run, point, "x")
     assert run.ids() == ids_of(0) + ids_of(1)
-    monkeypatch.setattr(restore_module, "rewind_dead_letters", real)
+    monkeypatch.setattr(rewind_module, "rewind_dead_letters", real)
     result = rewind(run, point, "x")
     assert dead_ids(run) == letters_of(0) + letters_of(1)
     step(run.on(result.checkpoint_location), 2, [40_002], offset=2)

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
+from spark_chkpt.diff.tables import diff_tables, pair_versions
 from spark_chkpt.errors import ChkptError, SavepointError
 from spark_chkpt.savepoint.check import CheckStatus, check_savepoint, compare_fields
-from spark_chkpt.savepoint.diff import diff_tables, pair_versions
 from spark_chkpt.savepoint.manifest import (
     CHECKPOINT,
     OperatorInfo,

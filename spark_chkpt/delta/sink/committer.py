@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.replay import check_replay, other_writers, refuse_overlap
+from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
+from spark_chkpt.delta.replay import other_writers
 from spark_chkpt.delta.sink.dead_letters import DeadLetters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
@@ -28,8 +29,8 @@ from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
-from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
+from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class CommitSettings:
 
 
 @dataclass
-class DeltaBatch(Batch):
+class DeltaBatch(TableBatch):
     """One commit call of the Delta sink."""
 
     outputs: Sequence[StagedOutput] = ()
@@ -93,11 +94,9 @@ class DeltaBatch(Batch):
     dead_letter_schema: pa.Schema | None = None
     dead_letters: int = 0
     dead_letter_version: int | None = None  # the dead-letter table's version holding them
-    table: Any = None  # the table as step 3 opened it
-    done: int | None = None  # its txn(appId)
 
 
-class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
+class DeltaCoordinator(DeltaHooks[DeltaBatch]):
     """Completes snapshots of one query into one Delta table.
 
     The steps of :meth:`commit`: 1. the plan, after this process's orphans are cleaned,
@@ -174,32 +173,15 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
         failpoint(FaultPoint.IN_COMMIT, batch.batch_id)
         self.clean_orphans_once(in_progress=batch.files)
 
-    def sink_generation(self, batch: DeltaBatch) -> int | None:
-        return self.target.generation(self.target.open(), app_id=self.app_id)
-
     def already_committed(self, batch: DeltaBatch, plan: BatchPlan) -> Committed | None:
-        batch.table = table = self.target.open()
-        batch.done = done = table.transaction_version(self.app_id) if table is not None else None
-        if done is not None and done >= batch.batch_id:
-            _, record = check_replay(
-                target=self.target,
-                table=table,
-                app_id=self.app_id,
-                checkpoint_location=self.settings.checkpoint_location,
-                batch_id=batch.batch_id,
-                done=done,
-                sources=plan.sources,
-            )
+        table = self.open_table(batch)
+        replayed = self.replayed(batch, plan)
+        if replayed is not None:
+            _, record = replayed
             return Committed(record=lambda: record)
-        if done is None and table is not None:
+        if batch.done is None and table is not None:
             if self.settings.refuse_other_writers:
-                refuse_overlap(
-                    target=self.target,
-                    table=table,
-                    app_id=self.app_id,
-                    sources=plan.sources,
-                    writer=self.sink,
-                )
+                self.refuse_first_overlap(batch, plan)
             if self.settings.complete:
                 self._refuse_complete_over_others(table)
         return None
@@ -258,7 +240,7 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
                 files=files,
                 app_id=self.app_id,
                 version=batch.batch_id,
-                metadata={SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch.batch_id},
+                metadata=self.commit_metadata(record, batch.batch_id),
                 overwrite=self.settings.complete,
             )
         return record
@@ -266,7 +248,7 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
     def completed(self, batch: DeltaBatch, record: SnapshotRecord) -> SnapshotRecord:
         record = replace(
             record,
-            table_version=self._version_of(batch.batch_id),
+            table_version=self.version_of(batch.batch_id),
             commit_ms=elapsed_ms(batch.started),
         )
         log.info(
@@ -304,12 +286,3 @@ class DeltaCoordinator(SnapshotCoordinator[DeltaBatch]):
         removed = self.target.delete_unreferenced(files, self.target.open())
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed
-
-    def _version_of(self, batch_id: int) -> int | None:
-        """The Delta version our commit of ``batch_id`` became (another writer may have
-        committed since, so not simply the latest version)."""
-        table = self.target.open()
-        if table is None:
-            return None
-        commit = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)
-        return commit.version if commit is not None else None

@@ -7,7 +7,7 @@ dead-letter table; on the driver :meth:`DeadLetters.commit` makes them visible i
 commit of that table with its own ``txn(appId, N)``, before the batch's commit of the
 main table, so a replay neither loses nor repeats them. The Delta version of that
 commit goes into the batch's snapshot record: a savepoint rewind to N rolls the
-dead-letter table back to it (:mod:`spark_chkpt.savepoint.dead_letters`).
+dead-letter table back to it (:mod:`spark_chkpt.delta.sink.rewind`).
 """
 
 from __future__ import annotations

@@ -54,10 +54,12 @@ that holds a key twice is refused before anything is written
 (:class:`~spark_chkpt.errors.DuplicateKeyError` naming the key), whether the key is new or
 in the table. Null keys match null keys.
 
-(Over 400 lines: ``DeltaUpsert`` (its arguments checked together, its steps' helpers
-and error messages) and :class:`UpsertCommitter`, the hooks it gives the shared commit
-template, are one protocol read top to bottom; the template and its retry loop live in
-:mod:`spark_chkpt.snapshot.coordinator`, staging and the MERGE in their own modules.)
+(Over 400 lines: ``DeltaUpsert``, the public front (its arguments checked together and
+step 2's checks), and :class:`UpsertCommitter`, the hooks and the steps' helpers it
+gives the shared commit template (what both Delta writers do alike is in
+:mod:`spark_chkpt.delta.hooks`), are one protocol read top to bottom; the template
+and its retry loop live in :mod:`spark_chkpt.snapshot.coordinator`, staging and the
+MERGE in their own modules.)
 """
 
 from __future__ import annotations
@@ -68,17 +70,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.replay import check_replay, refuse_overlap
+from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
-from spark_chkpt.delta.table import DeltaTarget, committing
+from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
 from spark_chkpt.fs import qualify
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
-from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator, elapsed_ms
-from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
+from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
@@ -93,12 +95,11 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 @dataclass
-class UpsertBatch(Batch):
+class UpsertBatch(TableBatch):
     """One ``foreachBatch`` call."""
 
     batch_df: Any = None
     schema: pa.Schema | None = None
-    table: Any = None  # the table as step 3 opened it
     staged: StagedBatch | None = None
     committed: bool = False
     figures: MergeFigures | None = None
@@ -263,22 +264,128 @@ class DeltaUpsert:
             self.merger.check_schema(table, schema)
         return schema
 
+
+class UpsertCommitter(DeltaHooks[UpsertBatch]):
+    """The hooks of :meth:`SnapshotCoordinator.commit` for one :class:`DeltaUpsert`
+    (steps 2-6 of the module docstring)."""
+
+    sink = "delta-upsert"
+    writer = WRITER
+    visible_point = FaultPoint.AFTER_DELTA_COMMIT
+
+    def __init__(self, *, upsert: DeltaUpsert, app_id: str) -> None:
+        super().__init__(
+            checkpoint_location=upsert.checkpoint_location,
+            app_id=app_id,
+            query_name=upsert.query_name,
+            retained_snapshots=upsert.retained_snapshots,
+            target=upsert.path,
+            timing=upsert.timing,
+        )
+        self.upsert = upsert
+        self.target = upsert.target
+
+    def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> UpsertBatch:
+        return UpsertBatch(batch_id=batch_id, batch_df=details["batch_df"])
+
+    def prepare(self, batch: UpsertBatch, plan: BatchPlan) -> None:
+        # Step 2
+        batch.schema = self.upsert.check(batch.batch_df.schema)
+        self._clean_staging(self.app_id)
+
+    def already_committed(self, batch: UpsertBatch, plan: BatchPlan) -> Committed | None:
+        # Step 3
+        table = self.open_table(batch)
+        if table is not None:
+            self.upsert.merger.check_schema(table, batch.schema)
+        # A lost checkpoint, a changed app id or a fork started on this table: the
+        # same identity rule as chkpt-delta's (its state would start empty and
+        # overwrite the table's values with smaller ones).
+        self.refuse_first_overlap(batch, plan)
+        replayed = self.replayed(batch, plan)
+        if replayed is None:
+            return None
+        record = self._replayed(*replayed, batch_id=batch.batch_id, done=batch.done)
+        return Committed(record=lambda: record)
+
+    def discard(self, batch: UpsertBatch) -> None:
+        if batch.staged is None:
+            # The output is discarded, but a stateful query's plan must still run on
+            # every partition: its tasks commit the state store version of this batch
+            # (Spark 4.2 fails the batch otherwise, with
+            # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would have no
+            # state to start from).
+            batch.batch_df.write.format("noop").mode("overwrite").save()
+
+    def make_visible(self, batch: UpsertBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
+        # Step 4
+        create = batch.table is None
+        staged = batch.staged
+        if staged is None or staged.create != create:
+            if staged is not None:  # another writer created the table meanwhile
+                self._discard(staged)
+            batch.staged = staged = self._stage(
+                batch.batch_df, batch.schema, self.app_id, batch.batch_id, create=create
+            )
+            failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
+        # Staging ran the batch's plan: the MERGE is the point of no return.
+        self.check_deadline(batch, before="the MERGE")
+        # Step 5
+        record = replace(
+            self.record(
+                batch_id=batch.batch_id,
+                sources=plan.sources,
+                outcome=CommitOutcome.COMMITTED if staged.source_rows else CommitOutcome.EMPTY,
+                started=batch.started,
+                rows=staged.source_rows,
+                files=len(staged.files),
+                size=sum(f.size for f in staged.files),
+            ),
+            mode="upsert",
+            retries=retry,
+        )
+        what = f"{WRITER} could not commit batch {batch.batch_id} to {self.upsert.path}"
+        with committing(what):
+            batch.figures = self._commit(batch.table, staged, record, self.app_id, batch.batch_id)
+        batch.committed = True
+        return record
+
+    def completed(self, batch: UpsertBatch, record: SnapshotRecord) -> SnapshotRecord:
+        # Step 6
+        record = replace(
+            record,
+            merge=batch.figures.as_dict() if batch.figures is not None else record.merge,
+            table_version=self.version_of(batch.batch_id),
+            commit_ms=elapsed_ms(batch.started),
+        )
+        log.info(
+            "%s snapshot %d committed: %s, Delta version %s, %.0f ms",
+            WRITER,
+            batch.batch_id,
+            record.merge,
+            record.table_version,
+            record.commit_ms,
+        )
+        return record
+
+    def release(self, batch: UpsertBatch, *, failed: bool) -> None:
+        staged = batch.staged
+        if staged is not None and not (staged.create and batch.committed):
+            self._discard(staged)
+
     # -- step 3 --------------------------------------------------------------------------
 
     def _replayed(
-        self, table: Any, *, app_id: str, batch_id: int, done: int, sources: Sequence[Any]
+        self,
+        commit: TxnCommit | None,
+        record: SnapshotRecord | None,
+        *,
+        batch_id: int,
+        done: int | None,
     ) -> SnapshotRecord | None:
-        """The record of our earlier commit of ``batch_id``, after the identity check."""
-        commit, record = check_replay(
-            target=self.target,
-            table=table,
-            app_id=app_id,
-            checkpoint_location=self.checkpoint_location,
-            batch_id=batch_id,
-            done=done,
-            sources=sources,
-            writer=WRITER,
-        )
+        """The record of our earlier commit of ``batch_id`` (the identity check passed),
+        with the MERGE's figures."""
+        app_id = self.app_id
         if record is not None and commit is not None and not record.merge:
             figures = MergeFigures.from_commit_info(commit.info)
             if figures is not None:  # a MERGE's figures are known after its record
@@ -310,7 +417,7 @@ class DeltaUpsert:
                 "%s removed %d staged file(s) of earlier attempts from %s",
                 WRITER,
                 removed,
-                self.path,
+                self.upsert.path,
             )
         return removed
 
@@ -320,17 +427,17 @@ class DeltaUpsert:
         return stage_batch(
             batch_df,
             StagingTask(
-                table_uri=self.path,
+                table_uri=self.upsert.path,
                 folder="" if create else STAGING_DIR,
                 schema=schema,
-                partition_by=self.partition_by if create else (),
+                partition_by=self.upsert.partition_by if create else (),
                 app_id=app_id,
                 batch_id=batch_id,
-                drop_deleted=self.delete_column
-                if create and self.delete_column in schema.names
+                drop_deleted=self.upsert.delete_column
+                if create and self.upsert.delete_column in schema.names
                 else None,
-                max_records_per_file=self.max_records_per_file,
-                target_file_bytes=self.target_file_bytes,
+                max_records_per_file=self.upsert.max_records_per_file,
+                target_file_bytes=self.upsert.target_file_bytes,
             ),
         )
 
@@ -351,7 +458,7 @@ class DeltaUpsert:
         MERGE (an empty append when nothing was staged)."""
         if staged.create:  # the MERGE checks its own source
             files = [f.path for f in staged.files]
-            self.merger.check_unique(files, schema=staged.schema, version=batch_id)
+            self.upsert.merger.check_unique(files, schema=staged.schema, version=batch_id)
         if staged.create or not staged.files:
             inserted = sum(f.rows for f in staged.files) if staged.create else 0
             figures = MergeFigures(
@@ -360,148 +467,19 @@ class DeltaUpsert:
             self.target.commit(
                 table=table,
                 schema=staged.schema,
-                partition_by=self.partition_by,
+                partition_by=self.upsert.partition_by,
                 files=staged.files if staged.create else (),
                 app_id=app_id,
                 version=batch_id,
-                metadata=self._metadata(replace(record, merge=figures.as_dict()), batch_id),
+                metadata=self.commit_metadata(replace(record, merge=figures.as_dict()), batch_id),
             )
             return figures
-        return self.merger.merge(
+        return self.upsert.merger.merge(
             table,
             files=[f.path for f in staged.files],
             schema=staged.schema,
             app_id=app_id,
             version=batch_id,
-            metadata=self._metadata(record, batch_id),
-            batch_size=self.batch_size,
+            metadata=self.commit_metadata(record, batch_id),
+            batch_size=self.upsert.batch_size,
         )
-
-    @staticmethod
-    def _metadata(record: SnapshotRecord, batch_id: int) -> dict[str, Any]:
-        return {SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id}
-
-
-class UpsertCommitter(SnapshotCoordinator[UpsertBatch]):
-    """The hooks of :meth:`SnapshotCoordinator.commit` for one :class:`DeltaUpsert`
-    (steps 2-6 of the module docstring)."""
-
-    sink = "delta-upsert"
-    visible_point = FaultPoint.AFTER_DELTA_COMMIT
-
-    def __init__(self, *, upsert: DeltaUpsert, app_id: str) -> None:
-        super().__init__(
-            checkpoint_location=upsert.checkpoint_location,
-            app_id=app_id,
-            query_name=upsert.query_name,
-            retained_snapshots=upsert.retained_snapshots,
-            target=upsert.path,
-            timing=upsert.timing,
-        )
-        self.upsert = upsert
-        self.target = upsert.target
-
-    def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> UpsertBatch:
-        return UpsertBatch(batch_id=batch_id, batch_df=details["batch_df"])
-
-    def sink_generation(self, batch: UpsertBatch) -> int | None:
-        return self.target.generation(self.target.open(), app_id=self.app_id)
-
-    def prepare(self, batch: UpsertBatch, plan: BatchPlan) -> None:
-        # Step 2
-        batch.schema = self.upsert.check(batch.batch_df.schema)
-        self.upsert._clean_staging(self.app_id)
-
-    def already_committed(self, batch: UpsertBatch, plan: BatchPlan) -> Committed | None:
-        # Step 3
-        batch.table = table = self.target.open()
-        done = table.transaction_version(self.app_id) if table is not None else None
-        if table is not None:
-            self.upsert.merger.check_schema(table, batch.schema)
-        if done is None and table is not None:
-            # A lost checkpoint, a changed app id or a fork started on this table: the
-            # same identity rule as chkpt-delta's (its state would start empty and
-            # overwrite the table's values with smaller ones).
-            refuse_overlap(
-                target=self.target,
-                table=table,
-                app_id=self.app_id,
-                sources=plan.sources,
-                writer=WRITER,
-            )
-        if done is None or done < batch.batch_id:
-            return None
-        record = self.upsert._replayed(
-            table, app_id=self.app_id, batch_id=batch.batch_id, done=done, sources=plan.sources
-        )
-        return Committed(record=lambda: record)
-
-    def discard(self, batch: UpsertBatch) -> None:
-        if batch.staged is None:
-            # The output is discarded, but a stateful query's plan must still run on
-            # every partition: its tasks commit the state store version of this batch
-            # (Spark 4.2 fails the batch otherwise, with
-            # STATE_STORE_COMMIT_VALIDATION_FAILED, and the next batch would have no
-            # state to start from).
-            batch.batch_df.write.format("noop").mode("overwrite").save()
-
-    def make_visible(self, batch: UpsertBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
-        # Step 4
-        create = batch.table is None
-        staged = batch.staged
-        if staged is None or staged.create != create:
-            if staged is not None:  # another writer created the table meanwhile
-                self.upsert._discard(staged)
-            batch.staged = staged = self.upsert._stage(
-                batch.batch_df, batch.schema, self.app_id, batch.batch_id, create=create
-            )
-            failpoint(FaultPoint.AFTER_STAGING, batch.batch_id)
-        # Staging ran the batch's plan: the MERGE is the point of no return.
-        self.check_deadline(batch, before="the MERGE")
-        # Step 5
-        record = replace(
-            self.record(
-                batch_id=batch.batch_id,
-                sources=plan.sources,
-                outcome=CommitOutcome.COMMITTED if staged.source_rows else CommitOutcome.EMPTY,
-                started=batch.started,
-                rows=staged.source_rows,
-                files=len(staged.files),
-                size=sum(f.size for f in staged.files),
-            ),
-            mode="upsert",
-            retries=retry,
-        )
-        what = f"{WRITER} could not commit batch {batch.batch_id} to {self.upsert.path}"
-        with committing(what):
-            batch.figures = self.upsert._commit(
-                batch.table, staged, record, self.app_id, batch.batch_id
-            )
-        batch.committed = True
-        return record
-
-    def completed(self, batch: UpsertBatch, record: SnapshotRecord) -> SnapshotRecord:
-        # Step 6
-        found = self.target.find_txn_commit(
-            self.target.open(), app_id=self.app_id, txn_version=batch.batch_id
-        )
-        record = replace(
-            record,
-            merge=batch.figures.as_dict() if batch.figures is not None else record.merge,
-            table_version=found.version if found is not None else None,
-            commit_ms=elapsed_ms(batch.started),
-        )
-        log.info(
-            "%s snapshot %d committed: %s, Delta version %s, %.0f ms",
-            WRITER,
-            batch.batch_id,
-            record.merge,
-            record.table_version,
-            record.commit_ms,
-        )
-        return record
-
-    def release(self, batch: UpsertBatch, *, failed: bool) -> None:
-        staged = batch.staged
-        if staged is not None and not (staged.create and batch.committed):
-            self.upsert._discard(staged)

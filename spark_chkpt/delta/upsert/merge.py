@@ -32,12 +32,11 @@ Facts about delta-rs (``deltalake`` 1.6) this module relies on, each checked her
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table import DeltaTarget, commit_properties
 from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -189,7 +188,6 @@ class KeyedMerge:
         conflicts among them) are delta-rs's own.
         """
         import pyarrow.dataset as ds
-        from deltalake import CommitProperties, Transaction
 
         delete = self.delete_column if self.delete_column in schema.names else None
         paths = [self.target.location.child(f).path for f in files]
@@ -202,12 +200,7 @@ class KeyedMerge:
         on = " AND ".join(
             f"{TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)}" for k in self.keys
         )
-        props = CommitProperties(
-            custom_metadata=dict(metadata),
-            app_transactions=[
-                Transaction(app_id=app_id, version=version, last_updated=int(time.time() * 1000))
-            ],
-        )
+        props = commit_properties(metadata=metadata, app_id=app_id, version=version)
         merger = table.merge(
             source,
             predicate=on,

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spark_chkpt.delta.replay import describe_offsets, positions
+from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import qualify
 from spark_chkpt.recovery.rebuild import TableSnapshot, snapshot_history
@@ -158,12 +159,9 @@ def diff_tables(
 ) -> TableDiff:
     """Compare ``table_a`` and ``table_b`` at the versions :func:`pair_versions` finds:
     by ``key`` (columns unique in each table), else whole rows."""
-    from deltalake import DeltaTable
-
     pair = pair_versions(table_a=table_a, table_b=table_b, storage_options=storage_options)
-    options = dict(storage_options or {})
-    rows_a = DeltaTable(table_a, version=pair.version_a, storage_options=options)
-    rows_b = DeltaTable(table_b, version=pair.version_b, storage_options=options)
+    rows_a = DeltaTarget(uri=table_a, storage_options=storage_options).open_at(pair.version_a)
+    rows_b = DeltaTarget(uri=table_b, storage_options=storage_options).open_at(pair.version_b)
     a = rows_a.to_pyarrow_table()
     b = rows_b.to_pyarrow_table()
     common = [c for c in a.column_names if c in b.column_names]

@@ -6,6 +6,9 @@ them; a topic cannot be rolled back. The rewind revokes them instead (DESIGN.md,
 (``__chkpt.<topic>``) names the app's snapshots after N, the attempts they confirmed and
 the offsets from barrier N to the log end, under the restore's new generation.
 
+:class:`KafkaRewind` is the sink's :class:`~spark_chkpt.snapshot.rewind.SinkRewind` (see
+the restore's protocol in :mod:`spark_chkpt.savepoint.restore`):
+
 * :func:`plan_kafka_rewind` (restore step 2) checks, before anything changes, that each
   control topic holds snapshot N's own ``complete`` entry (its source offsets are the
   savepoint's: not snapshot N of a later timeline), and picks the generation: one above
@@ -32,7 +35,7 @@ from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.kafka.sink.committer import source_offsets
 from spark_chkpt.kafka.sink.control_topic import ControlTopic, write_entry
-from spark_chkpt.savepoint.manifest import Savepoint
+from spark_chkpt.snapshot.rewind import RewindPoint, Rewound
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,41 @@ class TopicRewind:
     kept: IndexEntry
 
 
-@dataclass(frozen=True)
 class KafkaRewind:
+    """The :class:`~spark_chkpt.snapshot.rewind.SinkRewind` of a ``chkpt-kafka`` sink:
+    ``bootstrap_servers`` (required), and ``control_topic`` if the sink set
+    ``controlTopic``."""
+
+    def __init__(
+        self,
+        *,
+        point: RewindPoint,
+        bootstrap_servers: str | None,
+        control_topic: str | None = None,
+    ) -> None:
+        self.point = point
+        self.bootstrap_servers = bootstrap_servers
+        self.control_topic = control_topic
+        self.revocations: RevocationPlan | None = None
+
+    def plan(self) -> int:
+        self.revocations = self._checked()
+        return self.revocations.generation
+
+    def apply(self, *, generation: int, checkpoint_location: str) -> Rewound:
+        plan = self.revocations or self._checked()
+        return Rewound(revoked=write_revocations(plan, generation=generation))
+
+    def _checked(self) -> RevocationPlan:
+        return plan_kafka_rewind(
+            point=self.point,
+            bootstrap_servers=self.bootstrap_servers,
+            control_topic=self.control_topic,
+        )
+
+
+@dataclass(frozen=True)
+class RevocationPlan:
     """What :func:`plan_kafka_rewind` found: the app, snapshot N, the new generation and
     each topic the query writes."""
 
@@ -75,28 +111,27 @@ def _index(
 
 def plan_kafka_rewind(
     *,
-    point: Savepoint,
+    point: RewindPoint,
     bootstrap_servers: str | None,
     control_topic: str | None = None,
     client_settings: Mapping[str, Any] | None = None,
-) -> KafkaRewind:
+) -> RevocationPlan:
     """Step 2 of a Kafka rewind: the checks and the new generation; changes nothing."""
-    manifest = point.manifest
-    sink = manifest.sink
-    if sink is None or sink.kind != "chkpt-kafka" or not sink.target:
-        raise SavepointError(f"savepoint {manifest.savepoint_id} does not name a Kafka sink")
+    savepoint_id, target = point.savepoint_id, point.target
+    if not target:
+        raise SavepointError(f"savepoint {savepoint_id} does not name a Kafka sink")
     if not bootstrap_servers:
         raise SavepointError(
-            f"savepoint {manifest.savepoint_id}: rewinding a query that writes Kafka (topic "
-            f"{sink.target}) writes a revocation to its control topic: give the brokers "
+            f"savepoint {savepoint_id}: rewinding a query that writes Kafka (topic "
+            f"{target}) writes a revocation to its control topic: give the brokers "
             "with --bootstrap-servers (kafka_bootstrap_servers=...)"
         )
     settings = dict(client_settings or {})
-    batch, app_id = manifest.batch_id, sink.app_id
-    sources = source_offsets(manifest.source_offsets)
+    batch, app_id = point.batch_id, point.app_id
+    sources = source_offsets(point.source_offsets)
     topics = []
     generation = 0
-    for topic in sink.target.split(","):
+    for topic in target.split(","):
         control = control_topic or control_topic_for(topic)
         index = _index(
             bootstrap_servers=bootstrap_servers,
@@ -107,7 +142,7 @@ def plan_kafka_rewind(
         try:
             if not index.exists():
                 raise SavepointError(
-                    f"savepoint {manifest.savepoint_id}: control topic {control} of topic "
+                    f"savepoint {savepoint_id}: control topic {control} of topic "
                     f"{topic} does not exist: nothing records snapshot {batch} of app "
                     f"{app_id} (give --control-topic if the sink set controlTopic). "
                     "Nothing was changed."
@@ -116,14 +151,14 @@ def plan_kafka_rewind(
             kept = index.first(app_id=app_id, snapshot_id=batch, kind="complete")
             if kept is None:
                 raise SavepointError(
-                    f"savepoint {manifest.savepoint_id}: control topic {control} holds no "
+                    f"savepoint {savepoint_id}: control topic {control} holds no "
                     f"live 'complete' entry of snapshot {batch} of app {app_id} in topic "
                     f"{topic} (never committed there, or revoked by an earlier rewind): "
                     "it is not the topic this savepoint's query wrote. Nothing was changed."
                 )
             if kept.sources is not None and list(kept.sources) != list(sources):
                 raise SavepointError(
-                    f"savepoint {manifest.savepoint_id}: snapshot {batch} of app {app_id} "
+                    f"savepoint {savepoint_id}: snapshot {batch} of app {app_id} "
                     f"in {topic} (control topic {control}, offset {kept.offset}, generation "
                     f"{kept.generation}) came from other source offsets than the "
                     "savepoint's: it belongs to another timeline (a rewind ran the batch "
@@ -135,7 +170,7 @@ def plan_kafka_rewind(
         finally:
             index.close()
         topics.append(TopicRewind(topic=topic, control_topic=control, kept=kept))
-    return KafkaRewind(
+    return RevocationPlan(
         bootstrap_servers=bootstrap_servers,
         app_id=app_id,
         batch=batch,
@@ -146,7 +181,7 @@ def plan_kafka_rewind(
 
 
 def write_revocations(
-    rewind: KafkaRewind, *, generation: int | None = None
+    rewind: RevocationPlan, *, generation: int | None = None
 ) -> dict[str, tuple[int, ...]]:
     """Step 5 of a Kafka rewind: a ``revoke`` entry per topic under ``generation`` (the
     plan's, or the one an interrupted restore recorded), unless one is there already.

@@ -1,0 +1,1 @@
+"""Two Delta tables compared at equal source offsets (``spark-chkpt diff``)."""
