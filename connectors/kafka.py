@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client.topics import require_output_topic
-from spark_chkpt.kafka.sink.control_topic import ensure_control_topic
+from spark_chkpt.kafka.control.topic import ensure_control_topic
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.records import spark_schema_ddl

@@ -116,7 +116,7 @@ class Upstream:
         other partition's barrier will land at (its log end now): that barrier is late,
         and :meth:`late_barrier` writes it."""
         from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry
-        from spark_chkpt.kafka.sink.control_topic import write_entry
+        from spark_chkpt.kafka.control.topic import write_entry
 
         marker = Barrier(app_id=self.app_id, snapshot_id=snapshot, attempts=tuple(attempts))
         on = list(range(self.partitions)) if partitions is None else list(partitions)

@@ -7,7 +7,7 @@ planner and the sink's coordinator ask. A ``revoke`` entry (a savepoint rewind o
 upstream query to snapshot N, under a new generation) takes the app's snapshots after N
 of older generations out of every answer: :meth:`BarrierIndex.is_revoked`. The
 snapshots the restored query writes again carry the new generation and stay. Pure:
-reading the control topic is :class:`spark_chkpt.kafka.sink.control_topic.ControlTopic`'s
+reading the control topic is :class:`spark_chkpt.kafka.control.topic.ControlTopic`'s
 job.
 """
 

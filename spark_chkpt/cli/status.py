@@ -125,7 +125,7 @@ def _barriers(record: Any, servers: str | None) -> dict[str, dict[str, int]] | N
     if record.sink != "chkpt-kafka" or not servers or not record.target:
         return None
     from spark_chkpt.alignment.barrier import control_topic_for
-    from spark_chkpt.kafka.sink.control_topic import ControlTopic
+    from spark_chkpt.kafka.control.topic import ControlTopic
 
     found: dict[str, dict[str, int]] = {}
     for topic in record.target.split(","):

@@ -5,7 +5,7 @@
    query's previous record in the log gives where batch N started.
 2. **Through the barriers.** A topic the batch read that an upstream ``chkpt-kafka``
    sink writes has a control topic (``__chkpt.<topic>``, read with
-   :class:`~spark_chkpt.kafka.sink.control_topic.ControlTopic`): its ``complete``
+   :class:`~spark_chkpt.kafka.control.topic.ControlTopic`): its ``complete``
    entries name each upstream snapshot, its barrier offsets and the upstream's own
    source offsets. The upstream snapshots the batch covered are those whose barriers lie
    in the offsets it read (:func:`spark_chkpt.lineage.model.covered`).
@@ -31,7 +31,7 @@ from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.delta.history import history as commit_history
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import ChkptError, NotADeltaTableError
-from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.lineage.model import (
     Lineage,
     SnapshotNode,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from spark_chkpt.alignment.barrier import attempt_of, control_topic_for
-from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.testing.generator import produce_page_views
 from tests.helpers import user_env
 

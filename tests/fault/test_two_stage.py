@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, control_topic_for, is_barrier
-from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.kafka.source.offset_reader import OffsetReader
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.testing.generator import produce_page_views

@@ -387,7 +387,7 @@ def _topic_id(servers: str, topic: str) -> str | None:
     """The Kafka id of ``topic`` now (None when it does not exist)."""
     from kafka import KafkaConsumer
 
-    from spark_chkpt.kafka.sink.control_topic import topic_id_of
+    from spark_chkpt.kafka.control.topic import topic_id_of
 
     consumer = KafkaConsumer(bootstrap_servers=servers.split(","))
     try:

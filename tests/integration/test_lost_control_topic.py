@@ -27,7 +27,7 @@ from spark_chkpt.alignment.barrier import (
 )
 from spark_chkpt.errors import AlignmentError
 from spark_chkpt.kafka.client.topics import create_topic, delete_topic
-from spark_chkpt.kafka.sink.control_topic import (
+from spark_chkpt.kafka.control.topic import (
     CONTROL_TOPIC_CONFIG,
     ensure_control_topic,
     write_entry,

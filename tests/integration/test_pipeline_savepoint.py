@@ -27,7 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.alignment.barrier import control_topic_for
-from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.testing.generator import produce_page_views
 from tests.helpers import chkpt_cli, ok, run_stage
 

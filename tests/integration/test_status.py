@@ -50,7 +50,7 @@ def test_status_of_a_kafka_sink_shows_its_barrier_offsets(
     tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
 ) -> None:
     from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
-    from spark_chkpt.kafka.sink.control_topic import ensure_control_topic, write_entry
+    from spark_chkpt.kafka.control.topic import ensure_control_topic, write_entry
     from spark_chkpt.snapshot.record import SnapshotRecord
     from spark_chkpt.snapshot.store import SnapshotStore
 

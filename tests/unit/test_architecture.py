@@ -40,16 +40,19 @@ LAYERS = {
     "spark_chkpt.snapshot": {"spark_chkpt.state"},
     # A recover reads the table's records and starts a new generation in it.
     "spark_chkpt.recovery": {"spark_chkpt.snapshot", "spark_chkpt.delta"},
+    # The control topic: the barrier index sinks write and readers read (shared types).
+    "spark_chkpt.kafka.control": {"spark_chkpt.alignment", "spark_chkpt.kafka.client"},
     "spark_chkpt.kafka.sink": {
         "spark_chkpt.alignment",
         "spark_chkpt.kafka.client",
+        "spark_chkpt.kafka.control",
         "spark_chkpt.snapshot",
     },
-    # The source cuts at the barriers the sink's control topic indexes (its reader).
+    # The source cuts at the barriers the control topic indexes.
     "spark_chkpt.kafka.source": {
         "spark_chkpt.alignment",
         "spark_chkpt.kafka.client",
-        "spark_chkpt.kafka.sink.control_topic",
+        "spark_chkpt.kafka.control",
     },
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
@@ -60,6 +63,7 @@ LAYERS = {
     "spark_chkpt.savepoint": {
         "spark_chkpt.delta.sink",
         "spark_chkpt.kafka.sink",
+        "spark_chkpt.kafka.control",
         "spark_chkpt.snapshot",
         "spark_chkpt.state",
         "spark_chkpt.alignment",
@@ -71,12 +75,12 @@ LAYERS = {
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.
     "spark_chkpt.restart": {"spark_chkpt.metrics"},
     # Lineage reads the table's records and, like the source's planner, the control
-    # topics the sink writes (their reader only).
+    # topics the sinks write.
     "spark_chkpt.lineage": {
         "spark_chkpt.delta",
         "spark_chkpt.snapshot",
         "spark_chkpt.alignment",
-        "spark_chkpt.kafka.sink.control_topic",
+        "spark_chkpt.kafka.control",
     },
 }
 # Packages whose modules are shared by the sub-packages listed in LAYERS under them.

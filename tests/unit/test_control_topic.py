@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spark_chkpt.kafka.client import topics
-from spark_chkpt.kafka.sink import control_topic
+from spark_chkpt.kafka.control import topic as control_topic
 
 
 def test_control_topic_is_created_once_with_infinite_retention(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_chkpt.errors import ControlTopicConfigError
-from spark_chkpt.kafka.sink.control_topic import CONTROL_TOPIC_CONFIG, check_control_topic_config
+from spark_chkpt.kafka.control.topic import CONTROL_TOPIC_CONFIG, check_control_topic_config
 
 KEPT = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 

@@ -26,10 +26,10 @@ from spark_chkpt.alignment.barrier import (
 )
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.kafka.control.topic import write_entry
 from spark_chkpt.kafka.sink import committer as kafka_coordinator
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.committer import BarrierSettings, KafkaCoordinator
-from spark_chkpt.kafka.sink.control_topic import write_entry
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.testing import failpoints as fault

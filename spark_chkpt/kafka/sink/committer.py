@@ -32,8 +32,8 @@ from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
+from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.committable import ProducedOutput
-from spark_chkpt.kafka.sink.control_topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.transaction_steps import (
     TransactionSteps,

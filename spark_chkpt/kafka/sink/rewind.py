@@ -33,8 +33,8 @@ from typing import Any
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.errors import SavepointError
+from spark_chkpt.kafka.control.topic import ControlTopic, write_entry
 from spark_chkpt.kafka.sink.committer import source_offsets
-from spark_chkpt.kafka.sink.control_topic import ControlTopic, write_entry
 from spark_chkpt.snapshot.rewind import RewindPoint, Rewound
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from spark_chkpt.alignment.barrier import (
     without_project_headers,
 )
 from spark_chkpt.errors import ChkptError
+from spark_chkpt.kafka.control.topic import ensure_control_topic
 from spark_chkpt.kafka.sink.committable import Header
-from spark_chkpt.kafka.sink.control_topic import ensure_control_topic
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from spark_chkpt.alignment.fanin import (
 )
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.client.outage import broker_calls, retry_while_refused
-from spark_chkpt.kafka.sink.control_topic import ControlTopic, topic_id_of
+from spark_chkpt.kafka.control.topic import ControlTopic, topic_id_of
 from spark_chkpt.kafka.source.fetcher import ReadSpec
 from spark_chkpt.kafka.source.offset_reader import OffsetReader, require_topics
 from spark_chkpt.kafka.source.options import SourceConfig

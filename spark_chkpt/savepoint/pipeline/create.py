@@ -16,7 +16,7 @@ from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, SavepointError
 from spark_chkpt.fs import qualify, resolve
-from spark_chkpt.kafka.sink.control_topic import ControlTopic
+from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
 from spark_chkpt.savepoint.pipeline.cut import JobCheckpoint, find_cut, job_tree
