@@ -310,7 +310,12 @@ def run_until_done(
             )
         return query
 
-    code = run_supervised(start=start_watched, strategy=config, metrics=metrics)
+    code = run_supervised(
+        start=start_watched,
+        strategy=config,
+        metrics=metrics,
+        checkpoint_location=settings.get("sink.checkpointLocation"),
+    )
     for watcher in watchers:
         watcher.join()
     if code == ExitCode.OK and queries:

@@ -208,7 +208,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         reporter.track(query, checkpoint_location=args.checkpoint)
         return query
 
-    return int(run_supervised(start=start_query, strategy=config, metrics=reporter.restarts))
+    return int(
+        run_supervised(
+            start=start_query,
+            strategy=config,
+            metrics=reporter.restarts,
+            checkpoint_location=args.checkpoint,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ def collect(
     """The status of the query at ``checkpoint`` as a JSON-ready dict (see the module)."""
     from spark_chkpt.fs import qualify
     from spark_chkpt.metrics.reporter import store_records
+    from spark_chkpt.restart.supervisor import read_restart_record
     from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
     from spark_chkpt.snapshot.epoch import read_epoch
     from spark_chkpt.state.operators import committed_batches
@@ -48,6 +50,8 @@ def collect(
         "committed_batch": batches[-1] if batches else None,
         "partitions": [],
         "savepoints": None,
+        # The restart strategy's failures and restarts so far (a supervised job's).
+        "restarts": read_restart_record(checkpoint_location=location),
     }
     if last is not None:
         status["last_snapshot"] = {
@@ -143,6 +147,27 @@ def _barriers(record: Any, servers: str | None) -> dict[str, dict[str, int]] | N
 
 
 def run(args: argparse.Namespace) -> int:
+    watch = getattr(args, "watch", None)
+    if watch is None:
+        return _show(args)
+    shown = 0
+    try:
+        while True:
+            if sys.stdout.isatty():
+                print("\033[H\033[2J", end="")  # clear the terminal, as watch(1) does
+            _show(args)
+            shown += 1
+            if args.count is not None and shown >= args.count:
+                return 0
+            sys.stdout.flush()
+            time.sleep(watch)
+            if not sys.stdout.isatty():
+                print()
+    except KeyboardInterrupt:
+        return 0
+
+
+def _show(args: argparse.Namespace) -> int:
     status = collect(
         args.checkpoint,
         bootstrap_servers=args.bootstrap_servers,
@@ -182,6 +207,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name:<40} {p['committed']:>12} {end:>12} {lag:>10}")
         if args.bootstrap_servers is None:
             print("  (--bootstrap-servers for each partition's end and the lag)")
+    restarts = status["restarts"]
+    if restarts is None:
+        print("restarts     none recorded (not run under a restart strategy, or no failure)")
+    else:
+        print(
+            f"restarts     {restarts.get('restarts')} after {restarts.get('failures')} "
+            f"failure(s), strategy {restarts.get('strategy')}; last: "
+            f"{restarts.get('verdict')}, {restarts.get('last_cause')}"
+        )
     if status["savepoints"] is None:
         print("savepoints   (--savepoint-dir to list this checkpoint's)")
     else:
@@ -208,4 +242,11 @@ def add_parser(sub: Any) -> None:
         "--savepoint-dir", default=None, help="the folder that keeps savepoints: list this query's"
     )
     status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--watch",
+        type=float,
+        metavar="SECONDS",
+        help="show it again every SECONDS until Ctrl-C (the terminal cleared each time)",
+    )
+    status.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
     status.set_defaults(run=run)

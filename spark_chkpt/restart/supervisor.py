@@ -13,12 +13,14 @@ It returns the program's exit code (:class:`ExitCode`): ``sys.exit(run_supervise
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import random as _random
 import time
 from collections.abc import Callable, Mapping
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.restart.failure import Failure, FailureKind, classify
@@ -62,8 +64,10 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         random: Callable[[], float] = _random.random,
+        checkpoint_location: str | None = None,
     ) -> None:
         self.start = start
+        self.checkpoint_location = checkpoint_location
         self.config = config
         self.metrics = metrics if metrics is not None else RestartMetrics()
         self.policy = RestartPolicy(config, random=random)
@@ -109,10 +113,13 @@ class Supervisor:
         snapshot = failure.kind is FailureKind.SNAPSHOT
         self.metrics.failed(kind=failure.kind.value, cause=failure.cause, snapshot=snapshot)
         decision = self.policy.on_failure(failure, now=self.clock(), progressed=progressed)
+        event = None
         if decision.verdict is Verdict.RESTART:
             event = self.metrics.restarted(
                 kind=failure.kind.value, cause=failure.cause, delay_s=decision.delay_s
             )
+        self._record(decision)
+        if event is not None:
             log.warning(
                 "%s failed (%s): %s; restart #%d from its checkpoint in %.3f s (%s)",
                 self.name,
@@ -123,6 +130,22 @@ class Supervisor:
                 decision.detail,
             )
         return decision
+
+    def _record(self, decision: Decision) -> None:
+        """The failures and restarts so far into ``<checkpoint>/chkpt/restarts.json``
+        (``spark-chkpt status`` shows them), when the checkpoint is known. A record that
+        cannot be written never stops the supervisor."""
+        if self.checkpoint_location is None:
+            return
+        try:
+            write_restart_record(
+                checkpoint_location=self.checkpoint_location,
+                strategy=self.config.describe(),
+                metrics=self.metrics,
+                verdict=decision.verdict.value,
+            )
+        except Exception as e:
+            log.warning("restart record not written under %s: %s", self.checkpoint_location, e)
 
     def _give_up(self, failure: Failure, decision: Decision) -> ExitCode:
         code = _EXIT[decision.verdict]
@@ -152,6 +175,7 @@ def run_supervised(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     random: Callable[[], float] = _random.random,
+    checkpoint_location: str | None = None,
 ) -> ExitCode:
     """Run the query ``start()`` starts; restart it per ``strategy`` when it fails.
 
@@ -161,15 +185,57 @@ def run_supervised(
     (``{"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts":
     "3"}``). ``metrics`` receives each failure and restart (e.g. a
     ``SnapshotReporter``'s ``restarts``). ``clock``, ``sleep`` and ``random`` are for
-    tests. Returns the :class:`ExitCode`, to pass to ``sys.exit``; the last cause is
-    logged.
+    tests. ``checkpoint_location`` (the query's): the failures and restarts so far are
+    kept in its ``chkpt/restarts.json``, which ``spark-chkpt status`` shows. Returns the
+    :class:`ExitCode`, to pass to ``sys.exit``; the last cause is logged.
     """
     config = (
         strategy if isinstance(strategy, RestartConfig) else RestartConfig.from_options(strategy)
     )
     return Supervisor(
-        start=start, config=config, metrics=metrics, clock=clock, sleep=sleep, random=random
+        start=start,
+        config=config,
+        metrics=metrics,
+        clock=clock,
+        sleep=sleep,
+        random=random,
+        checkpoint_location=checkpoint_location,
     ).run()
+
+
+RESTARTS_FILE = "chkpt/restarts.json"
+
+
+def write_restart_record(
+    *, checkpoint_location: str, strategy: str, metrics: RestartMetrics, verdict: str
+) -> None:
+    """``<checkpoint>/chkpt/restarts.json``: the strategy, the counters, the last verdict
+    and the recent restarts (atomic write)."""
+    from spark_chkpt.fs import qualify, resolve
+
+    record = {
+        "strategy": strategy,
+        **metrics.as_dict(),
+        "verdict": verdict,
+        "updated_ms": int(time.time() * 1000),
+        "history": [dataclasses.asdict(e) for e in metrics.history[-20:]],
+    }
+    target = resolve(qualify(checkpoint_location)).child(*RESTARTS_FILE.split("/"))
+    target.write_atomic(json.dumps(record, indent=2) + "\n")
+
+
+def read_restart_record(*, checkpoint_location: str) -> dict[str, Any] | None:
+    """What :func:`write_restart_record` kept, or None (never supervised, or unreadable)."""
+    from spark_chkpt.fs import qualify, resolve
+
+    target = resolve(qualify(checkpoint_location)).child(*RESTARTS_FILE.split("/"))
+    try:
+        if not target.exists():
+            return None
+        value = json.loads(target.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _name_of(query: StreamingQuery) -> str:

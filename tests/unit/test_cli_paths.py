@@ -152,3 +152,35 @@ def test_status_tells_where_a_query_stands_without_spark(
     assert "last snapshot  1 at " in out and "Delta version 1 of " in out
     assert "events-0" in out and "(--bootstrap-servers for each partition's end" in out
     assert "does not exist" in fails(capsys, "status", str(tmp_path / "nope"))
+
+
+def test_status_shows_the_restart_strategys_failures_and_watches(
+    run: Run, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervised job keeps its failures and restarts in the checkpoint
+    (``chkpt/restarts.json``, written by the supervisor), and ``status`` shows them;
+    ``--watch`` shows the status again every few seconds (``--count`` stops it)."""
+    from spark_chkpt.metrics.restarts import RestartMetrics
+    from spark_chkpt.restart.supervisor import write_restart_record
+
+    run.step(0, ids_of(0))
+    assert main(["status", str(run.checkpoint)]) == 0
+    assert "restarts     none recorded" in capsys.readouterr().out
+    metrics = RestartMetrics()
+    metrics.failed(kind="task", cause="Python worker failed to connect back", snapshot=False)
+    metrics.restarted(kind="task", cause="Python worker failed to connect back", delay_s=1.0)
+    write_restart_record(
+        checkpoint_location=str(run.checkpoint),
+        strategy="fixed-delay: 3 attempt(s), 1000 ms apart",
+        metrics=metrics,
+        verdict="restart",
+    )
+    sleeps: list[float] = []
+    monkeypatch.setattr("spark_chkpt.cli.status.time.sleep", sleeps.append)
+    assert main(["status", str(run.checkpoint), "--watch", "2", "--count", "3"]) == 0
+    out = capsys.readouterr().out
+    line = (
+        "restarts     1 after 1 failure(s), strategy fixed-delay: 3 attempt(s), 1000 ms "
+        "apart; last: restart, task: Python worker failed to connect back"
+    )
+    assert out.count(line) == 3 and sleeps == [2.0, 2.0]

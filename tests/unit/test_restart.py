@@ -4,6 +4,7 @@ the settings' errors, the kinds of failure, and the supervisor's loop over fake 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -420,3 +421,27 @@ def test_the_first_start_raises() -> None:
 
     with pytest.raises(ConfigError):
         run_supervised(start=start, strategy=RestartConfig())  # type: ignore[arg-type]
+
+
+def test_the_supervisor_keeps_its_failures_in_the_checkpoint_for_status(tmp_path: Path) -> None:
+    """``spark-chkpt status`` reads them from ``chkpt/restarts.json``: the strategy, the
+    counters and the last verdict, after each failure (the give-up included)."""
+    from spark_chkpt.restart.supervisor import read_restart_record
+
+    config = RestartConfig(strategy=FixedDelay(attempts=1, delay_ms=50))
+    clock = Clock()
+    _, start = starts(FakeQuery(TASK_TEXT), FakeQuery(TASK_TEXT))
+    code = run_supervised(
+        start=start,  # type: ignore[arg-type]
+        strategy=config,
+        clock=clock,
+        sleep=clock.sleep,
+        checkpoint_location=str(tmp_path),
+    )
+    assert code == ExitCode.RESTARTS_EXHAUSTED
+    record = read_restart_record(checkpoint_location=str(tmp_path))
+    assert record is not None
+    assert (record["failures"], record["restarts"]) == (2, 1)
+    assert record["verdict"] == "restart strategy exhausted"
+    assert record["strategy"] == config.describe()
+    assert [e["restart"] for e in record["history"]] == [1]
