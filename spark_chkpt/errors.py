@@ -61,6 +61,10 @@ class BrokerError(ChkptError):
     """The embedded broker could not be started or did not answer."""
 
 
+class S3ServerError(ChkptError):
+    """The test S3 server (s3proxy) could not be started or did not answer."""
+
+
 class WorkerPythonError(ChkptError):
     """The interpreter Spark's Python workers would run cannot import spark_chkpt."""
 
