@@ -179,9 +179,11 @@ def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Lo
 
     ``s3a://`` (Hadoop's name, what Spark's ``checkpointLocation`` uses) is read as
     ``s3://``. ``storage_options``: the S3 endpoint, region and credentials of
-    :func:`s3_filesystem` (ignored for other stores). An ``s3a://`` URI without them
-    takes the running SparkContext's ``fs.s3a.*`` settings (:func:`hadoop_s3a_options`),
-    the ones Spark writes that checkpoint with."""
+    :func:`s3_filesystem` (ignored for other stores). Without them, the options this
+    process was given for the same bucket (:func:`remember_bucket_options`: a
+    ``chkpt-delta`` table's ``storage.*`` also reach the checkpoint in its bucket), else
+    for ``s3a://`` the running SparkContext's ``fs.s3a.*`` settings
+    (:func:`hadoop_s3a_options`), else pyarrow's defaults (the AWS environment)."""
     import pyarrow.fs as pafs
 
     uri = qualify(uri)
@@ -190,6 +192,8 @@ def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Lo
     scheme, _, rest = uri.partition("://")
     if scheme.lower() in S3_SCHEMES:
         options = dict(storage_options or {})
+        if not any(k.lower() in _S3_KEYS for k in options):
+            options = _BUCKET_OPTIONS.get(rest.split("/", 1)[0], {})
         if not any(k.lower() in _S3_KEYS for k in options) and scheme.lower() == "s3a":
             options = hadoop_s3a_options()
         if any(k.lower() in _S3_KEYS for k in options):
@@ -197,6 +201,24 @@ def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Lo
         uri = f"s3://{rest}"
     fs, path = pafs.FileSystem.from_uri(uri)
     return Location(fs, path)
+
+
+_BUCKET_OPTIONS: dict[str, dict[str, str]] = {}
+
+
+def remember_bucket_options(uri: str, storage_options: Mapping[str, str]) -> None:
+    """Use ``storage_options`` for every ``s3://``/``s3a://`` path of ``uri``'s bucket
+    that :func:`resolve` is given without options of its own, in this process.
+
+    ``chkpt-delta`` calls it for its table: the snapshot records and Spark's
+    checkpoint metadata it reads from Python (driver and Python workers, where no
+    ``fs.s3a.*`` setting is at hand) are on the same store. No-op for other URIs or
+    options without S3 settings."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme.lower() not in S3_SCHEMES:
+        return
+    if any(k.lower() in _S3_KEYS for k in storage_options):
+        _BUCKET_OPTIONS[rest.split("/", 1)[0]] = dict(storage_options)
 
 
 _S3_KEYS = frozenset(n for names in _S3_OPTION_NAMES.values() for n in names) | {

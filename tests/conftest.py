@@ -51,8 +51,8 @@ def spark():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[object]:
-    """An S3-compatible server on loopback for the session: s3proxy, objects in a
-    temporary folder (spark_chkpt.testing.s3_server)."""
+    """An S3-compatible server on loopback for the session: s3proxy, objects in its
+    heap (spark_chkpt.testing.s3_server says why not on disk)."""
     from spark_chkpt.testing.s3_server import S3Proxy
 
     with S3Proxy() as server:

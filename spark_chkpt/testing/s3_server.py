@@ -1,13 +1,20 @@
-"""An S3-compatible server on loopback: s3proxy with its objects in a local folder.
+"""An S3-compatible server on loopback: s3proxy, started by the project.
 
     with S3Proxy() as s3:
         s3.create_bucket("chkpt")
         write_deltalake("s3://chkpt/t", data, storage_options=s3.storage_options)
 
 The server runs in its own JVM, ``java -cp <jars> org.gaul.s3proxy.Main --properties F``,
-from the jars ``make setup`` fetched (``spark_chkpt.jars.jars("s3proxy")``), with jclouds'
-``filesystem`` backend in a temporary folder and AWS v2/v4 signatures checked against a
-fixed test key (:data:`ACCESS_KEY`, :data:`SECRET_KEY`). The settings each client needs:
+from the jars ``make setup`` fetched (``spark_chkpt.jars.jars("s3proxy")``), with AWS
+v2/v4 signatures checked against a fixed test key (:data:`ACCESS_KEY`, :data:`SECRET_KEY`).
+Its jclouds backend is ``transient`` (objects in the server's heap) by default, not
+``filesystem`` (objects in a temporary folder, ``backend="filesystem"``): the
+``filesystem`` backend keeps an empty folder marker (``chk/offsets/``) as a folder and
+leaves it out of a listing of its own prefix, so Hadoop's S3A, which probes directories
+by listing, finds no ``offsets`` folder right after creating it and Spark's checkpoint
+fails (FileNotFoundException). S3 itself lists the marker, as ``transient`` does.
+
+The settings each client needs:
 :attr:`S3Proxy.storage_options` (delta-rs and ``chkpt-delta``'s ``storage.*``),
 :meth:`S3Proxy.hadoop_settings` (Spark's ``s3a://``), :attr:`S3Proxy.env` (the AWS SDKs of
 pyarrow and boto3).
@@ -51,17 +58,20 @@ _LOGBACK = """\
 
 
 class S3Proxy:
-    """s3proxy (filesystem backend) as a context manager."""
+    """s3proxy (the ``transient`` backend unless ``backend`` names another) as a context
+    manager."""
 
     def __init__(
         self,
         *,
         host: str = "127.0.0.1",
         port: int | None = None,
-        heap: str = "256m",
+        heap: str = "512m",
         startup_timeout_s: float = 60.0,
+        backend: str = "transient",
     ) -> None:
         self.host = host
+        self.backend = backend
         self.port = port or free_port(host)
         self.heap = heap
         self.startup_timeout_s = startup_timeout_s
@@ -120,7 +130,9 @@ class S3Proxy:
             "s3proxy.authorization": "aws-v2-or-v4",
             "s3proxy.identity": ACCESS_KEY,
             "s3proxy.credential": SECRET_KEY,
-            "jclouds.provider": "filesystem",
+            "jclouds.provider": self.backend,
+            "jclouds.identity": "unused",
+            "jclouds.credential": "unused",
             "jclouds.filesystem.basedir": str(self.data_dir / "blobs"),
         }
 
