@@ -28,6 +28,11 @@ class ConfigError(ChkptError, ValueError):
         super().__init__(f"option '{option}' = {shown}: {allowed}")
 
 
+class UnsafeCommitError(ConfigError):
+    """A storage option would let two commits of one Delta version both succeed (on S3:
+    no conditional put and no lock); the message names the option and the safe setting."""
+
+
 class InvalidArgumentError(ChkptError, ValueError):
     """A programming interface got an argument it does not take (not a user's option:
     those are :class:`ConfigError`); the message names the argument and its value."""

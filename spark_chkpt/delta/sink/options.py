@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from spark_chkpt.delta.commit_safety import commit_storage_options
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import (
@@ -99,7 +100,12 @@ class DeltaSinkConfig:
             opts, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
         )
         timing = SnapshotTiming.from_options(opts)
-        storage = {k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")}
+        storage = commit_storage_options(
+            uri=qualify(path),
+            storage_options={
+                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+            },
+        )
         remember_bucket_options(path, storage)  # the checkpoint's bucket may be the table's
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder
