@@ -51,7 +51,7 @@ def test_the_sink_refuses_an_unsafe_rename() -> None:
         "checkpointLocation": "s3a://b/chk",
         "storage.AWS_S3_ALLOW_UNSAFE_RENAME": "true",
     }
-    with pytest.raises(UnsafeCommitError, match="storage.aws_s3_allow_unsafe_rename"):
+    with pytest.raises(UnsafeCommitError, match=r"storage\.aws_s3_allow_unsafe_rename"):
         DeltaSinkConfig.from_options(options)
 
 
