@@ -4,12 +4,14 @@ and the project's own pyarrow.fs files, given only delta-rs's ``storage.*`` opti
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.s3_server import S3Proxy
+from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Proxy
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +85,35 @@ def test_project_files_follow_the_storage_options(
     names = {i.base_name for i in root.list(recursive=True) if i.is_file}
     assert {"0.json", "part-0.bin"} <= names  # (s3proxy lists pyarrow's folder markers)
     assert big.delete() and not big.exists()
+
+
+def test_the_cli_runs_the_server_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `spark-chkpt s3 --bucket B`: the endpoint on stdout once the bucket exists, the
+    # settings for each client on stderr, and a clean stop on SIGTERM.
+    import signal
+    import subprocess
+    import sys
+
+    import boto3
+
+    command = [str(Path(sys.executable).with_name("spark-chkpt")), "s3", "--bucket", "cli-bkt"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        endpoint = server.stdout.readline().strip()
+        assert endpoint.startswith("http://127.0.0.1:")
+        monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
+        monkeypatch.setenv("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+        assert "cli-bkt" in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err[-2000:]
+    assert "storage.AWS_ENDPOINT_URL=" + endpoint in err
