@@ -76,6 +76,11 @@ class MissingTopicError(ConfigError):
         self.existing = existing
 
 
+class UnsafeCommitError(ConfigError):
+    """A storage option would let two commits of one Delta version both succeed (on S3:
+    no conditional put and no lock); the message names the option and the safe setting."""
+
+
 class InvalidArgumentError(ChkptError, ValueError):
     """A programming interface got an argument it does not take (not a user's option:
     those are :class:`ConfigError`); the message names the argument and its value."""
@@ -107,6 +112,10 @@ class KafkaReadError(ChkptError):
 
 class BrokerError(ChkptError):
     """The embedded broker could not be started or did not answer."""
+
+
+class S3ServerError(ChkptError):
+    """The test S3 server (s3proxy) could not be started or did not answer."""
 
 
 class WorkerPythonError(ChkptError):

@@ -1,14 +1,23 @@
 """One filesystem layer for checkpoint and table paths: ``pyarrow.fs``.
 
-Local paths, ``file://``, ``s3://``, ``gs://``, ``abfss://`` and Databricks
-``/Volumes/...`` (a local mount on Databricks) all resolve through
-:func:`resolve`; the rest of the project never calls ``open`` or ``os`` on them.
+Local paths, ``file://``, ``s3://`` (and Hadoop's ``s3a://``, the same objects),
+``gs://``, ``abfss://`` and Databricks ``/Volumes/...`` (a local mount on Databricks) all
+resolve through :func:`resolve`; the rest of the project never calls ``open`` or ``os``
+on them.
+
+S3 settings: given ``storage_options`` (delta-rs's keys, as ``chkpt-delta``'s
+``storage.*`` options carry them: ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ALLOW_HTTP``,
+any case, with or without the ``AWS_`` prefix), pyarrow talks to the same endpoint with the
+same credentials as delta-rs; without them, pyarrow's own defaults apply (the AWS
+environment variables and profile).
 """
 
 from __future__ import annotations
 
 import posixpath
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -124,12 +133,129 @@ def qualify(uri: str) -> str:
     return os.path.abspath(os.path.expanduser(uri))
 
 
-def resolve(uri: str) -> Location:
-    """``Location`` for a local path or a URI pyarrow knows (s3://, gs://, abfss://, ...)."""
+S3_SCHEMES = ("s3", "s3a")
+
+# pyarrow.fs.S3FileSystem's argument -> the storage option names that set it (lower case,
+# delta-rs's spellings: object_store's ``AWS_*`` keys and their short forms).
+_S3_OPTION_NAMES: dict[str, tuple[str, ...]] = {
+    "endpoint_override": ("aws_endpoint_url", "aws_endpoint_url_s3", "aws_endpoint", "endpoint"),
+    "region": ("aws_region", "region", "aws_default_region"),
+    "access_key": ("aws_access_key_id", "access_key_id"),
+    "secret_key": ("aws_secret_access_key", "secret_access_key"),
+    "session_token": ("aws_session_token", "session_token", "aws_token", "token"),
+}
+_TRUE = ("true", "1", "yes")
+
+
+def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:
+    """pyarrow's S3 filesystem on the endpoint, region and credentials ``storage_options``
+    name (delta-rs's keys, any case); what they leave out comes from pyarrow's defaults.
+    ``AWS_ALLOW_HTTP=true`` lets an ``http://`` endpoint (or one without a scheme) be
+    plain HTTP; ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`` forces bucket-in-hostname
+    addressing (otherwise path style whenever an endpoint is given)."""
+    import pyarrow.fs as pafs
+
+    options = {k.lower(): v for k, v in storage_options.items()}
+    kwargs: dict[str, object] = {}
+    for argument, names in _S3_OPTION_NAMES.items():
+        for name in names:
+            if options.get(name):
+                kwargs[argument] = options[name]
+                break
+    allow_http = options.get("aws_allow_http", options.get("allow_http", "")).lower() in _TRUE
+    endpoint = str(kwargs.get("endpoint_override", ""))
+    if endpoint.startswith("http://") or (endpoint and allow_http and "://" not in endpoint):
+        kwargs["scheme"] = "http"
+    virtual = options.get(
+        "aws_virtual_hosted_style_request", options.get("virtual_hosted_style_request", "")
+    )
+    if virtual.lower() in _TRUE:
+        kwargs["force_virtual_addressing"] = True
+    return pafs.S3FileSystem(**kwargs)
+
+
+def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Location:
+    """``Location`` for a local path or a URI pyarrow knows (s3://, gs://, abfss://, ...).
+
+    ``s3a://`` (Hadoop's name, what Spark's ``checkpointLocation`` uses) is read as
+    ``s3://``. ``storage_options``: the S3 endpoint, region and credentials of
+    :func:`s3_filesystem` (ignored for other stores). Without them, the options this
+    process was given for the same bucket (:func:`remember_bucket_options`: a
+    ``chkpt-delta`` table's ``storage.*`` also reach the checkpoint in its bucket), else
+    for ``s3a://`` the running SparkContext's ``fs.s3a.*`` settings
+    (:func:`hadoop_s3a_options`), else pyarrow's defaults (the AWS environment)."""
     import pyarrow.fs as pafs
 
     uri = qualify(uri)
     if "://" not in uri:
         return Location(pafs.LocalFileSystem(), uri)
+    scheme, _, rest = uri.partition("://")
+    if scheme.lower() in S3_SCHEMES:
+        options = dict(storage_options or {})
+        if not any(k.lower() in _S3_KEYS for k in options):
+            options = _BUCKET_OPTIONS.get(rest.split("/", 1)[0], {})
+        if not any(k.lower() in _S3_KEYS for k in options) and scheme.lower() == "s3a":
+            options = hadoop_s3a_options()
+        if any(k.lower() in _S3_KEYS for k in options):
+            return Location(s3_filesystem(options), rest.rstrip("/"))
+        uri = f"s3://{rest}"
     fs, path = pafs.FileSystem.from_uri(uri)
     return Location(fs, path)
+
+
+_BUCKET_OPTIONS: dict[str, dict[str, str]] = {}
+
+
+def remember_bucket_options(uri: str, storage_options: Mapping[str, str]) -> None:
+    """Use ``storage_options`` for every ``s3://``/``s3a://`` path of ``uri``'s bucket
+    that :func:`resolve` is given without options of its own, in this process.
+
+    ``chkpt-delta`` calls it for its table: the snapshot records and Spark's
+    checkpoint metadata it reads from Python (driver and Python workers, where no
+    ``fs.s3a.*`` setting is at hand) are on the same store. No-op for other URIs or
+    options without S3 settings."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme.lower() not in S3_SCHEMES:
+        return
+    if any(k.lower() in _S3_KEYS for k in storage_options):
+        _BUCKET_OPTIONS[rest.split("/", 1)[0]] = dict(storage_options)
+
+
+_S3_KEYS = frozenset(n for names in _S3_OPTION_NAMES.values() for n in names) | {
+    "aws_allow_http",
+    "allow_http",
+}
+
+
+# Hadoop S3A setting -> the storage option of :func:`s3_filesystem` it maps to.
+_HADOOP_S3A = {
+    "fs.s3a.endpoint": "aws_endpoint_url",
+    "fs.s3a.endpoint.region": "aws_region",
+    "fs.s3a.access.key": "aws_access_key_id",
+    "fs.s3a.secret.key": "aws_secret_access_key",
+    "fs.s3a.session.token": "aws_session_token",
+}
+
+
+def hadoop_s3a_options() -> dict[str, str]:
+    """The S3 endpoint, region and credentials the running SparkContext's Hadoop
+    configuration gives S3A (``spark.hadoop.fs.s3a.*``), as storage options; empty
+    where no SparkContext runs in this process (an executor's Python worker) or it sets
+    none of them. ``fs.s3a.connection.ssl.enabled=false`` allows plain HTTP."""
+    try:
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if context is None:
+            return {}
+        hadoop = context._jsc.hadoopConfiguration()
+    except Exception:  # no JVM reachable: pyarrow's own defaults apply
+        return {}
+    options = {}
+    for key, option in _HADOOP_S3A.items():
+        value = hadoop.get(key)
+        if value:
+            options[option] = str(value)
+    if options and str(hadoop.get("fs.s3a.connection.ssl.enabled", "true")).lower() == "false":
+        options["aws_allow_http"] = "true"
+    return options

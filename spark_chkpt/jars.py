@@ -11,6 +11,11 @@ pom as it is now (a stamp records the pom's hash) is not fetched again.
 - ``spark-connectors``: Spark's own Kafka connector and delta-spark, handed to Spark
   through ``spark.jars`` (:func:`spark_jars`). Artifacts pyspark already ships are left
   out, so Spark's own versions are the ones loaded.
+- ``s3proxy``: ``org.gaul:s3proxy``, an S3-compatible server the tests start in its own
+  JVM (:mod:`spark_chkpt.testing.s3_server`).
+- ``hadoop-aws``: Hadoop's S3A filesystem and its AWS SDK bundle, so Spark's
+  ``checkpointLocation`` can be ``s3a://`` (:func:`s3a_jars`; the same pick-out as
+  ``spark-connectors``).
 
 At run time :func:`jars` finds a set's folder: ``$SPARK_CHKPT_JARS_DIR/<set>`` if that
 variable is set, else ``.cache/jars/<set>`` of the checkout this package was installed
@@ -34,7 +39,9 @@ from typing import TextIO
 
 from spark_chkpt.errors import JvmArtifactError
 
-SETS = ("kafka-broker", "spark-connectors")
+SETS = ("kafka-broker", "spark-connectors", "s3proxy", "hadoop-aws")
+# The sets handed to Spark: artifacts pyspark ships are left out of them.
+_SPARK_SETS = ("spark-connectors", "hadoop-aws")
 ENV = "SPARK_CHKPT_JARS_DIR"
 STAMP = ".pom-sha256"
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -87,6 +94,11 @@ def jars(name: str) -> list[str]:
 def spark_jars() -> str:
     """``spark.jars`` for a session with Spark's Kafka connector and delta-spark."""
     return ",".join(jars("spark-connectors"))
+
+
+def s3a_jars() -> str:
+    """``spark.jars`` entries for Hadoop's S3A filesystem (hadoop-aws, the AWS SDK bundle)."""
+    return ",".join(jars("hadoop-aws"))
 
 
 def _pom_digest(name: str) -> str:
@@ -142,7 +154,7 @@ def fetch(name: str, *, out: TextIO = sys.stdout) -> list[str]:
             )
         fetched = sorted(p.name for p in Path(tmp).glob("*.jar"))
         skipped: list[str] = []
-        if name == "spark-connectors":
+        if name in _SPARK_SETS:
             shipped = _pyspark_artifacts()
             for jar in list(fetched):
                 match = _JAR_NAME.match(jar)

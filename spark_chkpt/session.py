@@ -7,6 +7,9 @@ the same two lines as ``conf/spark-defaults.conf``) unless the caller's ``conf``
 spark-submit's settings name another. With ``connectors=True`` the session also has
 Spark's own Kafka connector (``format("kafka")``) and delta-spark (``format("delta")``,
 Delta's SQL extension and catalog): the jars ``make setup`` fetched (:mod:`spark_chkpt.jars`).
+With ``s3a=True`` it also has Hadoop's S3A filesystem (hadoop-aws and the AWS SDK bundle),
+so ``checkpointLocation`` and delta-spark's paths can be ``s3a://``; the endpoint and
+credentials are the caller's ``spark.hadoop.fs.s3a.*`` settings.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     connectors: bool = False,
+    s3a: bool = False,
 ) -> SparkSession:
     """``getOrCreate`` a session with the project's formats registered.
 
@@ -76,6 +80,9 @@ def build_session(
     ``connectors``: add :func:`connector_settings` (Spark's Kafka connector, delta-spark).
     They take effect only when this call starts the JVM; ``conf`` wins over them, and
     under spark-submit, pass the jars with ``--jars``/``--packages`` instead.
+
+    ``s3a``: add Hadoop's S3A filesystem to ``spark.jars`` (:func:`spark_chkpt.jars.s3a_jars`),
+    with the same rules; ``conf`` gives its ``spark.hadoop.fs.s3a.*`` settings.
     """
     from pyspark.sql import SparkSession
 
@@ -90,6 +97,12 @@ def build_session(
     settings = dict(conf or {})
     if connectors and not launched_by_submit:
         settings = {**connector_settings(), **settings}
+    if s3a and not launched_by_submit and "spark.jars" not in (conf or {}):
+        from spark_chkpt.jars import s3a_jars
+
+        settings["spark.jars"] = ",".join(
+            j for j in (settings.get("spark.jars", ""), s3a_jars()) if j
+        )
     if not launched_by_submit:
         settings = {**defaults, **settings}
     for key, value in settings.items():

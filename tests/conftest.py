@@ -49,6 +49,25 @@ def spark():  # type: ignore[no-untyped-def]
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """An S3-compatible server on loopback for the session: s3proxy, objects in its
+    heap (spark_chkpt.testing.s3_server says why not on disk)."""
+    from spark_chkpt.testing.s3_server import S3Proxy
+
+    with S3Proxy() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
+    """A new bucket on :func:`s3_server` named after the test."""
+    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"{base}-{uuid.uuid4().hex[:6]}".strip("-")
+    s3_server.create_bucket(name)  # type: ignore[attr-defined]
+    return name
+
+
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")[:60]

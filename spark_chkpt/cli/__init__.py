@@ -2,6 +2,7 @@
 
 spark-chkpt broker [--port N] [--topic NAME[:PARTITIONS] ...]   run the embedded broker
 spark-chkpt status CHECKPOINT [--bootstrap-servers S] [--json]  where a query stands
+spark-chkpt s3 [--port N] [--bucket NAME ...]                   run the S3 test server
 spark-chkpt snapshots CHECKPOINT [--json]                       list a query's snapshots
 spark-chkpt state CHECKPOINT [--batch N] [--operator K] [--json] print a snapshot's keyed state
 spark-chkpt recover --table TABLE --checkpoint NEW             rebuild a lost checkpoint
@@ -32,6 +33,7 @@ from spark_chkpt.cli import (
     lineage,
     programs,
     recover,
+    s3,
     savepoint,
     snapshots,
     state,
@@ -48,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     broker.add_parser(sub)
+    s3.add_parser(sub)
     helps = {
         "demo": "run the demo pipeline on an embedded broker (--help lists its options)",
         "bench": "benchmark the pipeline against the raw client (--help lists its options)",

@@ -80,8 +80,8 @@ class DeltaTarget:
 
     def __init__(self, *, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri
-        self.location: Location = resolve(uri)
         self.storage_options = dict(storage_options or {})
+        self.location: Location = resolve(uri, storage_options=self.storage_options)
 
     def open(self) -> Any | None:
         """The ``DeltaTable`` at its latest version, or None if there is no table yet."""

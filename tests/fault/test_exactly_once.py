@@ -193,21 +193,7 @@ def test_kill_after_staging(tmp_path: Path, bootstrap_servers: str, topic: str) 
     assert snapshots(tmp_path) == [0, 1, 2]
 
 
-def test_kill_after_delta_commit(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
-    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-delta-commit@1"))
-    # Visible in Delta, but neither the snapshot store nor Spark's commit log has it.
-    assert txn_version(tmp_path) == 1
-    assert snapshots(tmp_path) == [0]
-    assert spark_committed(tmp_path) == [0]
-    assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == 2 * PER_BATCH
-
-    result = run_job(tmp_path, bootstrap_servers, topic)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_exactly_once(tmp_path)
-    store = SnapshotStore(checkpoint_location=str(tmp_path / "chk"))
-    repaired = store.get(1)
-    assert repaired is not None and repaired.rows == PER_BATCH  # taken from commitInfo
-    assert snapshots(tmp_path) == [0, 1, 2]
+# The kill after batch 1's Delta commit runs on object storage: test_s3_exactly_once.py.
 
 
 @pytest.mark.parametrize("point", ["after-staging", "after-delta-commit"])

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from spark_chkpt.delta.commit_safety import commit_storage_options
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.fs import qualify
+from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import (
     SNAPSHOT_TIMING_OPTIONS,
     SnapshotTiming,
@@ -98,6 +99,13 @@ class DeltaSinkConfig:
                 "snapshots of the same topic-partitions) or 'allow'",
             )
         timing = SnapshotTiming.from_options(opts)
+        storage = commit_storage_options(
+            uri=qualify(path),
+            storage_options={
+                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+            },
+        )
+        remember_bucket_options(path, storage)  # the checkpoint's bucket may be the table's
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder
             checkpoint_location=qualify(checkpoint),
@@ -119,9 +127,7 @@ class DeltaSinkConfig:
             orphan_retention_ms=parse_duration_ms(
                 "orphanRetention", opts.get("orphanretention"), default_ms=60 * 60_000
             ),
-            storage_options={
-                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
-            },
+            storage_options=storage,
             other_writers=other_writers,
             dead_letter_path=qualify(opts["deadletterpath"].strip())
             if opts.get("deadletterpath", "").strip()

@@ -75,7 +75,7 @@ class DeltaWriter:
         partition_by: tuple[str, ...] | None = None,
     ) -> ParquetStager:
         return ParquetStager(
-            table=resolve(path),
+            table=resolve(path, storage_options=self.config.storage_options),
             schema=schema,
             partition_by=self.config.partition_by if partition_by is None else partition_by,
             app_id=self.app_id,
