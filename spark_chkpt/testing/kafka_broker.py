@@ -34,6 +34,7 @@ from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
+from spark_chkpt.testing.processes import free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +66,6 @@ logger.metadata.level = WARN
 logger.cleaner.name = kafka.log.LogCleaner
 logger.cleaner.level = INFO
 """
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _cluster_id() -> str:
@@ -223,14 +216,7 @@ class EmbeddedKafka:
         config = self._write_config()
         self._format(config)
         began = time.monotonic()
-        with open(self.log_path, "ab") as out:
-            self._process = subprocess.Popen(
-                self._command("kafka.Kafka", str(config)),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self._process = launch(self._command("kafka.Kafka", str(config)), log_path=self.log_path)
         try:
             self._wait_ready(Deadline.after(seconds=self.startup_timeout_s))
         except BaseException:
@@ -315,16 +301,7 @@ class EmbeddedKafka:
         """Stop the JVM (SIGTERM: a controlled shutdown that flushes the logs), keeping
         the storage; SIGKILL after ``timeout_s``."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.kill(process.pid, signal.SIGCONT)  # a paused broker must see the SIGTERM
-        process.terminate()
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("the Kafka broker did not stop in %ss: killed", timeout_s)
-            process.kill()
-            process.wait(timeout=10)
+        halt(process, timeout_s=timeout_s, what="the Kafka broker")
 
     def kill(self) -> None:
         """SIGKILL the broker, as a crash: the storage stays for a ``restart()``."""

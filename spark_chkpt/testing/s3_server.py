@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -38,7 +37,8 @@ from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import S3ServerError
-from spark_chkpt.testing.kafka_broker import _java, free_port
+from spark_chkpt.testing.kafka_broker import _java
+from spark_chkpt.testing.processes import free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
@@ -157,14 +157,7 @@ class S3Proxy:
             "--properties",
             str(config),
         ]
-        with open(self.log_path, "ab") as out:
-            self._process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self._process = launch(command, log_path=self.log_path)
         try:
             self._wait_ready(Deadline.after(seconds=self.startup_timeout_s))
         except BaseException:
@@ -217,14 +210,7 @@ class S3Proxy:
 
     def _halt(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        halt(process, what="s3proxy")
 
     def stop(self) -> None:
         """Stop the server and delete its objects."""
