@@ -14,14 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.report import reported
@@ -53,36 +49,16 @@ class DeltaDataSource(DataSource):
         )
 
 
-class DeltaStreamWriter(DataSourceStreamArrowWriter):
+class DeltaStreamWriter(SinkStreamWriter[DeltaSink]):
     """Phase 1 in ``write`` (executors), phase 2 in ``commit`` / ``abort`` (driver)."""
 
-    def __init__(self, *, sink: DeltaSink) -> None:
-        self.sink = sink
+    committable = StagedOutput
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        batch_prop = context.getLocalProperty("streaming.sql.batchId") if context else None
-        staged, letters = self.sink.writer().write(
-            iterator,
-            batch_id=int(batch_prop) if batch_prop is not None else None,
-            task=context.partitionId() if context else 0,
-        )
+        task = WriteTask.current()
+        staged, letters = self.sink.writer().write(iterator, batch_id=task.batch_id, task=task.task)
         message = StagedMessage(
             attempt=staged.attempt, batch_id=staged.batch_id, task=staged.task, files=staged.files
         )
         message.dead_letter_files = letters
         return message
-
-    @reported
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.sink.commit(messages=_staged(messages), batch_id=batchId)
-
-    @reported
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.sink.abort(messages=_staged(messages), batch_id=batchId)
-
-
-def _staged(messages: list[WriterCommitMessage | None]) -> list[StagedOutput | None]:
-    return [m if isinstance(m, StagedOutput) else None for m in messages]

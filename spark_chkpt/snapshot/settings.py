@@ -6,7 +6,7 @@ the protocol: Spark's ``checkpointLocation`` (batch N is snapshot N of its offse
 by default), ``retainedSnapshots`` and the timing (``snapshotTimeout``,
 ``minPauseBetweenSnapshots``). A sink's config parses them with
 :func:`snapshot_options` and produces a :class:`SnapshotSettings` (its
-``snapshot_settings()``), which is what
+``snapshot_settings()``, from :class:`SnapshotConfig`), which is what
 :class:`~spark_chkpt.snapshot.coordinator.SnapshotCoordinator` takes; each sink's
 coordinator reads its own options from its own config.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypedDict
+from typing import TypedDict
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify
@@ -55,19 +55,27 @@ class SnapshotOptions(TypedDict):
     timing: SnapshotTiming
 
 
-class HasSnapshotOptions(Protocol):
-    """A sink's config: the fields :func:`snapshot_options` fills."""
+class SnapshotConfig:
+    """The part of a sink's config the snapshot protocol reads (a base of the config's
+    dataclass: its fields of these names, filled by :func:`snapshot_options`)."""
 
-    @property
-    def checkpoint_location(self) -> str: ...
-    @property
-    def query_name(self) -> str | None: ...
-    @property
-    def txn_app_id(self) -> str | None: ...
-    @property
-    def retained_snapshots(self) -> int: ...
-    @property
-    def timing(self) -> SnapshotTiming: ...
+    checkpoint_location: str
+    query_name: str | None
+    txn_app_id: str | None
+    retained_snapshots: int
+    timing: SnapshotTiming
+
+    def snapshot_settings(self) -> SnapshotSettings:
+        """The protocol's settings, on the driver: the app id is ``txnAppId``, else the
+        query id in the checkpoint's ``metadata`` (Spark wrote it before the sink was
+        asked for its writer)."""
+        return SnapshotSettings(
+            checkpoint_location=self.checkpoint_location,
+            app_id=self.txn_app_id or SparkCheckpoint(location=self.checkpoint_location).query_id(),
+            query_name=self.query_name,
+            retained_snapshots=self.retained_snapshots,
+            timing=self.timing,
+        )
 
 
 def snapshot_options(opts: Mapping[str, str], *, checkpoint_needed: str) -> SnapshotOptions:
@@ -87,17 +95,4 @@ def snapshot_options(opts: Mapping[str, str], *, checkpoint_needed: str) -> Snap
         )
         or 0,
         timing=SnapshotTiming.from_options(opts),
-    )
-
-
-def settings_of(config: HasSnapshotOptions) -> SnapshotSettings:
-    """A config's :class:`SnapshotSettings`, on the driver: the app id is ``txnAppId``,
-    else the query id in the checkpoint's ``metadata`` (Spark wrote it before the sink
-    was asked for its writer)."""
-    return SnapshotSettings(
-        checkpoint_location=config.checkpoint_location,
-        app_id=config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id(),
-        query_name=config.query_name,
-        retained_snapshots=config.retained_snapshots,
-        timing=config.timing,
     )

@@ -19,8 +19,7 @@ from spark_chkpt.options import (
 )
 from spark_chkpt.snapshot.settings import (
     SNAPSHOT_OPTIONS,
-    SnapshotSettings,
-    settings_of,
+    SnapshotConfig,
     snapshot_options,
 )
 
@@ -43,7 +42,7 @@ _KNOWN_DELTA_OPTIONS = (
 
 
 @dataclass(frozen=True)
-class DeltaSinkConfig:
+class DeltaSinkConfig(SnapshotConfig):
     """Validated options of the ``chkpt-delta`` sink: the snapshot protocol's
     (:func:`~spark_chkpt.snapshot.settings.snapshot_options`) and the sink's own."""
 
@@ -62,11 +61,6 @@ class DeltaSinkConfig:
     dead_letter_path: str | None = None
     # snapshotTimeout, minPauseBetweenSnapshots
     timing: SnapshotTiming = field(default_factory=SnapshotTiming)
-
-    def snapshot_settings(self) -> SnapshotSettings:
-        """The snapshot protocol's settings (on the driver: the app id is read from the
-        checkpoint unless ``txnAppId`` names it)."""
-        return settings_of(self)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:

@@ -34,8 +34,7 @@ from spark_chkpt.options import (
 )
 from spark_chkpt.snapshot.settings import (
     SNAPSHOT_OPTIONS,
-    SnapshotSettings,
-    settings_of,
+    SnapshotConfig,
     snapshot_options,
 )
 
@@ -230,7 +229,7 @@ def _check_delivery(opts: Mapping[str, str], settings: Mapping[str, Any]) -> Non
 
 
 @dataclass(frozen=True)
-class KafkaSinkConfig:
+class KafkaSinkConfig(SnapshotConfig):
     """Validated options of the ``chkpt-kafka`` sink (Spark's Kafka sink names): the
     snapshot protocol's (:func:`~spark_chkpt.snapshot.settings.snapshot_options`) and the
     sink's own."""
@@ -259,11 +258,6 @@ class KafkaSinkConfig:
     @property
     def transaction_timeout_ms(self) -> int:
         return int(self.producer_settings.get("transaction_timeout_ms", _BROKER_MAX_TIMEOUT_MS))
-
-    def snapshot_settings(self) -> SnapshotSettings:
-        """The snapshot protocol's settings (on the driver: the app id is read from the
-        checkpoint unless ``txnAppId`` names it)."""
-        return settings_of(self)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSinkConfig:
