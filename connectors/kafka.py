@@ -10,16 +10,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_chkpt.alignment.barrier import control_topic_for
-from spark_chkpt.errors import ConfigError
-from spark_chkpt.kafka.client.topics import require_output_topic
-from spark_chkpt.kafka.control.topic import ensure_control_topic
-from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.records import spark_schema_ddl
 from spark_chkpt.options import parse_bool
 from spark_chkpt.report import reported
-from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 
 
 class KafkaDataSource(DataSource):
@@ -79,38 +73,13 @@ class KafkaDataSource(DataSource):
     @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter
-        from spark_chkpt.kafka.sink.options import check_sink_schema
+        from spark_chkpt.kafka.sink.assembler import KafkaSink
 
-        if overwrite:
-            raise ConfigError(
-                "outputMode", "complete", "the chkpt-kafka sink supports outputMode('append') only"
+        return KafkaStreamWriter(
+            sink=KafkaSink.assemble(
+                options=self.options,
+                schema=schema,
+                overwrite=overwrite,
+                speculation=self.speculation,
             )
-        config = KafkaSinkConfig.from_options(self.options)
-        check_sink_schema(schema, config)
-        if config.transactional and self.speculation:
-            raise ConfigError(
-                "spark.speculation",
-                "true",
-                "the chkpt-kafka sink's delivery=exactly-once-transactions needs "
-                "spark.speculation=false (Spark's default): a speculative copy of a write "
-                "task fences the transaction of the attempt before it, which can be the one "
-                "the driver commits (TransactionLostError). Start the session without "
-                "spark.speculation, or use delivery=barriers",
-            )
-        if config.topic:
-            require_output_topic(bootstrap_servers=config.bootstrap_servers, name=config.topic)
-            # Before any task produces: a reader that found no control topic would read
-            # the first snapshot's records, confirmed or not, as a plain topic's.
-            ensure_control_topic(
-                bootstrap_servers=config.bootstrap_servers,
-                name=config.control_topic or control_topic_for(config.topic),
-            )
-        app_id = (
-            config.txn_app_id or SparkCheckpoint(location=config.checkpoint_location).query_id()
         )
-        writer = KafkaStreamWriter(config=config, app_id=app_id)
-        if config.transactional:
-            # Before this batch's tasks reuse the transactional ids: commit what a
-            # crashed driver recorded but did not commit.
-            writer.resume()
-        return writer

@@ -70,8 +70,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
         prefixes=("kafka.",),
         fields={
             "path": None,
-            "snapshotTimeout": "snapshot_timeout_ms",
-            "minPauseBetweenSnapshots": "min_pause_between_snapshots_ms",
+            "snapshotTimeout": "timing.timeout_ms",
+            "minPauseBetweenSnapshots": "timing.min_pause_ms",
             "kafka.bootstrap.servers": "bootstrap_servers",
             "kafka.client": "client",
             "kafka.*": "producer_settings",
@@ -89,8 +89,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
         fields={
             "targetFileSize": "target_file_bytes",
             "orphanRetention": "orphan_retention_ms",
-            "snapshotTimeout": "snapshot_timeout_ms",
-            "minPauseBetweenSnapshots": "min_pause_between_snapshots_ms",
+            "snapshotTimeout": "timing.timeout_ms",
+            "minPauseBetweenSnapshots": "timing.min_pause_ms",
             "storage.*": "storage_options",
         },
     ),

@@ -103,11 +103,21 @@ def options_table(ref: gen_ref.OptionsRef) -> str:
                 "does not accept"
             )
         field = ref.fields.get(name, _snake(name))
-        if field is not None and field not in fields:
+        # "timing.timeout_ms": a field of the dataclass held in a field of the config
+        top, _, sub = (field or "").partition(".")
+        if field is not None and top not in fields:
             raise PluginError(
-                f"option {name!r} of {ref.key}: {ref.config} has no field {field!r} "
+                f"option {name!r} of {ref.key}: {ref.config} has no field {top!r} "
                 "(fix docs/gen_ref.py)"
             )
+        held = fields
+        if sub:
+            held = {f.name: f for f in dataclasses.fields(getattr(config, top))}
+            if sub not in held:
+                raise PluginError(
+                    f"option {name!r} of {ref.key}: {ref.config}.{top} has no field {sub!r} "
+                    "(fix docs/gen_ref.py)"
+                )
         if name in ref.required:
             default = "**required**"
         elif field is None:
@@ -115,8 +125,9 @@ def options_table(ref: gen_ref.OptionsRef) -> str:
         elif field in seen_fields:
             default = "not set"
         else:
-            default = show_default(getattr(config, field), field)
-        parsed = "" if field is None else f"<br><small>parsed as `{fields[field].type}`</small>"
+            value = getattr(getattr(config, top), sub) if sub else getattr(config, top)
+            default = show_default(value, field)
+        parsed = "" if field is None else f"<br><small>parsed as `{held[sub or top].type}`</small>"
         if field is not None:
             seen_fields.add(field)
         rows.append(f"| `{name}` | {default} | {cell(meaning)}{parsed} |")

@@ -59,10 +59,10 @@ from spark_chkpt.errors import (
     SnapshotTimeoutError,
 )
 from spark_chkpt.offsets import meta_of
-from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.epoch import Epoch, check_fence, read_epoch
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.snapshot.timing import check_deadline, deadline_of, pause_s
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
@@ -107,23 +107,18 @@ class SnapshotCoordinator(Generic[B]):
     clock: Callable[[], float] = staticmethod(time.monotonic)
     sleep: Callable[[float], None] = staticmethod(time.sleep)
 
-    def __init__(
-        self,
-        *,
-        checkpoint_location: str,
-        app_id: str,
-        query_name: str | None,
-        retained_snapshots: int,
-        target: str | None = None,
-        timing: SnapshotTiming | None = None,
-    ) -> None:
-        self.app_id = app_id
-        self.timing = timing or SnapshotTiming()
+    def __init__(self, *, snapshot: SnapshotSettings, target: str | None = None) -> None:
+        """``snapshot``: the protocol's settings, as the sink's config produced them;
+        ``target``: what the sink writes (a table, a topic), for messages."""
+        self.snapshot = snapshot
+        self.app_id = snapshot.app_id
+        self.timing = snapshot.timing
         self.target_name = target
-        self.query_name = query_name
-        self.checkpoint = SparkCheckpoint(location=checkpoint_location)
+        self.query_name = snapshot.query_name
+        self.checkpoint = SparkCheckpoint(location=snapshot.checkpoint_location)
         self.store = SnapshotStore(
-            checkpoint_location=checkpoint_location, retained=retained_snapshots
+            checkpoint_location=snapshot.checkpoint_location,
+            retained=snapshot.retained_snapshots,
         )
 
     def commit(

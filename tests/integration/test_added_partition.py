@@ -21,7 +21,8 @@ import pytest
 from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
 from spark_chkpt.kafka.client.topics import add_partitions, partition_count
 from spark_chkpt.kafka.sink.committable import ProducedOutput
-from spark_chkpt.kafka.sink.committer import BarrierSettings, KafkaCoordinator
+from spark_chkpt.kafka.sink.committer import KafkaCoordinator
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.source.fetcher import read_task
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner
@@ -66,17 +67,19 @@ def _commit(
     lines = ["v1", json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})]
     lines.append(json.dumps({"in": {"0": 100 * (batch_id + 1)}}))
     (checkpoint / "offsets" / str(batch_id)).write_text("\n".join(lines) + "\n")
-    settings = BarrierSettings(
+    config = KafkaSinkConfig(
         bootstrap_servers=bootstrap_servers,
         topic=topic,
         control_topic=None,
         checkpoint_location=str(checkpoint),
-        app_id=f"up-{topic}",
         query_name=None,
+        txn_app_id=f"up-{topic}",
         retained_snapshots=10,
         producer_settings={},
     )
-    KafkaCoordinator(settings=settings).commit(messages=[output], batch_id=batch_id)
+    KafkaCoordinator(config=config, snapshot=config.snapshot_settings()).commit(
+        messages=[output], batch_id=batch_id
+    )
 
 
 def _read_all(bootstrap_servers: str, topic: str, alignment: str) -> list[int]:

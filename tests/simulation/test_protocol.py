@@ -47,8 +47,8 @@ from hypothesis.stateful import (
 )
 
 from spark_chkpt.delta.sink import committer as delta_committer
+from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
-from spark_chkpt.delta.sink.writer import DeltaWriter
 from spark_chkpt.delta.upsert.committer import DeltaUpsert
 from spark_chkpt.errors import ChkptError, InjectedFailureError
 from spark_chkpt.recovery.rebuild import recover_checkpoint
@@ -370,7 +370,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- running a batch --------------------------------------------------------------------
 
-    def _writer(self, query: Query, checkpoint: Path, table: Path | None = None) -> DeltaWriter:
+    def _sink(self, query: Query, checkpoint: Path, table: Path | None = None) -> DeltaSink:
         config = DeltaSinkConfig.from_options(
             {
                 "path": str(table or query.table),
@@ -380,7 +380,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 "queryName": query.name,
             }
         )
-        return DeltaWriter(config=config, schema=INPUT, app_id=SparkDriver(checkpoint).query_id())
+        return DeltaSink.of(config=config, schema=INPUT)  # the app id: the checkpoint's query id
 
     def _rows(self, ranges: dict[int, tuple[int, int]], part: int) -> pa.RecordBatch:
         a, b = ranges[part]
@@ -416,9 +416,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             planned = {p: min(n, start.get(p, 0) + limit) for p, n in logs.items()}
             spark.plan(batch, planned)
         ranges = {p: (start.get(p, 0), e) for p, e in planned.items() if e > start.get(p, 0)}
-        writer = self._writer(query, checkpoint)
-        committer = writer.committer()
-        delta_committer._CLEANED.discard(str(committer.settings.table_uri))  # a new process
+        sink = self._sink(query, checkpoint)
+        writer, committer = sink.writer(), sink.committer()
+        delta_committer._CLEANED.discard(str(committer.config.path))  # a new process
         visible = False
         if crash_at is not None:
             failpoints.enable(crash_at, crash, batch_id=batch)

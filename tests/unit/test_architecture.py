@@ -314,5 +314,56 @@ def test_architecture_md_module_table_matches_the_tree() -> None:
     assert _module_table() == tree
 
 
+def _sides() -> dict[str, set[str]]:
+    """ARCHITECTURE.md's table of sides: a side (``executor``, ``committer``,
+    ``assembler``) -> the import names of the modules its row names."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split("## Executor and driver", 1)[1].split("\n## ", 1)[0]
+    sides: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue
+        names = set()
+        for cell in cells[1].split(","):
+            folder, _, rest = cell.strip().strip("`").partition("/")
+            names.add(".".join([FOLDERS[folder], *rest.split("/")]))
+        sides[cells[0].strip("`")] = names
+    return sides
+
+
+def test_architecture_md_sides_name_modules_of_the_tree() -> None:
+    sides = _sides()
+    assert {"executor", "committer", "assembler"} <= set(sides)
+    for side, names in sides.items():
+        assert names <= MODULES, f"{side}: no such module {sorted(names - MODULES)}"
+
+
+def imported_through(name: str) -> dict[str, list[str]]:
+    """Every project module ``name`` imports, directly or through others, with the
+    chain of imports that reaches it."""
+    chains = {name: [name]}
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        for nxt in sorted(project_imports(current)):
+            if nxt not in chains:
+                chains[nxt] = [*chains[current], nxt]
+                todo.append(nxt)
+    del chains[name]
+    return chains
+
+
+@pytest.mark.parametrize("name", sorted(_sides().get("executor", ())))
+def test_no_executor_module_imports_a_committer(name: str) -> None:
+    """Phase 1 runs in Spark's tasks, phase 2 on the driver: a module of the executor
+    side never imports a committer, directly or through another module (the sink's
+    assembler, which knows both, is the one place a writer and its committer meet)."""
+    committers = _sides()["committer"]
+    chains = imported_through(name)
+    bad = [" -> ".join(chains[m]) for m in sorted(committers & set(chains))]
+    assert not bad, f"{name} imports a committer: {'; '.join(bad)}"
+
+
 def test_architecture_md_points_inside_the_repo() -> None:
     assert "../" not in (ROOT / "ARCHITECTURE.md").read_text()

@@ -20,12 +20,14 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.sink.committer import CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.sink.committer import DeltaCoordinator
+from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, SchemaMismatchError
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.fs import resolve
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
 
 APP_ID = "3f9d0c1e-query-id"
@@ -100,18 +102,19 @@ class Query:
         refuse_other_writers: bool = False,
     ) -> DeltaCoordinator:
         return DeltaCoordinator(
-            settings=CommitSettings(
-                table_uri=str(self.table),
+            config=sink_config(
+                table=str(self.table),
+                checkpoint=str(self.checkpoint),
+                merge_schema=merge_schema,
+                orphan_retention_ms=int(orphan_retention_s * 1000),
+                other_writers="refuse" if refuse_other_writers else "allow",
+            ),
+            snapshot=SnapshotSettings(
                 checkpoint_location=str(self.checkpoint),
                 app_id=app_id,
                 query_name="events_to_delta",
-                partition_by=("app",),
-                merge_schema=merge_schema,
                 retained_snapshots=retained,
-                orphan_retention_s=orphan_retention_s,
-                storage_options={},
-                refuse_other_writers=refuse_other_writers,
-            )
+            ),
         )
 
     def commit(
@@ -154,6 +157,34 @@ class Query:
         for output in outputs:
             for f in output.files:
                 os.utime(self.table / f.path, (when, when))
+
+
+def sink_config(
+    *,
+    table: str,
+    checkpoint: str,
+    merge_schema: bool = False,
+    orphan_retention_ms: int = 3_600_000,
+    other_writers: str = "refuse",
+    dead_letter_path: str | None = None,
+) -> DeltaSinkConfig:
+    """The options of the ``chkpt-delta`` sink the coordinator reads (the protocol's own
+    come from its SnapshotSettings)."""
+    return DeltaSinkConfig(
+        path=table,
+        checkpoint_location=checkpoint,
+        query_name="events_to_delta",
+        partition_by=("app",),
+        merge_schema=merge_schema,
+        txn_app_id=None,
+        retained_snapshots=10,
+        max_records_per_file=1_000_000,
+        target_file_bytes=128 * 1024**2,
+        orphan_retention_ms=orphan_retention_ms,
+        storage_options={},
+        other_writers=other_writers,
+        dead_letter_path=dead_letter_path,
+    )
 
 
 def make_batch(schema: pa.Schema, ids: list[int], apps: list[str | None]) -> pa.RecordBatch:

@@ -15,14 +15,22 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_chkpt.delta.sink.committer import CommitSettings, DeltaCoordinator
+from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.staging import ParquetStager, StagedOutput
 from spark_chkpt.errors import FencedError, QueryIdentityError, SavepointError
 from spark_chkpt.fs import resolve
 from spark_chkpt.recovery.rebuild import recover_checkpoint
 from spark_chkpt.savepoint.manifest import create_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
-from tests.unit.test_coordinator import APP_ID, OTHER_APP, SCHEMA, Query, make_batch
+from spark_chkpt.snapshot.settings import SnapshotSettings
+from tests.unit.test_coordinator import (
+    APP_ID,
+    OTHER_APP,
+    SCHEMA,
+    Query,
+    make_batch,
+    sink_config,
+)
 
 DEAD_SCHEMA = pa.schema([("id", pa.int64()), ("app", pa.string()), ("ts", SCHEMA.field("ts").type)])
 
@@ -57,20 +65,17 @@ class Run(Query):
         self, *, app_id: str = APP_ID, complete: bool = False, dead_letters: bool = False
     ) -> DeltaCoordinator:
         return DeltaCoordinator(
-            settings=CommitSettings(
-                table_uri=str(self.table),
+            config=sink_config(
+                table=str(self.table),
+                checkpoint=str(self.checkpoint),
+                dead_letter_path=str(self.dead) if dead_letters else None,
+            ),
+            snapshot=SnapshotSettings(
                 checkpoint_location=str(self.checkpoint),
                 app_id=app_id,
                 query_name="events_to_delta",
-                partition_by=("app",),
-                merge_schema=False,
-                retained_snapshots=10,
-                orphan_retention_s=3600.0,
-                storage_options={},
-                refuse_other_writers=True,
-                dead_letter_uri=str(self.dead) if dead_letters else None,
-                complete=complete,
-            )
+            ),
+            complete=complete,
         )
 
     def coordinator_with_dead_letters(self) -> DeltaCoordinator:

@@ -29,8 +29,10 @@ from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.control.topic import write_entry
 from spark_chkpt.kafka.sink import committer as kafka_coordinator
 from spark_chkpt.kafka.sink.committable import ProducedOutput
-from spark_chkpt.kafka.sink.committer import BarrierSettings, KafkaCoordinator
+from spark_chkpt.kafka.sink.committer import KafkaCoordinator
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.testing import failpoints as fault
 
@@ -156,7 +158,7 @@ def producer(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProducer]:
     fake = FakeProducer()
 
     def index(self: KafkaCoordinator, topic: str) -> FakeIndex:
-        control = self.settings.control_topic or control_topic_for(topic)
+        control = self.config.control_topic or control_topic_for(topic)
         return FakeIndex(fake, control_topic=control, data_topic=topic)
 
     monkeypatch.setattr(KafkaCoordinator, "_producer", lambda self: fake)
@@ -211,16 +213,19 @@ class Query:
     def coordinator(self) -> KafkaCoordinator:
         """A new coordinator, as Spark builds a new writer for every batch and restart."""
         return KafkaCoordinator(
-            settings=BarrierSettings(
+            config=KafkaSinkConfig(
                 bootstrap_servers="127.0.0.1:1",
                 topic=self.topic,
                 control_topic=None,
                 checkpoint_location=str(self.checkpoint),
-                app_id=self.app_id,
                 query_name="q",
+                txn_app_id=None,
                 retained_snapshots=10,
                 producer_settings={},
-            )
+            ),
+            snapshot=SnapshotSettings(
+                checkpoint_location=str(self.checkpoint), app_id=self.app_id, query_name="q"
+            ),
         )
 
     def commit(self, batch_id: int, *outputs: ProducedOutput | None) -> SnapshotRecord:

@@ -158,16 +158,17 @@ def test_the_drivers_client_cache_builds_once_and_rebuilds_what_is_stale_or_reti
 def test_two_sinks_with_other_producer_settings_never_share_a_barrier_producer() -> None:
     """The cache was keyed on the bootstrap servers alone: a second sink on the same
     cluster with other credentials or TLS settings got the first one's producer."""
-    from spark_chkpt.kafka.sink.committer import BarrierSettings, barrier_producer_key
+    from spark_chkpt.kafka.sink.committer import barrier_producer_key
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
-    def settings(**producer: Any) -> BarrierSettings:
-        return BarrierSettings(
+    def settings(**producer: Any) -> KafkaSinkConfig:
+        return KafkaSinkConfig(
             bootstrap_servers="h:9092",
             topic="t",
             control_topic=None,
             checkpoint_location="/chk",
-            app_id="a",
             query_name=None,
+            txn_app_id="a",
             retained_snapshots=10,
             producer_settings=producer,
         )

@@ -22,6 +22,7 @@ from spark_chkpt.restart.failure import FailureKind, classify
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
 
 
@@ -58,12 +59,10 @@ class FakeSink(SnapshotCoordinator[FakeBatch]):
         done: bool = False,
     ) -> None:
         super().__init__(
-            checkpoint_location=str(checkpoint),
-            app_id="app",
-            query_name=None,
-            retained_snapshots=10,
+            snapshot=SnapshotSettings(
+                checkpoint_location=str(checkpoint), app_id="app", timing=timing
+            ),
             target="t",
-            timing=timing,
         )
         self.clock = clock
         self.sleep = clock.sleep

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
@@ -27,10 +27,10 @@ from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.errors import QueryIdentityError
-from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
@@ -41,47 +41,6 @@ log = logging.getLogger(__name__)
 # Tables whose orphans this process already cleaned (the commit runs in a long-lived
 # Python worker; once per process and table is "at start-up").
 _CLEANED: set[str] = set()
-
-
-@dataclass(frozen=True)
-class CommitSettings:
-    """What the coordinator needs from the sink's options."""
-
-    table_uri: str
-    checkpoint_location: str
-    app_id: str
-    query_name: str | None
-    partition_by: tuple[str, ...]
-    merge_schema: bool
-    retained_snapshots: int
-    orphan_retention_s: float
-    storage_options: dict[str, str]
-    refuse_other_writers: bool = False
-    dead_letter_uri: str | None = None
-    # outputMode("complete"): each snapshot's commit replaces all the table's files with
-    # the batch's (remove actions for every file, add actions for the batch's).
-    complete: bool = False
-    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
-
-    @classmethod
-    def from_config(cls, config: DeltaSinkConfig, *, app_id: str, complete: bool) -> CommitSettings:
-        """The settings of the sink's parsed options (``app_id``: ``txnAppId`` or the
-        query id; ``complete``: outputMode("complete"))."""
-        return cls(
-            table_uri=config.path,
-            checkpoint_location=config.checkpoint_location,
-            app_id=app_id,
-            query_name=config.query_name,
-            partition_by=config.partition_by,
-            merge_schema=config.merge_schema,
-            retained_snapshots=config.retained_snapshots,
-            orphan_retention_s=config.orphan_retention_ms / 1000,
-            storage_options=dict(config.storage_options),
-            refuse_other_writers=config.other_writers == "refuse",
-            dead_letter_uri=config.dead_letter_path,
-            complete=complete,
-            timing=config.timing,
-        )
 
 
 @dataclass
@@ -116,37 +75,37 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
     sink = "chkpt-delta"
     visible_point = FaultPoint.AFTER_DELTA_COMMIT
 
-    def __init__(self, *, settings: CommitSettings) -> None:
-        super().__init__(
-            checkpoint_location=settings.checkpoint_location,
-            app_id=settings.app_id,
-            query_name=settings.query_name,
-            retained_snapshots=settings.retained_snapshots,
-            target=settings.table_uri,
-            timing=settings.timing,
-        )
-        self.settings = settings
-        self.target = DeltaTarget(uri=settings.table_uri, storage_options=settings.storage_options)
+    def __init__(
+        self, *, config: DeltaSinkConfig, snapshot: SnapshotSettings, complete: bool = False
+    ) -> None:
+        """``config``: the sink's options; ``snapshot``: the protocol's settings it
+        produced (:meth:`DeltaSinkConfig.snapshot_settings`); ``complete``:
+        outputMode("complete"), each snapshot's commit replaces all the table's files with
+        the batch's (remove actions for every file, add actions for the batch's)."""
+        super().__init__(snapshot=snapshot, target=config.path)
+        self.config = config
+        self.complete = complete
+        self.target = DeltaTarget(uri=config.path, storage_options=config.storage_options)
         self.dead_letters = (
             DeadLetters(
                 target=DeltaTarget(
-                    uri=settings.dead_letter_uri, storage_options=settings.storage_options
+                    uri=config.dead_letter_path, storage_options=config.storage_options
                 ),
-                app_id=settings.app_id,
+                app_id=self.app_id,
             )
-            if settings.dead_letter_uri
+            if config.dead_letter_path
             else None
         )
 
     def clean_orphans_once(self, *, in_progress: Sequence[StagedFile] = ()) -> int:
         """Remove files staged by crashed attempts, once per process and table."""
-        key = self.settings.table_uri
+        key = self.config.path
         if key in _CLEANED:
             return 0
         _CLEANED.add(key)
         removed = self.target.remove_orphans(
             app_id=self.app_id,
-            older_than_s=self.settings.orphan_retention_s,
+            older_than_s=self.config.orphan_retention_ms / 1000,
             keep={f.path for f in in_progress},
         )
         if removed:
@@ -180,9 +139,9 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             _, record = replayed
             return Committed(record=lambda: record)
         if batch.done is None and table is not None:
-            if self.settings.refuse_other_writers:
+            if self.config.other_writers == "refuse":
                 self.refuse_first_overlap(batch, plan)
-            if self.settings.complete:
+            if self.complete:
                 self._refuse_complete_over_others(table)
         return None
 
@@ -203,7 +162,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         then one Delta commit."""
         schema, table, files = batch.schema, batch.table, batch.files
         if table is not None:
-            schema_plan = self.target.check_schema(table, schema, merge=self.settings.merge_schema)
+            schema_plan = self.target.check_schema(table, schema, merge=self.config.merge_schema)
             if schema_plan.new_columns:
                 self.target.add_columns(table, schema, schema_plan.new_columns)
                 table = self.target.open()
@@ -227,21 +186,21 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             ),
             retries=retry,
             dead_letters=batch.dead_letters,
-            dead_letter_target=self.settings.dead_letter_uri,
+            dead_letter_target=self.config.dead_letter_path,
             dead_letter_version=batch.dead_letter_version,
-            mode="complete" if self.settings.complete else "append",
+            mode="complete" if self.complete else "append",
         )
-        uri = self.settings.table_uri
+        uri = self.config.path
         with committing(f"chkpt-delta could not commit batch {batch.batch_id} to {uri}"):
             self.target.commit(
                 table=table,
                 schema=schema,
-                partition_by=self.settings.partition_by,
+                partition_by=self.config.partition_by,
                 files=files,
                 app_id=self.app_id,
                 version=batch.batch_id,
                 metadata=self.commit_metadata(record, batch.batch_id),
-                overwrite=self.settings.complete,
+                overwrite=self.complete,
             )
         return record
 
@@ -272,7 +231,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         if others:
             raise QueryIdentityError(
                 f"chkpt-delta: outputMode('complete') replaces the whole table "
-                f"{self.settings.table_uri} on every batch, but other queries write to it "
+                f"{self.config.path} on every batch, but other queries write to it "
                 f"({', '.join(others)}): their rows would be removed. Write this query to "
                 "a table of its own. Nothing was committed."
             )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spark_chkpt.delta.commit_safety import commit_storage_options
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import (
-    SNAPSHOT_TIMING_OPTIONS,
     SnapshotTiming,
     check_option_names,
     lowercase,
@@ -17,6 +16,11 @@ from spark_chkpt.options import (
     parse_duration_ms,
     parse_positive_int,
     parse_size,
+)
+from spark_chkpt.snapshot.settings import (
+    SNAPSHOT_OPTIONS,
+    SnapshotConfig,
+    snapshot_options,
 )
 
 # The query column that carries a malformed record to the dead-letter table (a struct;
@@ -28,11 +32,7 @@ _KNOWN_DELTA_OPTIONS = (
     "path",
     "partitionBy",
     "mergeSchema",
-    "txnAppId",
-    "checkpointLocation",
-    "queryName",
-    "retainedSnapshots",
-    *SNAPSHOT_TIMING_OPTIONS,
+    *SNAPSHOT_OPTIONS,
     "maxRecordsPerFile",
     "targetFileSize",
     "orphanRetention",
@@ -42,8 +42,9 @@ _KNOWN_DELTA_OPTIONS = (
 
 
 @dataclass(frozen=True)
-class DeltaSinkConfig:
-    """Validated options of the ``chkpt-delta`` sink."""
+class DeltaSinkConfig(SnapshotConfig):
+    """Validated options of the ``chkpt-delta`` sink: the snapshot protocol's
+    (:func:`~spark_chkpt.snapshot.settings.snapshot_options`) and the sink's own."""
 
     path: str
     checkpoint_location: str
@@ -58,14 +59,8 @@ class DeltaSinkConfig:
     storage_options: Mapping[str, str]
     other_writers: str = "refuse"
     dead_letter_path: str | None = None
-    snapshot_timeout_ms: int | None = None  # snapshotTimeout (None: no timeout)
-    min_pause_between_snapshots_ms: int = 0
-
-    @property
-    def timing(self) -> SnapshotTiming:
-        return SnapshotTiming(
-            timeout_ms=self.snapshot_timeout_ms, min_pause_ms=self.min_pause_between_snapshots_ms
-        )
+    # snapshotTimeout, minPauseBetweenSnapshots
+    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
@@ -81,14 +76,11 @@ class DeltaSinkConfig:
                 None,
                 "required: the Delta table's location (.option('path', ...) or .start(path))",
             )
-        checkpoint = opts.get("checkpointlocation", "").strip()
-        if not checkpoint:
-            raise ConfigError(
-                "checkpointLocation",
-                None,
-                "required: exactly-once needs Spark's checkpoint (its offset log "
-                "is the snapshot plan)",
-            )
+        snapshot = snapshot_options(
+            opts,
+            checkpoint_needed="exactly-once needs Spark's checkpoint (its offset log "
+            "is the snapshot plan)",
+        )
         partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",") if c.strip())
         other_writers = opts.get("otherwriters", "refuse").strip().lower()
         if other_writers not in ("refuse", "allow"):
@@ -98,7 +90,6 @@ class DeltaSinkConfig:
                 "'refuse' (default: a new query fails if the table holds another query's "
                 "snapshots of the same topic-partitions) or 'allow'",
             )
-        timing = SnapshotTiming.from_options(opts)
         storage = commit_storage_options(
             uri=qualify(path),
             storage_options={
@@ -108,15 +99,9 @@ class DeltaSinkConfig:
         remember_bucket_options(path, storage)  # the checkpoint's bucket may be the table's
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder
-            checkpoint_location=qualify(checkpoint),
-            query_name=opts.get("queryname"),
             partition_by=partition_by,
             merge_schema=parse_bool("mergeSchema", opts.get("mergeschema"), default=False),
-            txn_app_id=opts.get("txnappid") or None,
-            retained_snapshots=parse_positive_int(
-                "retainedSnapshots", opts.get("retainedsnapshots"), default=10, allow_zero=True
-            )
-            or 0,
+            **snapshot,
             max_records_per_file=parse_positive_int(
                 "maxRecordsPerFile", opts.get("maxrecordsperfile"), default=1_000_000
             )
@@ -132,8 +117,6 @@ class DeltaSinkConfig:
             dead_letter_path=qualify(opts["deadletterpath"].strip())
             if opts.get("deadletterpath", "").strip()
             else None,
-            snapshot_timeout_ms=timing.timeout_ms,
-            min_pause_between_snapshots_ms=timing.min_pause_ms,
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:

@@ -1,10 +1,11 @@
 """Phase 1 of the ``chkpt-delta`` sink, on executors: one task's rows into staged Parquet
 files under the table folder (and its dead letters under theirs).
 
-:class:`DeltaWriter` is built on the driver from the sink's options and travels to the
-tasks with Spark's writer; what a task returns (:class:`StagedOutput`, with
-``dead_letter_files``) is the commit message the driver's
-:class:`~spark_chkpt.delta.sink.committer.DeltaCoordinator` makes visible.
+:class:`DeltaWriter` is built in each write task by the sink's assembler
+(:class:`~spark_chkpt.delta.sink.assembler.DeltaSink`, made on the driver from the sink's
+options); what a task returns (:class:`StagedOutput`, with ``dead_letter_files``) is the
+commit message the driver's committer makes visible. This module runs on executors and
+imports no committer.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from spark_chkpt.delta.sink.committer import CommitSettings, DeltaCoordinator
-from spark_chkpt.delta.sink.dead_letters import pa_schema_of, split_dead_letters
-from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
+from spark_chkpt.delta.sink.dead_letters import split_dead_letters
+from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
 from spark_chkpt.fs import resolve
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
@@ -24,20 +24,21 @@ if TYPE_CHECKING:
 
 
 class DeltaWriter:
-    """The sink of one query: its options, the table's columns and the dead letters'."""
+    """One write task's staging: the sink's options, the table's columns
+    (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without)."""
 
     def __init__(
-        self, *, config: DeltaSinkConfig, schema: pa.Schema, app_id: str, complete: bool = False
+        self,
+        *,
+        config: DeltaSinkConfig,
+        app_id: str,
+        arrow_schema: pa.Schema,
+        dead_letter_schema: pa.Schema | None = None,
     ) -> None:
         self.config = config
         self.app_id = app_id
-        self.complete = complete  # outputMode("complete"): each batch replaces the table
-        index = schema.get_field_index(DEAD_LETTER_COLUMN)
-        # The table's columns; dead letters (if any) go to their own table's columns.
-        self.arrow_schema: pa.Schema = schema.remove(index) if index >= 0 else schema
-        self.dead_letter_schema: pa.Schema | None = (
-            pa_schema_of(schema.field(index).type) if index >= 0 else None
-        )
+        self.arrow_schema = arrow_schema
+        self.dead_letter_schema = dead_letter_schema
 
     def write(
         self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int
@@ -83,12 +84,4 @@ class DeltaWriter:
             task=task,
             max_records_per_file=self.config.max_records_per_file,
             target_file_bytes=self.config.target_file_bytes,
-        )
-
-    def committer(self) -> DeltaCoordinator:
-        """Phase 2's coordinator (the driver's ``commit`` and ``abort``)."""
-        return DeltaCoordinator(
-            settings=CommitSettings.from_config(
-                self.config, app_id=self.app_id, complete=self.complete
-            )
         )

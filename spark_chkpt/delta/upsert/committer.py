@@ -81,6 +81,7 @@ from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
@@ -193,6 +194,17 @@ class DeltaUpsert:
         self._snapshots: UpsertCommitter | None = None
         self._query_id: str | None = None
 
+    def snapshot_settings(self, *, app_id: str) -> SnapshotSettings:
+        """The snapshot protocol's settings of these arguments (``app_id``: ``app_id``,
+        else the checkpoint's query id, read at the first batch)."""
+        return SnapshotSettings(
+            checkpoint_location=self.checkpoint_location,
+            app_id=app_id,
+            query_name=self.query_name,
+            retained_snapshots=self.retained_snapshots,
+            timing=self.timing,
+        )
+
     def __call__(self, batch_df: DataFrame, batch_id: int) -> SnapshotRecord:
         """Complete snapshot ``batch_id`` with ``batch_df``'s rows (steps 1-6 of the
         module docstring); returns its record."""
@@ -274,14 +286,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
     visible_point = FaultPoint.AFTER_DELTA_COMMIT
 
     def __init__(self, *, upsert: DeltaUpsert, app_id: str) -> None:
-        super().__init__(
-            checkpoint_location=upsert.checkpoint_location,
-            app_id=app_id,
-            query_name=upsert.query_name,
-            retained_snapshots=upsert.retained_snapshots,
-            target=upsert.path,
-            timing=upsert.timing,
-        )
+        super().__init__(snapshot=upsert.snapshot_settings(app_id=app_id), target=upsert.path)
         self.upsert = upsert
         self.target = upsert.target
 

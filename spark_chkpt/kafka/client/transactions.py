@@ -28,6 +28,7 @@ Uses kafka-python's admin client connection manager (``_manager``,
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -55,7 +56,7 @@ class EndResult(str, Enum):
 class TransactionClient:
     """One connection manager to the cluster's transaction coordinators."""
 
-    def __init__(self, *, bootstrap_servers: str, settings: dict[str, Any]) -> None:
+    def __init__(self, *, bootstrap_servers: str, settings: Mapping[str, Any]) -> None:
         from kafka.admin import KafkaAdminClient
 
         allowed = {

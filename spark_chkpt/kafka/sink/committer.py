@@ -41,10 +41,10 @@ from spark_chkpt.kafka.sink.transaction_steps import (
     recorded_transactions,
 )
 from spark_chkpt.offsets import META_KEY
-from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.testing.failpoints import FaultPoint, armed, failpoint
 
 log = logging.getLogger(__name__)
@@ -56,45 +56,6 @@ _INDEXES: ClientCache[ControlTopic] = ClientCache(close=lambda index: index.clos
 # One barrier producer per cluster and producer settings (two sinks with other
 # credentials or TLS settings never share one).
 _BARRIER_PRODUCERS: ClientCache[Any] = ClientCache(close=lambda p: p.close(timeout=0))
-
-
-@dataclass(frozen=True)
-class BarrierSettings:
-    """What the Kafka sink's coordinator needs from the sink's options."""
-
-    bootstrap_servers: str
-    topic: str | None
-    control_topic: str | None
-    checkpoint_location: str
-    app_id: str
-    query_name: str | None
-    retained_snapshots: int
-    producer_settings: dict[str, Any]
-    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
-    transactional: bool = False  # delivery "exactly-once-transactions"
-    barriers: bool = True
-    transaction_timeout_ms: int = 0
-    max_restart_time_ms: int = 0
-
-    @classmethod
-    def from_config(cls, config: KafkaSinkConfig, *, app_id: str) -> BarrierSettings:
-        """The settings of the sink's parsed options (``app_id``: ``txnAppId`` or the
-        query id)."""
-        return cls(
-            bootstrap_servers=config.bootstrap_servers,
-            topic=config.topic,
-            control_topic=config.control_topic,
-            checkpoint_location=config.checkpoint_location,
-            app_id=app_id,
-            query_name=config.query_name,
-            retained_snapshots=config.retained_snapshots,
-            producer_settings=dict(config.producer_settings),
-            timing=config.timing,
-            transactional=config.transactional,
-            barriers=config.barriers,
-            transaction_timeout_ms=config.transaction_timeout_ms,
-            max_restart_time_ms=config.max_restart_time_ms,
-        )
 
 
 @dataclass
@@ -126,18 +87,13 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     sink = "chkpt-kafka"
 
-    def __init__(self, *, settings: BarrierSettings) -> None:
-        super().__init__(
-            checkpoint_location=settings.checkpoint_location,
-            app_id=settings.app_id,
-            query_name=settings.query_name,
-            retained_snapshots=settings.retained_snapshots,
-            target=settings.topic,
-            timing=settings.timing,
-        )
-        self.settings = settings
+    def __init__(self, *, config: KafkaSinkConfig, snapshot: SnapshotSettings) -> None:
+        """``config``: the sink's options; ``snapshot``: the protocol's settings it
+        produced (:meth:`KafkaSinkConfig.snapshot_settings`)."""
+        super().__init__(snapshot=snapshot, target=config.topic)
+        self.config = config
         self.transactions = TransactionSteps(
-            settings=settings, index=self._index, producer=self._producer
+            config=config, app_id=self.app_id, index=self._index, producer=self._producer
         )
 
     def _producer(self) -> Any:
@@ -146,21 +102,21 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
             return KafkaProducer(
                 **{
-                    **self.settings.producer_settings,
-                    "bootstrap_servers": self.settings.bootstrap_servers.split(","),
-                    "client_id": f"spark-chkpt-barriers-{self.settings.app_id[:8]}",
+                    **self.config.producer_settings,
+                    "bootstrap_servers": self.config.bootstrap_servers.split(","),
+                    "client_id": f"spark-chkpt-barriers-{self.app_id[:8]}",
                 }
             )
 
-        return _BARRIER_PRODUCERS.get(barrier_producer_key(self.settings), build=build)
+        return _BARRIER_PRODUCERS.get(barrier_producer_key(self.config), build=build)
 
     def _index(self, topic: str) -> ControlTopic:
-        control = self.settings.control_topic or control_topic_for(topic)
-        key = (self.settings.bootstrap_servers, control, topic)
+        control = self.config.control_topic or control_topic_for(topic)
+        key = (self.config.bootstrap_servers, control, topic)
 
         def build() -> ControlTopic:
             index = ControlTopic(
-                bootstrap_servers=self.settings.bootstrap_servers,
+                bootstrap_servers=self.config.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,
             )
@@ -171,7 +127,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         index = _INDEXES.get(
             key, build=build, stale=lambda cached: cached.current_topic_id() != cached.topic_id
         )
-        ensure_control_topic(bootstrap_servers=self.settings.bootstrap_servers, name=control)
+        ensure_control_topic(bootstrap_servers=self.config.bootstrap_servers, name=control)
         index.refresh()
         return index
 
@@ -180,7 +136,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
     def new_batch(self, *, batch_id: int, messages: Sequence[Any], **details: Any) -> KafkaBatch:
         outputs = [m for m in messages if m is not None]
         topics = (
-            {self.settings.topic} if self.settings.topic else {t for m in outputs for t in m.counts}
+            {self.config.topic} if self.config.topic else {t for m in outputs for t in m.counts}
         )
         return KafkaBatch(batch_id=batch_id, outputs=outputs, topics=sorted(topics))
 
@@ -193,7 +149,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             e.generation
             for topic in batch.topics
             for e in self._index(topic).entries
-            if e.app_id == self.settings.app_id
+            if e.app_id == self.app_id
         ]
         return max(found, default=None)
 
@@ -209,7 +165,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         attempt's records stay unconfirmed, so aligned readers drop them); an ``intent``
         means a commit crashed midway: its attempts, not this one's, are the ones
         snapshot N confirms. Done when every topic is."""
-        app, batch_id = self.settings.app_id, batch.batch_id
+        app, batch_id = self.app_id, batch.batch_id
         for topic in batch.topics:
             index = self._index(topic)
             complete = index.first(app_id=app, snapshot_id=batch_id, kind="complete")
@@ -253,11 +209,11 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                     ", ".join(intent.attempts),
                     topic,
                 )
-            if self.settings.transactional:
+            if self.config.transactional:
                 self.transactions.commit(batch, intent)
                 self.transactions.abort_unrecorded(batch, keep=intent.transactions)
             positions: dict[int, int] = {}
-            if self.settings.barriers:
+            if self.config.barriers:
                 barrier = Barrier(
                     app_id=self.app_id, snapshot_id=batch.batch_id, attempts=intent.attempts
                 )
@@ -274,7 +230,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     def discard(self, batch: KafkaBatch) -> None:
         """Step 3, the batch already committed: abort this attempt's transactions."""
-        if self.settings.transactional:
+        if self.config.transactional:
             self.transactions.abort_unrecorded(batch, keep=())
 
     def completed(self, batch: KafkaBatch, record: SnapshotRecord) -> SnapshotRecord:
@@ -295,7 +251,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             batch.transactions.close()
             batch.transactions = None
         if failed:
-            _BARRIER_PRODUCERS.retire(barrier_producer_key(self.settings))
+            _BARRIER_PRODUCERS.retire(barrier_producer_key(self.config))
 
     def resume(self) -> list[int]:
         """Before a batch's tasks run (the sink's ``streamWriter``, on the driver): commit
@@ -340,7 +296,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             batch.producer,
             control_topic=index.control_topic,
             entry=entry,
-            settings=self.settings.producer_settings,
+            settings=self.config.producer_settings,
         )
         return entry
 
@@ -355,7 +311,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         armed, each barrier is flushed on its own and the kill comes after the first one."""
         split = armed(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
         futures = {}
-        wait = delivery_timeout_s(self.settings.producer_settings)
+        wait = delivery_timeout_s(self.config.producer_settings)
         for partition in sorted(fresh_partitions(producer, topic, written, timeout_s=wait)):
             futures[partition] = producer.send(
                 topic,
@@ -365,9 +321,9 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 headers=Barrier.headers(),
             )
             if split:
-                flush_within(producer, settings=self.settings.producer_settings)
+                flush_within(producer, settings=self.config.producer_settings)
                 failpoint(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
-        flush_within(producer, settings=self.settings.producer_settings)
+        flush_within(producer, settings=self.config.producer_settings)
         return {p: int(f.get(timeout=wait).offset) for p, f in futures.items()}
 
     def _record_of(self, batch: KafkaBatch, sources: Sequence[Any]) -> SnapshotRecord:
@@ -411,7 +367,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         transactions: abort the tasks' transactions, then fence every transactional id
         the batch's tasks could have used (those whose message never came back)."""
         failpoint(FaultPoint.IN_ABORT, batch_id)
-        if self.settings.transactional:
+        if self.config.transactional:
             self.transactions.abort(messages=messages, batch_id=batch_id)
         attempts = sorted(m.attempt for m in messages if m is not None)
         log.warning(
@@ -421,11 +377,11 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         )
 
 
-def barrier_producer_key(settings: BarrierSettings) -> tuple[str, tuple[tuple[str, str], ...]]:
+def barrier_producer_key(config: KafkaSinkConfig) -> tuple[str, tuple[tuple[str, str], ...]]:
     """What makes two sinks' barrier producers interchangeable: the cluster and every
     producer setting (security, TLS, timeouts)."""
-    items = tuple(sorted((k, repr(v)) for k, v in settings.producer_settings.items()))
-    return settings.bootstrap_servers, items
+    items = tuple(sorted((k, repr(v)) for k, v in config.producer_settings.items()))
+    return config.bootstrap_servers, items
 
 
 def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_chkpt.errors import ConfigError
-from spark_chkpt.fs import qualify
 from spark_chkpt.kafka.client.consumer import ClientKind
 from spark_chkpt.kafka.client.settings import (
     CONFLUENT_MISSING,
@@ -27,13 +26,16 @@ from spark_chkpt.kafka.client.settings import (
     parse_client,
 )
 from spark_chkpt.options import (
-    SNAPSHOT_TIMING_OPTIONS,
     SnapshotTiming,
     check_option_names,
     lowercase,
     parse_bool,
     parse_duration_ms,
-    parse_positive_int,
+)
+from spark_chkpt.snapshot.settings import (
+    SNAPSHOT_OPTIONS,
+    SnapshotConfig,
+    snapshot_options,
 )
 
 if TYPE_CHECKING:
@@ -46,11 +48,7 @@ _KNOWN_KAFKA_SINK_OPTIONS = (
     "kafka.bootstrap.servers",
     "topic",
     "controlTopic",
-    "checkpointLocation",
-    "queryName",
-    "txnAppId",
-    "retainedSnapshots",
-    *SNAPSHOT_TIMING_OPTIONS,
+    *SNAPSHOT_OPTIONS,
     "path",
     "delivery",
     "barriers",
@@ -231,8 +229,10 @@ def _check_delivery(opts: Mapping[str, str], settings: Mapping[str, Any]) -> Non
 
 
 @dataclass(frozen=True)
-class KafkaSinkConfig:
-    """Validated options of the ``chkpt-kafka`` sink (Spark's Kafka sink names)."""
+class KafkaSinkConfig(SnapshotConfig):
+    """Validated options of the ``chkpt-kafka`` sink (Spark's Kafka sink names): the
+    snapshot protocol's (:func:`~spark_chkpt.snapshot.settings.snapshot_options`) and the
+    sink's own."""
 
     bootstrap_servers: str
     topic: str | None
@@ -244,15 +244,8 @@ class KafkaSinkConfig:
     producer_settings: Mapping[str, Any]  # kafka-python's (also the driver's barrier writes)
     client: ClientKind = "kafka-python"  # the write tasks' producer
     librdkafka_settings: Mapping[str, Any] | None = None  # with client "confluent"
-    snapshot_timeout_ms: int | None = None  # snapshotTimeout (None: no timeout)
-    min_pause_between_snapshots_ms: int = 0
-
-    @property
-    def timing(self) -> SnapshotTiming:
-        return SnapshotTiming(
-            timeout_ms=self.snapshot_timeout_ms, min_pause_ms=self.min_pause_between_snapshots_ms
-        )
-
+    # snapshotTimeout, minPauseBetweenSnapshots
+    timing: SnapshotTiming = field(default_factory=SnapshotTiming)
     delivery: Delivery = "barriers"  # or Kafka transactions (read_committed consumers)
     barriers: bool = True  # barrier records (chkpt-kafka readers); off: transactions only
     max_batch_duration_ms: int = 300_000  # the transaction timeout rule's terms
@@ -281,11 +274,9 @@ class KafkaSinkConfig:
             raise ConfigError(
                 "kafka.bootstrap.servers", None, "required: a comma-separated list of host:port"
             )
-        checkpoint = opts.get("checkpointlocation", "").strip()
-        if not checkpoint:
-            raise ConfigError(
-                "checkpointLocation", None, "required: barriers are numbered by Spark's batch ids"
-            )
+        snapshot = snapshot_options(
+            opts, checkpoint_needed="barriers are numbered by Spark's batch ids"
+        )
         settings: dict[str, Any] = {
             "acks": "all",
             "enable_idempotence": True,
@@ -294,7 +285,6 @@ class KafkaSinkConfig:
         }
         settings.update(kafka_client_settings(opts, role="producer"))
         _check_delivery(opts, settings)
-        timing = SnapshotTiming.from_options(opts)
         delivery, barriers, batch_ms, restart_ms = _parse_delivery(opts, settings)
         client, librdkafka = _choose_producer(
             opts,
@@ -306,18 +296,10 @@ class KafkaSinkConfig:
             bootstrap_servers=servers,
             topic=opts.get("topic") or None,
             control_topic=opts.get("controltopic") or None,
-            checkpoint_location=qualify(checkpoint),
-            query_name=opts.get("queryname"),
-            txn_app_id=opts.get("txnappid") or None,
-            retained_snapshots=parse_positive_int(
-                "retainedSnapshots", opts.get("retainedsnapshots"), default=10, allow_zero=True
-            )
-            or 0,
             producer_settings=settings,
             client=client,
             librdkafka_settings=librdkafka,
-            snapshot_timeout_ms=timing.timeout_ms,
-            min_pause_between_snapshots_ms=timing.min_pause_ms,
+            **snapshot,
             delivery=delivery,
             barriers=barriers,
             max_batch_duration_ms=batch_ms,

@@ -21,7 +21,7 @@ producer stay the coordinator's (handed in as callables).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -37,16 +37,14 @@ log = logging.getLogger(__name__)
 
 
 class StepSettings(Protocol):
-    """What the steps read of the coordinator's ``BarrierSettings``."""
+    """What the steps read of the sink's ``KafkaSinkConfig``."""
 
     @property
     def bootstrap_servers(self) -> str: ...
     @property
     def topic(self) -> str | None: ...
     @property
-    def app_id(self) -> str: ...
-    @property
-    def producer_settings(self) -> dict[str, Any]: ...
+    def producer_settings(self) -> Mapping[str, Any]: ...
     @property
     def transaction_timeout_ms(self) -> int: ...
     @property
@@ -95,12 +93,13 @@ class TransactionSteps:
     def __init__(
         self,
         *,
-        settings: StepSettings,
+        config: StepSettings,
+        app_id: str,
         index: Callable[[str], ControlTopic],
         producer: Callable[[], Any],
     ) -> None:
-        self.settings = settings
-        self.app_id = settings.app_id
+        self.config = config
+        self.app_id = app_id
         self._index = index
         self._producer = producer
 
@@ -109,8 +108,8 @@ class TransactionSteps:
         ``release``)."""
         if batch.transactions is None:
             batch.transactions = TransactionClient(
-                bootstrap_servers=self.settings.bootstrap_servers,
-                settings=self.settings.producer_settings,
+                bootstrap_servers=self.config.bootstrap_servers,
+                settings=self.config.producer_settings,
             )
         return batch.transactions
 
@@ -145,9 +144,9 @@ class TransactionSteps:
                 f"records for topic {intent.topic}: {'; '.join(lost)}. "
                 f"{committed} were committed. The broker aborts a transaction that stays open "
                 f"longer than transaction.timeout.ms "
-                f"({self.settings.transaction_timeout_ms} ms here): the batch and the driver's "
+                f"({self.config.transaction_timeout_ms} ms here): the batch and the driver's "
                 f"restart took longer (maxRestartTime is "
-                f"{self.settings.max_restart_time_ms} ms), or another producer used these "
+                f"{self.config.max_restart_time_ms} ms), or another producer used these "
                 "transactional ids. The batch's records in these transactions are lost to "
                 "read_committed consumers; see docs/known-limits.md for the way back"
             )
@@ -166,13 +165,13 @@ class TransactionSteps:
             batch.producer,
             control_topic=index.control_topic,
             entry=replace(intent, void=True, offset=None),
-            settings=self.settings.producer_settings,
+            settings=self.config.producer_settings,
         )
         raise TransactionsAbortedError(
             f"chkpt-kafka batch {batch.batch_id} of appId {self.app_id}: the broker aborted "
             f"all {len(intent.transactions)} Kafka transactions its intent entry (control "
             f"topic offset {intent.offset}) records for topic {intent.topic} "
-            f"(transaction.timeout.ms is {self.settings.transaction_timeout_ms} ms), before "
+            f"(transaction.timeout.ms is {self.config.transaction_timeout_ms} ms), before "
             "any was committed: nothing of the batch is visible. The intent is marked void; "
             "the batch runs again and commits transactions of its own"
         )
@@ -206,7 +205,7 @@ class TransactionSteps:
         the intent records. It must come before the tasks: they reuse the transactional
         ids, and their ``initTransactions`` would abort a recorded transaction not yet
         committed. Returns the batches finished."""
-        topic = self.settings.topic
+        topic = self.config.topic
         if topic is None:
             return []
         index = self._index(topic)
@@ -238,9 +237,9 @@ class TransactionSteps:
         transactional id the batch's tasks could have used (those whose message never
         came back too); after its intent, leave the recorded transactions open for the
         restart to commit."""
-        if self.settings.topic is None:
+        if self.config.topic is None:
             return
-        index = self._index(self.settings.topic)
+        index = self._index(self.config.topic)
         if open_intent(index, app_id=self.app_id, batch_id=batch_id) is None:
             self.fence_all(messages=messages, batch_id=batch_id)
         else:  # the commit failed after the intent: the restart commits what it records
@@ -253,10 +252,10 @@ class TransactionSteps:
     def fence_all(self, *, messages: Sequence[ProducedOutput | None], batch_id: int) -> None:
         """``InitProducerId`` on every transactional id a batch of ``len(messages)``
         write tasks could have used."""
-        topic = self.settings.topic or ""
+        topic = self.config.topic or ""
         client = TransactionClient(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            settings=self.settings.producer_settings,
+            bootstrap_servers=self.config.bootstrap_servers,
+            settings=self.config.producer_settings,
         )
         try:
             ids = every_transactional_id(
@@ -265,7 +264,7 @@ class TransactionSteps:
             for txn_id in ids:
                 client.fence(
                     transactional_id=txn_id,
-                    transaction_timeout_ms=self.settings.transaction_timeout_ms,
+                    transaction_timeout_ms=self.config.transaction_timeout_ms,
                 )
             log.warning(
                 "chkpt-kafka batch %d aborted: fenced %d transactional ids", batch_id, len(ids)

@@ -1,0 +1,101 @@
+"""The ``chkpt-delta`` sink assembled from its options: its writer and its committer.
+
+As Flink's ``KafkaSink`` builds its ``KafkaWriter`` (``createWriter``) and its
+``KafkaCommitter`` (``createCommitter``) from one configuration, :class:`DeltaSink` is
+made once on the driver (:meth:`DeltaSink.assemble`: the options parsed and checked
+against the query's columns, the app id read from the checkpoint) and travels to the
+tasks with Spark's writer. It hands each write task a
+:class:`~spark_chkpt.delta.sink.writer.DeltaWriter` (phase 1, executors) and the
+driver's ``commit`` and ``abort`` a
+:class:`~spark_chkpt.delta.sink.committer.DeltaCoordinator` (phase 2). This is the one
+module that knows both sides: the writer's module imports no committer
+(``tests/unit/test_architecture.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_chkpt.delta.sink.committer import DeltaCoordinator
+from spark_chkpt.delta.sink.dead_letters import check_dead_letters, pa_schema_of
+from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
+from spark_chkpt.delta.sink.writer import DeltaWriter
+from spark_chkpt.delta.staging import StagedOutput
+from spark_chkpt.snapshot.record import SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+
+@dataclass(frozen=True)
+class DeltaSink:
+    """One query's ``chkpt-delta`` sink: its options, the protocol's settings they
+    produced, the table's columns and the dead letters' (None without), and whether
+    each batch replaces the table (outputMode("complete"))."""
+
+    config: DeltaSinkConfig
+    snapshot: SnapshotSettings
+    arrow_schema: pa.Schema
+    dead_letter_schema: pa.Schema | None = None
+    complete: bool = False
+
+    @classmethod
+    def assemble(
+        cls, *, options: Mapping[str, str], schema: StructType, complete: bool = False
+    ) -> DeltaSink:
+        """The sink of Spark's ``options`` for a query whose output is ``schema``, on the
+        driver (``complete``: outputMode("complete"))."""
+        config = DeltaSinkConfig.from_options(options)
+        config.check_columns(schema.fieldNames())
+        check_dead_letters(schema, config, complete=complete)
+        return cls.of(config=config, schema=_arrow(schema), complete=complete)
+
+    @classmethod
+    def of(cls, *, config: DeltaSinkConfig, schema: pa.Schema, complete: bool = False) -> DeltaSink:
+        """The sink of parsed options and the query's output in Arrow; the table's
+        columns are the output's but ``_dead_letter``, whose struct fields are the
+        dead-letter table's columns."""
+        index = schema.get_field_index(DEAD_LETTER_COLUMN)
+        return cls(
+            config=config,
+            snapshot=config.snapshot_settings(),
+            arrow_schema=schema.remove(index) if index >= 0 else schema,
+            dead_letter_schema=pa_schema_of(schema.field(index).type) if index >= 0 else None,
+            complete=complete,
+        )
+
+    def writer(self) -> DeltaWriter:
+        """Phase 1: one write task's staging (executors)."""
+        return DeltaWriter(
+            config=self.config,
+            app_id=self.snapshot.app_id,
+            arrow_schema=self.arrow_schema,
+            dead_letter_schema=self.dead_letter_schema,
+        )
+
+    def committer(self) -> DeltaCoordinator:
+        """Phase 2: the coordinator of the driver's ``commit`` and ``abort``."""
+        return DeltaCoordinator(config=self.config, snapshot=self.snapshot, complete=self.complete)
+
+    def commit(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> SnapshotRecord:
+        """Complete snapshot ``batch_id`` from the tasks' staged output (driver)."""
+        return self.committer().commit(
+            messages=messages,
+            batch_id=batch_id,
+            schema=self.arrow_schema,
+            dead_letter_schema=self.dead_letter_schema,
+        )
+
+    def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:
+        """Delete what the tasks of a failed batch staged (driver)."""
+        return self.committer().abort(messages=messages, batch_id=batch_id)
+
+
+def _arrow(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
