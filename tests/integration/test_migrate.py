@@ -158,10 +158,12 @@ def chain(
     else:
         assert finished(native).startswith("batches ")
     t = step("native", t)
-    to_chkpt = ["--to", "chkpt"]
-    if stateful:
-        to_chkpt += ["--job", "job.py", "--job-args", shlex.join(["chkpt", str(work), *args])]
-    found = migrate(folder, *to_chkpt)
+
+    def to(side: str) -> list[str]:  # a stateful query names the job it moves to
+        job_args = ["--job", "job.py", "--job-args", shlex.join([side, str(work), *args])]
+        return ["--to", side] + (job_args if stateful else [])
+
+    found = migrate(folder, *to("chkpt"))
     resumed = int(found.rsplit("runs batch ", 1)[1].split()[0])
     t = step("migrate --to chkpt", t)
     kill_at = resumed + 3
@@ -174,7 +176,7 @@ def chain(
     assert not (work / "chk" / "commits" / str(kill_at)).exists()
     t = step("chkpt killed", t)
     records.stop()
-    back = migrate(folder, "--to", "spark")
+    back = migrate(folder, *to("spark"))
     assert f"batch {kill_at}: planned, not in Spark's commit log, but in the table" in back
     assert (work / "chk" / "commits" / str(kill_at)).exists()
     t = step("migrate --to spark", t)
