@@ -185,15 +185,12 @@ def plan_migration(
         # Kafka's sink: nothing says whether batch N reached the topic; it runs again.
         settled = "committed" if committed == planned else "replay"
         done = planned if settled == "committed" else planned - 1
+        barriers = " (downstream chkpt-kafka readers see no more barriers)" * (
+            options.to == "spark"
+        )
         notes.append(
             "sink: Kafka. Spark's kafka sink is at-least-once: a batch it wrote and did "
-            "not commit is written again by the next query"
-            + (
-                " (after this migration the topic is written by Spark's kafka sink: "
-                "at-least-once, and downstream chkpt-kafka readers see no barriers)"
-                if options.to == "spark"
-                else ""
-            )
+            f"not commit is written again by the next query{barriers}"
         )
     if done >= 0:
         sources = _kafka_sources(spark, done, options)
@@ -303,6 +300,11 @@ def _settle(
     if committed == planned:
         if txn == planned:
             return "committed"
+        if txn is not None and txn > planned:
+            raise MigrationError(
+                f"the table {table} has txn({app_id}) = {txn}, ahead of the checkpoint's "
+                f"last batch {planned}: another checkpoint of this app id wrote it. {NOTHING}"
+            )
         raise MigrationError(
             f"batch {planned} is committed in Spark's log but the table {table} has "
             f"txn({app_id}) = {shown}: the last batch is not committed in the table (another "
@@ -378,6 +380,14 @@ def commit_text(root: Location, batch: int) -> str:
     if batch > 0 and previous.exists():
         text = previous.read_text()
         doc = json.loads(text.splitlines()[1]) if len(text.splitlines()) > 1 else {}
+        if set(doc) - {"nextBatchWatermarkMs"}:
+            raise MigrationError(
+                f"batch {batch} is done in the table but commits/{batch - 1} holds more than "
+                f"a watermark ({', '.join(sorted(set(doc) - {'nextBatchWatermarkMs'}))}: "
+                "state checkpoint format 2's ids), which only Spark can write for batch "
+                f"{batch}; start the query once on its own side so that Spark commits it "
+                f"(the sink skips it), then migrate. {NOTHING}"
+            )
         if doc.get("nextBatchWatermarkMs", 0) not in (0, None):
             raise MigrationError(
                 f"batch {batch} is done in the table but the query keeps an event-time "

@@ -215,3 +215,18 @@ def test_a_kafka_sink_moves_to_spark_at_least_once(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Spark's kafka sink is at-least-once" in out and "runs batch 2 first" in out
+
+
+def test_refused_a_table_ahead_of_the_checkpoint(tmp_path: Path) -> None:
+    chk, table = checkpoint(tmp_path, planned=2, committed=2, txn=4)
+    with pytest.raises(MigrationError, match=r"txn\(.*\) = 4, ahead of the checkpoint's last"):
+        plan(chk, table)
+
+
+def test_refused_to_write_a_commit_only_spark_can_write(tmp_path: Path) -> None:
+    chk, table = checkpoint(tmp_path, planned=3, committed=2, txn=3)
+    (chk / "commits" / "2").write_text(
+        'v1\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{"0":[["a","b"]]}}'
+    )
+    with pytest.raises(MigrationError, match=r"commits/2 holds more than a watermark"):
+        plan(chk, table)
