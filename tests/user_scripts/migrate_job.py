@@ -8,7 +8,7 @@ Spark's Kafka connector").
 ``spark``: ``readStream.format("kafka")`` -> ``writeStream.format("delta")`` (delta-spark);
 ``chkpt``: ``chkpt-kafka`` -> ``chkpt-delta``. Stateless: every record's value as ``id``
 appended; ``--stateful``: counts per key (``complete`` mode). The query runs on
-``WORKDIR/chk`` into ``WORKDIR/table``, reading at most 100 records per batch, until
+``WORKDIR/chk`` into ``WORKDIR/table``, reading at most 300 records per batch, until
 ``--seconds`` have passed (then ``stop()``), or with ``Trigger.AvailableNow`` when
 ``--seconds`` is 0. It prints ``batches <last batch id>`` and exits 0.
 """
@@ -48,7 +48,7 @@ events = (
     .option("kafka.bootstrap.servers", args.servers)
     .option("subscribe", args.topic)
     .option("startingOffsets", "earliest")
-    .option("maxOffsetsPerTrigger", "100")
+    .option("maxOffsetsPerTrigger", "300")
     .load()
 )
 if args.stateful:
