@@ -9,6 +9,7 @@ delta-spark; the stateful variant's counts equal the topic's."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -174,6 +175,9 @@ def chain(
     assert chkpt.returncode != 0, (out + err)[-3000:]  # killed at the fail point
     assert (work / "chk" / "chkpt" / "snapshots" / f"{kill_at}.json").exists()
     assert not (work / "chk" / "commits" / str(kill_at)).exists()
+    # chkpt-delta committed txn(<Spark's query id>, N), the app id delta-spark's sink used
+    query_id = json.loads((work / "chk" / "metadata").read_text())["id"]
+    assert DeltaTable(str(work / "table")).transaction_version(query_id) == kill_at
     t = step("chkpt killed", t)
     records.stop()
     back = migrate(folder, *to("spark"))
