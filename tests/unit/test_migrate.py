@@ -230,3 +230,18 @@ def test_refused_to_write_a_commit_only_spark_can_write(tmp_path: Path) -> None:
     )
     with pytest.raises(MigrationError, match=r"commits/2 holds more than a watermark"):
         plan(chk, table)
+
+
+def test_a_foreach_batch_writer_is_found_by_its_txn_app_id(tmp_path: Path) -> None:
+    chk, table = checkpoint(tmp_path, planned=1, committed=1, txn=None)
+    for n in (0, 1):  # delta-spark's foreachBatch writer: txnAppId=loader, txnVersion=batchId
+        write_deltalake(
+            str(table),
+            pa.table({"id": [str(n)]}),
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[Transaction("loader", n)]),
+        )
+    found = plan(chk, table, options=["txnAppId=loader"])
+    assert (found.app_id, found.settled, found.table_version) == ("loader", "committed", 2)
+    with pytest.raises(MigrationError, match=r"txn\(5f1c.*\) = none"):
+        plan(chk, table)  # without it, the query id has no txn in the table
