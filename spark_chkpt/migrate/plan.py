@@ -151,7 +151,7 @@ def plan_migration(
             f"{location}: commits/{committed} has no plan (the newest offsets entry is "
             f"offsets/{planned}): the logs disagree. {NOTHING}"
         )
-    if committed != planned and committed != planned - 1 and not (planned == 0):
+    if committed != planned and committed != planned - 1 and planned != 0:
         raise MigrationError(
             f"{location}: batch {planned} is planned (offsets/{planned}) but the commit log "
             f"ends at {'nothing' if committed is None else f'commits/{committed}'}: batches "
@@ -167,13 +167,13 @@ def plan_migration(
     generation: int | None = None
     writes: list[Write] = []
     if options.sink == "delta":
-        assert_table = options.table or ""
-        target = DeltaTarget(uri=qualify(assert_table))
+        table_path = options.table or ""
+        target = DeltaTarget(uri=qualify(table_path))
         table = target.open()
         if table is None:
-            raise MigrationError(f"{assert_table} is not a Delta table (--table). {NOTHING}")
+            raise MigrationError(f"{table_path} is not a Delta table (--table). {NOTHING}")
         txn = table.transaction_version(app_id)
-        settled = _settle(planned, committed, txn, app_id=app_id, table=assert_table)
+        settled = _settle(planned, committed, txn, app_id=app_id, table=table_path)
         done = planned if settled != "replay" else planned - 1
         if done >= 0:
             commit = target.find_txn_commit(table, app_id=app_id, txn_version=done)
