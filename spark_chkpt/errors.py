@@ -204,6 +204,13 @@ class RecoveryError(ChkptError):
     """The table cannot say where to resume, or the target folder is not empty."""
 
 
+class MigrationError(ChkptError):
+    """``spark-chkpt migrate`` refuses a checkpoint before anything is written: a query
+    still running, a gap between Spark's offset and commit logs or the table's
+    ``txn(appId)``, a source that is not Kafka, an option the other side cannot honour.
+    The message names the batch, file, option or topic."""
+
+
 class StateFilesError(ChkptError):
     """The files that load a state version are not all on disk; the message names one."""
 

@@ -6,6 +6,7 @@ spark-chkpt s3 [--port N] [--bucket NAME ...]                   run the S3 test 
 spark-chkpt snapshots CHECKPOINT [--json]                       list a query's snapshots
 spark-chkpt state CHECKPOINT [--batch N] [--operator K] [--json] print a snapshot's keyed state
 spark-chkpt recover --table TABLE --checkpoint NEW             rebuild a lost checkpoint
+spark-chkpt migrate CHECKPOINT --to chkpt|spark [--table T] [--dry-run]  change formats
 spark-chkpt savepoint create CHECKPOINT --dir DIR               savepoint the newest snapshot
 spark-chkpt savepoint stop CHECKPOINT --dir DIR                 stop a running job with one
 spark-chkpt savepoint list DIR | show SAVEPOINT [--state]       print manifests (and state)
@@ -31,6 +32,7 @@ from spark_chkpt.cli import (
     broker,
     diff,
     lineage,
+    migrate,
     programs,
     recover,
     s3,
@@ -62,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     snapshots.add_parser(sub)
     state.add_parser(sub)
     recover.add_parser(sub)
+    migrate.add_parser(sub)
     savepoint.add_parser(sub)
     diff.add_parser(sub)
     lineage.add_parser(sub)

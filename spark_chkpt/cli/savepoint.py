@@ -164,7 +164,7 @@ def _savepoint_states(checkpoint: str, operators: Sequence[Any], limit: int | No
         spark.stop()
 
 
-def _job_plan(job: str, job_args: Sequence[str]) -> Any:
+def job_plan(job: str, job_args: Sequence[str]) -> Any:
     """The new job's plan (nothing run); a ``module:function`` job gets a small local
     session, a script makes its own."""
     from spark_chkpt.savepoint.plan import load_job
@@ -203,7 +203,7 @@ def _savepoint_check(args: argparse.Namespace) -> int:
     require_savepoint(args.savepoint)
     point = load_savepoint(location=args.savepoint)
     verify_files(point)
-    report = check_savepoint(savepoint=point, plan=_job_plan(args.job, job_args))
+    report = check_savepoint(savepoint=point, plan=job_plan(args.job, job_args))
     if json_output:
         print(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
     else:
@@ -224,7 +224,7 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         print("spark-chkpt savepoint restore: --shadow needs --mode fork", file=sys.stderr)
         return 2
     require_savepoint(args.savepoint)
-    job = _job_plan(args.job, shlex.split(args.job_args)) if args.job else None
+    job = job_plan(args.job, shlex.split(args.job_args)) if args.job else None
     result = restore_savepoint(
         savepoint=args.savepoint,
         checkpoint_location=args.checkpoint,

@@ -34,7 +34,7 @@ from spark_chkpt.fs import Location, qualify, resolve
 
 EPOCH_FILE = "chkpt/epoch.json"
 GENERATION_SUFFIX = "#generation"
-StartedBy = Literal["rewind", "fork", "recover"]
+StartedBy = Literal["rewind", "fork", "recover", "migrate"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Epoch:
     """A checkpoint's generation of its app id, and what started it."""
 
     generation: int = 0
-    started_by: str | None = None  # rewind, fork, recover; None: a fresh checkpoint
+    started_by: str | None = None  # rewind, fork, recover, migrate; None: a fresh checkpoint
     source: str | None = None  # the savepoint or table it was started from
     started_ms: int | None = None
 

@@ -71,6 +71,14 @@ LAYERS = {
     },
     # Two tables paired by their snapshot records' offsets, read through delta/.
     "spark_chkpt.diff": {"spark_chkpt.delta", "spark_chkpt.recovery"},
+    # A migration reads Spark's logs and the table's txn, writes the chkpt side's files,
+    # and keeps keyed state through savepoint check.
+    "spark_chkpt.migrate": {
+        "spark_chkpt.snapshot",
+        "spark_chkpt.delta",
+        "spark_chkpt.state",
+        "spark_chkpt.savepoint",
+    },
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.
     "spark_chkpt.restart": {"spark_chkpt.metrics"},
