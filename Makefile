@@ -21,6 +21,7 @@ setup: $(STAMP) $(WEED)
 # GOCACHE) keep the modules and compiled packages: a cold build downloads ~3.7 GB of
 # modules and compiles for ~10 min on two cores, a rebuild with warm caches takes ~15 s.
 $(WEED): go/seaweedfs/go.mod go/seaweedfs/go.sum
+	@command -v $(GO) >/dev/null || { echo "Go >= 1.26.6 is required (set GO=/path/to/go)"; exit 1; }
 	@mkdir -p $(dir $@)
 	cd go/seaweedfs && GOTOOLCHAIN=local $(GO) build -trimpath \
 	  -o $(CURDIR)/$@.part github.com/seaweedfs/seaweedfs/weed
