@@ -1,7 +1,8 @@
 """Savepoint create / rewind / fork, ``recover`` from the table, the dead-letter table and
 ``DeltaUpsert`` on object storage: tables on ``s3://``, checkpoints and savepoints on
 ``s3a://``, all on the project's S3 server (s3proxy), in one user script
-(``tests/user_scripts/s3_chain.py``) started from a folder outside the repo. Every id in
+(``tests/user_scripts/s3_chain.py``) started from a folder outside the repo, ``spark-chkpt
+recover`` run from it as from a shell. Every id in
 once, every malformed record in its dead-letter table once, read back with delta-rs here
 and with delta-spark in the script."""
 
@@ -72,15 +73,18 @@ def test_savepoints_recovery_dead_letters_and_upserts_on_s3(
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     steps = [line[5:] for line in done.stdout.splitlines() if line.startswith("STEP ")]
-    assert steps == [
+    assert [s.partition(":")[0] for s in steps] == [
         "savepoint 1",  # part 0: two batches of 20 and 10 records
         "part 1",
         "rewind",
         "fork",
-        "recovered after batch 3",  # the rewound query re-ran batches 2 and 3
+        "recover",
         "part 2",
         "upsert",
     ], done.stdout[-3000:]
+    # The rewound query re-ran batches 2 and 3: the table's last snapshot is 3.
+    assert f"checkpoint s3a://{s3_bucket}/chk-recovered written" in steps[4], steps[4]
+    assert "resumes at batch 4" in steps[4], steps[4]
 
     options = s3_server.storage_options
     uri = f"s3://{s3_bucket}"

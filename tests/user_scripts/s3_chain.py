@@ -11,7 +11,7 @@ CONFIG_JSON: ``servers``, ``topic``, ``bucket``, ``storage`` (delta-rs's options
 2. part 1 into ``table`` on the same checkpoint;
 3. rewind to the savepoint (a new checkpoint, the table and ``dead`` rolled back), run;
 4. fork from the savepoint into ``fork`` / ``fork-dead``, run;
-5. recover a checkpoint from ``table`` alone, part 2, run on it;
+5. ``spark-chkpt recover`` of a checkpoint from ``table`` alone, part 2, run on it;
 6. ``DeltaUpsert`` of the counts per ``id % 4`` over the whole topic into ``upsert``.
 
 Prints ``STEP <name>`` after each step and, last, ``RESULT=<json>``: each table read
@@ -19,13 +19,15 @@ back with delta-spark on ``s3a://``.
 """
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 from kafka import KafkaProducer
 
 from spark_chkpt import DeltaUpsert
 from spark_chkpt.jobs import kafka_to_delta
-from spark_chkpt.recovery.rebuild import recover_checkpoint
 from spark_chkpt.savepoint.manifest import create_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.session import build_session
@@ -111,10 +113,14 @@ restore_savepoint(
 run(f"{s3}/fork", f"{s3a}/chk-fork", f"{s3}/fork-dead")
 step("fork")
 
-recovered = recover_checkpoint(
-    table_uri=f"{s3}/table", checkpoint_location=f"{s3a}/chk-recovered", storage_options=storage
-)
-step(f"recovered after batch {recovered.record.batch_id}")
+# `spark-chkpt recover` as from a shell: it takes the store's settings from the AWS
+# environment (the storage options' names are the variables delta-rs and pyarrow read).
+recovered = subprocess.run(
+    [str(Path(sys.executable).with_name("spark-chkpt")), "recover",
+     "--table", f"{s3}/table", "--checkpoint", f"{s3a}/chk-recovered"],
+    env={**os.environ, **storage}, capture_output=True, text=True, check=True,
+)  # fmt: skip
+step(f"recover: {recovered.stdout.strip()}")
 produce(2)
 run(f"{s3}/table", f"{s3a}/chk-recovered", f"{s3}/dead")
 step("part 2")
