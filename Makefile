@@ -5,13 +5,27 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
+GO          ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+WEED        := .cache/seaweedfs/weed
 
 .PHONY: setup test unit demo bench lint format broker clean docs docs-serve docs-shots wheel
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
-setup: $(STAMP)
+setup: $(STAMP) $(WEED)
 	$(BIN)/python -m spark_chkpt.jars fetch
+
+# SeaweedFS's `weed`, the S3-compatible server of the two-writer race tests (it enforces
+# If-None-Match on PUT; s3proxy does not), built from the Go module pinned in
+# go/seaweedfs (go.mod, go.sum) into .cache/seaweedfs. Go's own caches (GOMODCACHE,
+# GOCACHE) keep the modules and compiled packages: a cold build downloads ~3.7 GB of
+# modules and compiles for ~10 min on two cores, a rebuild with warm caches takes ~15 s.
+$(WEED): go/seaweedfs/go.mod go/seaweedfs/go.sum
+	@command -v $(GO) >/dev/null || { echo "Go >= 1.26.6 is required (set GO=/path/to/go)"; exit 1; }
+	@mkdir -p $(dir $@)
+	cd go/seaweedfs && GOTOOLCHAIN=local $(GO) build -trimpath \
+	  -o $(CURDIR)/$@.part github.com/seaweedfs/seaweedfs/weed
+	mv $@.part $@
 
 $(STAMP): setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'

@@ -81,6 +81,12 @@ class UnsafeCommitError(ConfigError):
     no conditional put and no lock); the message names the option and the safe setting."""
 
 
+class StorageOptionsConflictError(ChkptError, ValueError):
+    """An ``s3://``/``s3a://`` path given without storage options, in a bucket this
+    process was given different S3 options for (two queries on two endpoints or with two
+    identities): the message names the path and the locations whose options differ."""
+
+
 class InvalidArgumentError(ChkptError, ValueError):
     """A programming interface got an argument it does not take (not a user's option:
     those are :class:`ConfigError`); the message names the argument and its value."""

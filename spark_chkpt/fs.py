@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_chkpt.errors import StorageOptionsConflictError
+
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
@@ -180,8 +182,8 @@ def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Lo
     ``s3a://`` (Hadoop's name, what Spark's ``checkpointLocation`` uses) is read as
     ``s3://``. ``storage_options``: the S3 endpoint, region and credentials of
     :func:`s3_filesystem` (ignored for other stores). Without them, the options this
-    process was given for the same bucket (:func:`remember_bucket_options`: a
-    ``chkpt-delta`` table's ``storage.*`` also reach the checkpoint in its bucket), else
+    process was given for that location or its bucket (:func:`remembered_options`: a
+    ``chkpt-delta`` table's ``storage.*`` also reach its checkpoint), else
     for ``s3a://`` the running SparkContext's ``fs.s3a.*`` settings
     (:func:`hadoop_s3a_options`), else pyarrow's defaults (the AWS environment)."""
     import pyarrow.fs as pafs
@@ -193,7 +195,7 @@ def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Lo
     if scheme.lower() in S3_SCHEMES:
         options = dict(storage_options or {})
         if not any(k.lower() in _S3_KEYS for k in options):
-            options = _BUCKET_OPTIONS.get(rest.split("/", 1)[0], {})
+            options = remembered_options(rest)
         if not any(k.lower() in _S3_KEYS for k in options) and scheme.lower() == "s3a":
             options = hadoop_s3a_options()
         if any(k.lower() in _S3_KEYS for k in options):
@@ -203,22 +205,62 @@ def resolve(uri: str, *, storage_options: Mapping[str, str] | None = None) -> Lo
     return Location(fs, path)
 
 
-_BUCKET_OPTIONS: dict[str, dict[str, str]] = {}
+# "bucket/key/prefix" -> the storage options given for that location, in this process.
+_REMEMBERED: dict[str, dict[str, str]] = {}
 
 
 def remember_bucket_options(uri: str, storage_options: Mapping[str, str]) -> None:
-    """Use ``storage_options`` for every ``s3://``/``s3a://`` path of ``uri``'s bucket
+    """Use ``storage_options`` for ``uri`` and every ``s3://``/``s3a://`` path under it
     that :func:`resolve` is given without options of its own, in this process.
 
-    ``chkpt-delta`` calls it for its table: the snapshot records and Spark's
-    checkpoint metadata it reads from Python (driver and Python workers, where no
-    ``fs.s3a.*`` setting is at hand) are on the same store. No-op for other URIs or
-    options without S3 settings."""
+    ``chkpt-delta`` calls it for its table, its dead-letter table and its checkpoint: the
+    snapshot records and Spark's checkpoint metadata it reads from Python (driver and
+    Python workers, where no ``fs.s3a.*`` setting is at hand) are on the same store.
+    Each location keeps its own options, so two queries of one process with different
+    options (another endpoint, other credentials) each reach their own folders; a path
+    under none of them takes the options remembered in its bucket when they all agree
+    (:func:`remembered_options`). No-op for other URIs or options without S3 settings."""
     scheme, sep, rest = uri.partition("://")
     if not sep or scheme.lower() not in S3_SCHEMES:
         return
     if any(k.lower() in _S3_KEYS for k in storage_options):
-        _BUCKET_OPTIONS[rest.split("/", 1)[0]] = dict(storage_options)
+        _REMEMBERED[rest.strip("/")] = dict(storage_options)
+
+
+def remembered_options(location: str) -> dict[str, str]:
+    """The options :func:`remember_bucket_options` holds for ``location`` (``bucket/key``,
+    no scheme): those of the nearest remembered folder holding it; else those remembered
+    anywhere in its bucket, if they all name one store with one identity; else none.
+    Raises :class:`StorageOptionsConflictError` where the bucket's remembered options
+    differ: the path could be on either store, and guessing would read or write the
+    wrong one."""
+    location = location.strip("/")
+    parts = location.split("/")
+    for end in range(len(parts), 0, -1):
+        found = _REMEMBERED.get("/".join(parts[:end]))
+        if found is not None:
+            return dict(found)
+    bucket = parts[0]
+    in_bucket = {
+        key: options
+        for key, options in _REMEMBERED.items()
+        if key == bucket or key.startswith(bucket + "/")
+    }
+    settings = {_store_identity(options) for options in in_bucket.values()}
+    if len(settings) > 1:
+        raise StorageOptionsConflictError(
+            f"s3://{location} is under none of the locations this process was given S3 "
+            f"options for, and those in bucket {bucket} name different stores or "
+            f"credentials ({', '.join(f's3://{k}' for k in sorted(in_bucket))}): pass the "
+            "path's own storage options (or set spark.hadoop.fs.s3a.* for s3a:// paths)"
+        )
+    return dict(next(iter(in_bucket.values()))) if in_bucket else {}
+
+
+def _store_identity(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The S3 settings of ``options`` (endpoint, region, credentials), comparable."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    return tuple(sorted((k, v) for k, v in lowered.items() if k in _S3_KEYS))
 
 
 _S3_KEYS = frozenset(n for names in _S3_OPTION_NAMES.values() for n in names) | {

@@ -68,6 +68,25 @@ def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+def weed_s3() -> Iterator[object]:
+    """An S3-compatible server that enforces conditional writes (If-None-Match on PUT),
+    for writers racing on one table version: SeaweedFS (``make setup`` builds it)."""
+    from spark_chkpt.testing.seaweedfs import SeaweedS3
+
+    with SeaweedS3() as server:
+        yield server
+
+
+@pytest.fixture
+def weed_bucket(weed_s3: object, request: pytest.FixtureRequest) -> str:
+    """A new bucket on :func:`weed_s3` named after the test."""
+    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"{base}-{uuid.uuid4().hex[:6]}".strip("-")
+    weed_s3.create_bucket(name)  # type: ignore[attr-defined]
+    return name
+
+
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")[:60]

@@ -32,10 +32,13 @@ def _get(options: Mapping[str, str], name: str) -> tuple[str, str] | None:
     return None
 
 
-def commit_storage_options(*, uri: str, storage_options: Mapping[str, str]) -> dict[str, str]:
+def commit_storage_options(
+    *, uri: str, storage_options: Mapping[str, str], option_format: str = "storage.{}"
+) -> dict[str, str]:
     """``storage_options`` with the safe commit default of ``uri``'s store added; raises
-    :class:`UnsafeCommitError` (naming the ``storage.*`` option) where the user's own
-    setting lets two commits of one version both succeed."""
+    :class:`UnsafeCommitError` (naming the option as the user gave it: ``option_format``
+    of its key, ``chkpt-delta``'s ``storage.*`` by default) where the user's own setting
+    lets two commits of one version both succeed."""
     options = dict(storage_options)
     scheme = uri.partition("://")[0].lower() if "://" in uri else ""
     if scheme not in S3_SCHEMES:
@@ -44,7 +47,7 @@ def commit_storage_options(*, uri: str, storage_options: Mapping[str, str]) -> d
     unsafe = _get(options, "aws_s3_allow_unsafe_rename")
     if unsafe is not None and unsafe[1].strip().lower() in _TRUE and not (lock and lock[1]):
         raise UnsafeCommitError(
-            f"storage.{unsafe[0]}",
+            option_format.format(unsafe[0]),
             unsafe[1],
             "lets two writers both commit one Delta version on S3 (an overwrite, no "
             "put-if-absent): leave it out (delta-rs then commits with S3's conditional "
@@ -54,7 +57,7 @@ def commit_storage_options(*, uri: str, storage_options: Mapping[str, str]) -> d
     disabled = conditional is not None and conditional[1].strip().lower() == "disabled"
     if conditional is not None and disabled and not (lock and lock[1]):
         raise UnsafeCommitError(
-            f"storage.{conditional[0]}",
+            option_format.format(conditional[0]),
             conditional[1],
             "S3 commits need put-if-absent: leave it out (the default 'etag': S3's "
             "conditional put) or set storage.AWS_S3_LOCKING_PROVIDER=dynamodb",

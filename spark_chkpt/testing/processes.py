@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -20,11 +20,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def launch(command: Sequence[str], *, log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``command`` in a session of its own, its output appended to ``log_path``."""
+def launch(
+    command: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a session of its own, its output appended to ``log_path``
+    (``env``: its whole environment; default this process's)."""
     with open(log_path, "ab") as out:
         return subprocess.Popen(
             list(command),
+            env=dict(env) if env is not None else None,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -20,8 +20,9 @@ The settings each client needs:
 pyarrow and boto3).
 
 What it is not: s3proxy 2.6.0 ignores ``If-None-Match: *`` on PUT (a second put of a key
-replaces the first; tests/s3/test_s3_server.py checks it), so it cannot show that
-delta-rs's conditional commits are safe between writers. Real S3 honours the header.
+replaces the first; tests/integration/test_s3_store.py checks it), so it cannot show that
+delta-rs's conditional commits are safe between writers. Real S3 honours the header, and
+so does SeaweedFS (:mod:`spark_chkpt.testing.seaweedfs`), where the racing-writer tests run.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The project's S3-compatible server (s3proxy, tests/conftest.py's ``s3_server``) and
-what each client does on it: a plain S3 client's conditional PUT, delta-rs's commits,
+"""The project's S3-compatible servers (s3proxy, tests/conftest.py's ``s3_server``; and
+SeaweedFS, ``weed_s3``, for racing writers) and what each client does on them: a plain
+S3 client's conditional PUT, delta-rs's commits,
 and the project's own pyarrow.fs files, given only delta-rs's ``storage.*`` options."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.fs import resolve
 from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Proxy
+from spark_chkpt.testing.seaweedfs import SeaweedS3
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +45,9 @@ def test_s3proxy_ignores_if_none_match_on_put(
 ) -> None:
     # The answer docs/how-to/cluster.md gives: s3proxy 2.6.0 does NOT honour S3's
     # conditional write (If-None-Match: * on PUT): a second put of one key succeeds and
-    # replaces the first, where S3 answers 412 PreconditionFailed. A newer s3proxy that
-    # honours it fails this test: then update the docs and make the race test strict.
+    # replaces the first, where S3 answers 412 PreconditionFailed. So the racing writers
+    # run on SeaweedFS (test_s3_other_writers.py, and the test below). A newer s3proxy
+    # that honours it fails this test: then update the docs.
     import boto3
 
     for key, value in s3_server.env.items():
@@ -54,6 +57,41 @@ def test_s3proxy_ignores_if_none_match_on_put(
     second = client.put_object(Bucket=s3_bucket, Key="once", Body=b"second", IfNoneMatch="*")
     assert second["ResponseMetadata"]["HTTPStatusCode"] == 200
     assert client.get_object(Bucket=s3_bucket, Key="once")["Body"].read() == b"second"
+
+
+def test_seaweedfs_honours_if_none_match_on_put(
+    weed_s3: SeaweedS3, weed_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server the racing-writer tests run on: a second conditional PUT of a key is
+    # refused (412), and of 8 racing for one new key, 5 times over, exactly one wins.
+    import concurrent.futures
+
+    import boto3
+    from botocore.exceptions import ClientError
+
+    client = boto3.client(
+        "s3", endpoint_url=weed_s3.endpoint, aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY, region_name=REGION,
+    )  # fmt: skip
+    client.put_object(Bucket=weed_bucket, Key="once", Body=b"first", IfNoneMatch="*")
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        client.put_object(Bucket=weed_bucket, Key="once", Body=b"second", IfNoneMatch="*")
+    assert client.get_object(Bucket=weed_bucket, Key="once")["Body"].read() == b"first"
+
+    def put(key: str, writer: int) -> bool:
+        try:
+            client.put_object(Bucket=weed_bucket, Key=key, Body=b"%d" % writer, IfNoneMatch="*")
+        except ClientError as e:
+            assert e.response["Error"]["Code"] in (
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+            )
+            return False
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for race in range(5):
+            assert sum(pool.map(lambda w, k=f"race-{race}": put(k, w), range(8))) == 1
 
 
 def test_delta_rs_commits_on_s3proxy(s3_server: S3Proxy, s3_bucket: str, no_aws_env: None) -> None:

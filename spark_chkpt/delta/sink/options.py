@@ -96,7 +96,12 @@ class DeltaSinkConfig(SnapshotConfig):
                 k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
             },
         )
-        remember_bucket_options(path, storage)  # the checkpoint's bucket may be the table's
+        # The checkpoint and the dead-letter table are read from Python with no options
+        # of their own: they take the table's (each location its own, so two queries of
+        # one process with different options do not share them).
+        for location in (path, checkpoint, opts.get("deadletterpath", "").strip()):
+            if location:
+                remember_bucket_options(location, storage)
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder
             partition_by=partition_by,

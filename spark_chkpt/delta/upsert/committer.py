@@ -70,13 +70,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.delta.commit_safety import commit_storage_options
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
-from spark_chkpt.fs import qualify
+from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
@@ -170,7 +171,13 @@ class DeltaUpsert:
         self.checkpoint_location = qualify(checkpoint_location)
         self.app_id_option = app_id
         self.delete_column = delete_column
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = commit_storage_options(
+            uri=self.path,
+            storage_options=dict(storage_options or {}),
+            option_format="storage_options[{!r}]",
+        )
+        for location in (self.path, self.checkpoint_location):  # read with no options
+            remember_bucket_options(location, self.storage_options)
         self.query_name = query_name
         self.retained_snapshots = retained_snapshots
         self.partition_by = tuple(partition_by)
@@ -443,6 +450,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
                 else None,
                 max_records_per_file=self.upsert.max_records_per_file,
                 target_file_bytes=self.upsert.target_file_bytes,
+                storage_options=tuple(sorted(self.upsert.storage_options.items())),
             ),
         )
 

@@ -48,6 +48,9 @@ class StagingTask:
     drop_deleted: str | None  # create: drop rows whose delete column is true, and it
     max_records_per_file: int
     target_file_bytes: int
+    # The table's storage options: an executor's Python worker has no other way to the
+    # table's store (no SparkContext, nothing remembered in its process).
+    storage_options: tuple[tuple[str, str], ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -56,7 +59,7 @@ class StagingTask:
 
         context = TaskContext.get()
         task = context.partitionId() if context else 0
-        table = resolve(self.table_uri)
+        table = resolve(self.table_uri, storage_options=dict(self.storage_options))
         stager = ParquetStager(
             table=table.child(self.folder) if self.folder else table,
             schema=without_column(self.schema, self.drop_deleted),
