@@ -99,7 +99,11 @@ class DeltaSinkConfig(SnapshotConfig):
         # The checkpoint and the dead-letter table are read from Python with no options
         # of their own: they take the table's (each location its own, so two queries of
         # one process with different options do not share them).
-        for location in (path, checkpoint, opts.get("deadletterpath", "").strip()):
+        for location in (
+            path,
+            snapshot["checkpoint_location"],
+            opts.get("deadletterpath", "").strip(),
+        ):
             if location:
                 remember_bucket_options(location, storage)
         return cls(
