@@ -90,7 +90,7 @@ class RecordColumns:
         key_len: list[int],
         value_pos: list[int],
         value_len: list[int],
-        header_index: list[int] | None = None,
+        header_index: Sequence[int] | None = None,
         header_pos: list[int] | None = None,
         header_len: list[int] | None = None,
     ) -> None:
@@ -102,9 +102,13 @@ class RecordColumns:
         self.key_len = key_len
         self.value_pos = value_pos
         self.value_len = value_len
-        self.header_index = header_index if header_index is not None else []
         self.header_pos = header_pos if header_pos is not None else []
         self.header_len = header_len if header_len is not None else []
+        # Every record has headers (a barrier topic's): a range, no list to renumber.
+        index = header_index if header_index is not None else []
+        self.header_index: Sequence[int] = (
+            range(len(offsets)) if len(index) == len(offsets) else index
+        )
         self.codes: Any = None  # the headers' codes, once computed (records.header_codes)
 
     def __len__(self) -> int:
@@ -122,6 +126,11 @@ class RecordColumns:
     def nbytes(self) -> int:
         """Bytes of keys and values (what the prefetch buffer counts)."""
         return sum(n for n in self.key_len if n > 0) + sum(n for n in self.value_len if n > 0)
+
+    @property
+    def dense_headers(self) -> bool:
+        """Every record has headers (``header_index`` is ``range(len(self))``)."""
+        return isinstance(self.header_index, range)
 
     @property
     def headers(self) -> dict[int, list[tuple[str, bytes | None]]]:
@@ -147,7 +156,13 @@ class RecordColumns:
             key_len=self.key_len[start:stop],
             value_pos=self.value_pos[start:stop],
             value_len=self.value_len[start:stop],
-            header_index=[i - start for i in index[lo:hi]] if start else index[lo:hi],
+            header_index=(
+                range(hi - lo)
+                if isinstance(index, range)
+                else [i - start for i in index[lo:hi]]
+                if start
+                else index[lo:hi]
+            ),
             header_pos=self.header_pos[lo:hi],
             header_len=self.header_len[lo:hi],
         )

@@ -74,7 +74,7 @@ def _kept(chunk: RecordColumns, keep: Any, lo: int, hi: int) -> RecordColumns | 
     if hi <= lo or not part.any():
         return None
     if part.all():
-        return chunk.slice(lo, hi)
+        return chunk if lo == 0 and hi == len(chunk) else chunk.slice(lo, hi)
     return chunk.slice(lo, hi).compress(part)
 
 
@@ -88,16 +88,26 @@ def judge_columns(judge: RecordJudge, chunk: RecordColumns, *, final: bool) -> J
     tp = judge.tp
     f = judge.filter
     codes, barrier_code, tags = _kinds(chunk)
-    offsets = np.asarray(chunk.offsets, dtype=np.int64)
+    first_offset, last_offset = chunk.first_offset, chunk.last_offset
+    offsets_ = None
+
+    def offsets() -> Any:  # the offsets as numpy, only for a chunk that needs them
+        nonlocal offsets_
+        if offsets_ is None:
+            offsets_ = np.asarray(chunk.offsets, dtype=np.int64)
+        return offsets_
+
     # Step 1: revoked snapshots' records and barriers, by offset range and by attempt.
     revoked = np.zeros(n, dtype=np.bool_)
     revoking = f is not None and bool(f.revoked or f.revoked_attempts)
     if f is not None and revoking:
         for start, end in f.revoked:
-            revoked |= (offsets >= start) & (offsets < end)
+            if start <= last_offset and end > first_offset:
+                revoked |= (offsets() >= start) & (offsets() < end)
         revoked |= _by_code(codes, [t is not None and t in f.revoked_attempts for t in tags])
+    is_barrier_row = barrier_code[codes]
     # Step 2: the barriers, in order; a revoked snapshot's confirms nothing.
-    barriers = np.flatnonzero(barrier_code[codes] & ~revoked)
+    barriers = np.flatnonzero(is_barrier_row & ~revoked)
     counting: list[int] = []  # indices of the barriers that count
     snapshots: list[int] = []  # their snapshot ids
     confirms: dict[str, int] = {}  # attempt -> index into counting of its first barrier
@@ -118,32 +128,32 @@ def judge_columns(judge: RecordJudge, chunk: RecordColumns, *, final: bool) -> J
             confirms.setdefault(attempt, len(counting))
         counting.append(at)
         snapshots.append(parsed.snapshot_id)
-    is_row = ~(barrier_code[codes] | revoked)
+    is_row = ~(is_barrier_row | revoked)
     # Step 3: tagged records the index does not confirm, below the filter's bound: kept
     # if a barrier up to the one after them (or one read before) names their attempt.
     keep_until = f.confirm_until if f is not None else -1
     confirmed = f.confirmed if f is not None else frozenset()
     never = len(counting) + 1
-    first = np.array(
-        [
-            -1
-            if t is None or t in confirmed or t in judge.seen_confirmed
-            else confirms.get(t, never)
-            for t in tags
-        ]
-        + [-1],
-        dtype=np.int64,
-    )[codes]
-    doubt = is_row & (first >= 0) & (offsets < keep_until)
-    at_barrier = np.searchsorted(np.asarray(counting, dtype=np.int64), np.arange(n))
-    dropped = doubt & (first > at_barrier)
-    # Records after the last barrier that counts, whose attempt no barrier named yet,
-    # wait for the next one (held from the first such record on, offset order kept).
-    undecided = dropped & (at_barrier == len(counting))
+    per_code = [
+        -1 if t is None or t in confirmed or t in judge.seen_confirmed else confirms.get(t, never)
+        for t in tags
+    ]
     cut = n
-    if not final and undecided.any():
-        cut = int(np.argmax(undecided))
-        dropped[cut:] = False
+    if first_offset >= keep_until or all(c < 0 for c in per_code):
+        dropped = np.zeros(n, dtype=np.bool_)  # the index confirms all (the common case)
+    else:
+        first = np.array([*per_code, -1], dtype=np.int64)[codes]
+        doubt = is_row & (first >= 0)
+        if last_offset >= keep_until:
+            doubt &= offsets() < keep_until
+        at_barrier = np.searchsorted(np.asarray(counting, dtype=np.int64), np.arange(n))
+        dropped = doubt & (first > at_barrier)
+        # Records after the last barrier that counts, whose attempt no barrier named yet,
+        # wait for the next one (held from the first such record on, offset order kept).
+        undecided = dropped & (at_barrier == len(counting))
+        if not final and undecided.any():
+            cut = int(np.argmax(undecided))
+            dropped[cut:] = False
     keep = is_row & ~dropped
     # Step 4: the counts, of the decided records only (the held ones come again).
     out.barriers = len(counting)

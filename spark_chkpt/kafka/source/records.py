@@ -125,14 +125,18 @@ def header_codes(chunk: RecordColumns) -> tuple[Any, list[list[tuple[str, bytes 
 
     from spark_chkpt.kafka.client.columnar import parse_headers
 
-    codes = np.full(len(chunk), -1, dtype=np.int32)
     distinct: list[list[tuple[str, bytes | None]]] = []
-    if chunk.header_index:
+    if not chunk.header_index:
+        codes = np.full(len(chunk), -1, dtype=np.int32)
+    else:
         encoded = pc.dictionary_encode(_binary(chunk.buffer, chunk.header_pos, chunk.header_len))
         distinct = [parse_headers(raw, 0, len(raw)) for raw in encoded.dictionary.to_pylist()]
-        codes[np.asarray(chunk.header_index, dtype=np.int64)] = encoded.indices.to_numpy(
-            zero_copy_only=False
-        )
+        found = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        if chunk.dense_headers:
+            codes = found
+        else:
+            codes = np.full(len(chunk), -1, dtype=np.int32)
+            codes[np.asarray(chunk.header_index, dtype=np.int64)] = found
     chunk.codes = (codes, distinct)
     return chunk.codes
 
