@@ -15,6 +15,12 @@ reads several partitions with one consumer passes every record through the align
 (:mod:`spark_chkpt.alignment.aligner`), so what it emits follows upstream snapshot order
 across its partitions.
 
+With kafka-python and ``decode=columns`` (the defaults) every topic, barriers or not, is
+read as columns (:mod:`spark_chkpt.kafka.client.columnar`) and these rules are applied
+to whole chunks (:mod:`.column_judge`): the aligner is handed the rows between two
+barriers as one item. ``decode=records`` and the confluent client read record by record
+(:mod:`.judge`); both ways return the same rows.
+
 The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.client.pool`) and is either
 client of :mod:`spark_chkpt.kafka.client.consumer`. Records a poll returns past a range's end are
 left in the worker's prefetch buffer (:mod:`spark_chkpt.kafka.source.prefetch`) for the task that
