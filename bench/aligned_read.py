@@ -5,7 +5,7 @@ tagged with its upstream task attempt (``chkpt.attempt``), a barrier record per 
 at every upstream snapshot. This measures the source's read task alone (no Spark: the
 executor's decode, record filters and aligner), in records per CPU-second of this
 process (``time.process_time``, every thread: a loaded machine changes it less than a
-wall-clock rate), best of ``rounds``:
+wall-clock rate), best of ``rounds`` (3), the runs taking turns:
 
 - ``plain``: the same records (keys, values, partitions) on a topic without tags or
   barriers, ``decode=columns``: the columnar path's figure, the target's reference;
@@ -132,7 +132,7 @@ def measure(
     plain_ends: dict[Any, int],
     marked_ends: dict[Any, int],
     entries: list[Any],
-    rounds: int = 2,
+    rounds: int = 3,
 ) -> dict[str, Any]:
     """Records per CPU-second (and per wall-second) of each run, the best of ``rounds``."""
     from spark_chkpt.alignment.cut import plan_topic

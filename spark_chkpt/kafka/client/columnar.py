@@ -283,6 +283,63 @@ class RecordColumns:
         )
 
 
+def joined(chunks: Sequence[RecordColumns]) -> list[RecordColumns]:
+    """``chunks`` with each run of neighbours over one buffer (slices of one fetch, in
+    order: the rows a barrier split) joined into one, without copying the buffer: each
+    chunk costs a fixed share when it becomes Arrow."""
+    import numpy as np
+
+    out: list[RecordColumns] = []
+    run: list[RecordColumns] = []
+    for chunk in [*chunks, None]:
+        if run and (chunk is None or chunk.buffer is not run[0].buffer):
+            if len(run) == 1:
+                out.append(run[0])
+            else:
+                out.append(_join(run, np))
+            run = []
+        if chunk is not None and len(chunk):
+            run.append(chunk)
+    return out
+
+
+def _cat(lists: Iterable[list[int]]) -> list[int]:
+    out: list[int] = []
+    for part in lists:
+        out += part
+    return out
+
+
+def _join(run: list[RecordColumns], np: Any) -> RecordColumns:
+    header_index: list[int] = []
+    base = 0
+    for part in run:
+        header_index += (
+            range(base, base + len(part))
+            if isinstance(part.header_index, range)
+            else [i + base for i in part.header_index]
+        )
+        base += len(part)
+    out = RecordColumns(
+        buffer=run[0].buffer,
+        offsets=_cat(part.offsets for part in run),
+        timestamps=_cat(part.timestamps for part in run),
+        timestamp_types=_cat(part.timestamp_types for part in run),
+        key_pos=_cat(part.key_pos for part in run),
+        key_len=_cat(part.key_len for part in run),
+        value_pos=_cat(part.value_pos for part in run),
+        value_len=_cat(part.value_len for part in run),
+        header_index=header_index,
+        header_pos=_cat(part.header_pos for part in run),
+        header_len=_cat(part.header_len for part in run),
+    )
+    if all(part.codes is not None for part in run) and all(
+        part.codes[1] is run[0].codes[1] for part in run
+    ):
+        out.codes = (np.concatenate([part.codes[0] for part in run]), run[0].codes[1])
+    return out
+
+
 def as_columns(items: Sequence[Any]) -> list[RecordColumns]:
     """``items`` (columns, record objects or both) as a list of columns, in order."""
     out: list[RecordColumns] = []

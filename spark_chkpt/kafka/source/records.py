@@ -165,8 +165,10 @@ def columns_to_record_batch(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from spark_chkpt.kafka.client.columnar import joined
+
     batches = []
-    for chunk in chunks:
+    for chunk in joined(chunks):
         n = len(chunk)
         timestamps = pa.array(chunk.timestamps, type=pa.int64())
         columns = [
@@ -183,4 +185,6 @@ def columns_to_record_batch(
         batches.append(pa.RecordBatch.from_arrays(columns, schema=schema))
     if len(batches) == 1:
         return batches[0]
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=schema)
     return pa.Table.from_batches(batches, schema=schema).combine_chunks().to_batches()[0]
