@@ -224,7 +224,7 @@ def run(
 ) -> Result:
     from deltalake import DeltaTable, write_deltalake
 
-    from bench import batch_cost, kafka_to_kafka, latency
+    from bench import aligned_read, batch_cost, kafka_to_kafka, latency
     from bench import cold as cold_runs
     from bench import decode as decode_runs
     from bench import min_pause as pause_runs
@@ -240,6 +240,10 @@ def run(
         )
         print("[bench] read path per core: raw kafka-python, decode=records, decode=columns")
         result.decode = decode_runs.measure(servers=servers, topic=TOPIC, ends=ends)
+        print("[bench] aligned read per core: barrier topic against a plain topic")
+        result.aligned_read = aligned_read.run(
+            servers=servers, records=records, partitions=partitions, snapshot=per_trigger
+        )
         write_partitions(folder=synthetic, topic=TOPIC, records=records, partitions=partitions)
         kafka_settings = {
             "source.kafka.bootstrap.servers": servers,
@@ -555,6 +559,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only the per-batch fixed cost and its Spark/ours table (bench/batch_anatomy.py)",
     )
     parser.add_argument(
+        "--aligned-read-only",
+        action="store_true",
+        help="run only the aligned read of a barrier topic against a plain topic, per core "
+        "(bench/aligned_read.py; no Spark): --records records, --partitions partitions, a "
+        "barrier every --per-trigger records",
+    )
+    parser.add_argument(
         "--decode",
         choices=("columns", "records"),
         default="columns",
@@ -571,6 +582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _scaling(args, workdir, result=None)
     if args.batch_cost_only:
         return _batch_cost_only(args, workdir)
+    if args.aligned_read_only:
+        return _aligned_read_only(args)
     result = run(
         records=args.records,
         partitions=args.partitions,
@@ -595,6 +608,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _scaling(args, workdir, result=asdict(result))
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(result), indent=2))
+    return 0
+
+
+def _aligned_read_only(args: argparse.Namespace) -> int:
+    """``--aligned-read-only``: the aligned read of a barrier topic per core, alone."""
+    from bench import aligned_read
+
+    with _broker(args.bootstrap_servers) as servers:
+        rows = aligned_read.run(
+            servers=servers,
+            records=args.records,
+            partitions=args.partitions,
+            snapshot=args.per_trigger,
+        )
+    print("\n".join(aligned_read.report_lines(rows)), flush=True)
+    print(f"records per wall-second: {rows['per_second']}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -127,6 +127,10 @@ def report(result: Result) -> str:
         from bench.decode import report_lines as decode_lines
 
         lines += decode_lines(result.decode)
+    if result.aligned_read:
+        from bench.aligned_read import report_lines as aligned_lines
+
+        lines += aligned_lines(result.aligned_read)
     if result.min_pause:
         from bench.min_pause import report_lines as pause_lines
 

@@ -27,3 +27,4 @@ class Result:
     native: dict[str, Any] = field(default_factory=dict)  # bench/native.py's NativeRuns
     min_pause: list[dict[str, Any]] = field(default_factory=list)  # bench/min_pause.py
     decode: dict[str, Any] = field(default_factory=dict)  # bench/decode.py
+    aligned_read: dict[str, Any] = field(default_factory=dict)  # bench/aligned_read.py

@@ -588,3 +588,286 @@ def test_the_planners_metadata_refreshes_are_spaced_10_ms_unless_the_user_says(
         reader.consumer.topics()  # the consumer works with it
     finally:
         reader.close()
+
+
+class _Writer:
+    """What chkpt-kafka sinks write into one topic, partition by partition: tagged records,
+    barriers (their offsets kept) and the index entries a planner would read."""
+
+    def __init__(self, producer: Any, topic: str, partitions: int) -> None:
+        self.producer, self.topic, self.partitions = producer, topic, partitions
+        self.entries: list[Any] = []
+        self.revocations: list[Any] = []
+
+    def records(self, make: Callable[[int], tuple[str | None, bytes]], n: int) -> None:
+        from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
+
+        for p in range(self.partitions):
+            for i in range(n):
+                tag, value = make(i)
+                headers = [(ATTEMPT_HEADER, tag.encode())] if tag else []
+                self.producer.send(
+                    self.topic, value=b"%d-" % p + value, partition=p, headers=headers
+                )
+        self.producer.flush()
+
+    def barrier(self, app: str, snapshot: int, attempts: list[str], *, index: bool = True) -> None:
+        from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry
+
+        marker = Barrier(app_id=app, snapshot_id=snapshot, attempts=tuple(attempts))
+        sent = [
+            self.producer.send(
+                self.topic,
+                key=BARRIER_KEY,
+                value=marker.value(),
+                partition=p,
+                headers=marker.headers(),
+            )
+            for p in range(self.partitions)
+        ]
+        self.producer.flush()
+        positions = {p: f.get(timeout=30).offset for p, f in enumerate(sent)}
+        if index:
+            self.entries.append(
+                IndexEntry(
+                    kind="complete",
+                    app_id=app,
+                    snapshot_id=snapshot,
+                    topic=self.topic,
+                    attempts=tuple(attempts),
+                    positions=positions,
+                )
+            )
+
+    def ends(self) -> dict[TopicPartition, int]:
+        marks = [
+            self.producer.send(self.topic, value=b"end", partition=p)
+            for p in range(self.partitions)
+        ]
+        self.producer.flush()
+        return {
+            TopicPartition(self.topic, p): f.get(timeout=30).offset for p, f in enumerate(marks)
+        }
+
+    def revoke(
+        self, app: str, snapshot: int, revoked: int, attempts: list[str], since: Any
+    ) -> None:
+        """Revoke ``app``'s snapshot ``revoked`` (a rewind to ``snapshot``): its attempts and
+        the offsets from ``since`` (the barrier of ``snapshot``) to the log end now."""
+        from spark_chkpt.alignment.barrier import IndexEntry
+
+        ends = self.ends()  # the "end" marks fall inside the revoked offsets: skipped too
+        self.revocations.append(
+            IndexEntry(
+                kind="revoke",
+                app_id=app,
+                snapshot_id=snapshot,
+                topic=self.topic,
+                attempts=tuple(attempts),
+                positions={tp.partition: o + 1 for tp, o in ends.items()},
+                starts={p: since.positions[p] + 1 for p in range(self.partitions)},
+                revoked=(revoked,),
+                generation=1,
+            )
+        )
+        self.entries = [
+            e for e in self.entries if not (e.app_id == app and e.snapshot_id == revoked)
+        ]
+
+
+def _read_both_ways(
+    bootstrap_servers: str, topic: str, plans: list[tuple[str, list[ReadSpec]]]
+) -> dict[str, tuple[set[str], tuple[int, int, int, set[str]]]]:
+    """Read each plan with decode=columns and decode=records, each range in three pieces
+    handed on through the prefetch buffer, Arrow batches cut small (held records span
+    chunks), every partition with one consumer (the aligner between them): per plan and
+    partition the same rows byte for byte, the same offsets, the same counts. Returns, per
+    plan, the kinds of records read (a value's letters) and the counts (barriers, dropped,
+    revoked, dropped attempts), for the test's own checks."""
+    read: dict[str, tuple[set[str], tuple[int, int, int, set[str]]]] = {}
+    for name, specs in plans:
+        got: dict[str, tuple[pa.Table, tuple[int, int, int, set[str]]]] = {}
+        for decode in ("columns", "records"):
+            config = _config(
+                bootstrap_servers,
+                topic,
+                "kafka-python",
+                decode=decode,
+                maxRecordsPerArrowBatch="23",
+            )
+            prefetch, tables, counts = PrefetchBuffer(), [], [0, 0, 0, set()]
+            for piece in range(3):
+                pieces = []
+                for spec in specs:
+                    rng = spec.range
+                    step = max(1, (rng.end - rng.start) // 3)
+                    lo = rng.start + piece * step
+                    hi = rng.end if piece == 2 else min(rng.end, lo + step)
+                    pieces.append(
+                        ReadSpec(
+                            range=OffsetRange(rng.tp, lo, hi),
+                            markers=True,
+                            filter=spec.filter,
+                            fan_in=spec.fan_in,
+                        )
+                    )
+                table, fetcher = _read(config, pieces, prefetch=prefetch)
+                assert fetcher._columnar == (decode == "columns")  # the path under test ran
+                tables.append(table)
+                stats = fetcher.stats
+                counts[0] += stats.barriers
+                counts[1] += stats.dropped
+                counts[2] += stats.revoked
+                counts[3] |= stats.dropped_attempts
+            whole = pa.concat_tables(tables)
+            order = pc.sort_indices(whole, [("partition", "ascending"), ("offset", "ascending")])
+            got[decode] = (whole.take(order), tuple(counts))  # type: ignore[assignment]
+        (columns, by_columns), (records, by_records) = got["columns"], got["records"]
+        assert columns.schema == records.schema
+        assert columns.equals(records), f"{name}: the columnar read differs"
+        assert by_columns == by_records, f"{name}: barriers, dropped, revoked, attempts differ"
+        values = columns.column("value").to_pylist()
+        read[name] = (
+            {bytes(v).split(b"-")[-1].split(b".")[0].decode() for v in values},
+            by_columns,
+        )
+    return read
+
+
+def test_columns_and_records_judge_barrier_topics_the_same(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
+    """The identity test of barrier topics: decode=columns (column_judge, the aligner fed
+    segments) against decode=records (RecordJudge record by record), on the cuts the
+    planner makes in each mode and on a filter whose index lost most attempts: failed
+    attempts interleaved with confirmed ones, attempts only a barrier confirms (held
+    across chunks), a revoked snapshot (its offsets, its attempts, and a stale barrier of
+    it written after the revocation), records still in flight, plain records."""
+    from spark_chkpt.alignment.cut import RecordFilter, plan_topic
+
+    topic = make_topic(partitions=2)
+    w = _Writer(producer, topic, 2)
+
+    def mixed(tag: str) -> Callable[[int], tuple[str | None, bytes]]:
+        # every 7th record a failed attempt's (X), every 11th an ordinary producer's
+        def make(i: int) -> tuple[str | None, bytes]:
+            if i % 7 == 3:
+                return "X", b"x.%d" % i
+            if i % 11 == 5:
+                return None, b"p.%d" % i
+            return tag, b"%s.%d" % (tag.lower().encode(), i)
+
+        return make
+
+    w.records(mixed("A"), 60)
+    w.barrier("up", 0, ["A"])
+    w.records(mixed("B"), 40)
+    w.barrier("up", 1, ["B"])
+    w.records(mixed("C"), 30)
+    w.barrier("up", 2, ["C"])
+    since = w.entries[-1]
+    w.records(mixed("R"), 30)
+    w.barrier("up", 3, ["R"])
+    w.records(lambda i: ("S", b"s.%d" % i), 10)  # in flight when the rewind ran
+    w.revoke("up", 2, 3, ["R", "S"], since)
+    w.barrier("up", 3, ["R"], index=False)  # a stale writer's, past the revoked offsets
+    w.records(mixed("D"), 30)
+    w.barrier("up", 3, ["D"])  # snapshot 3 again, by the new generation
+    w.records(lambda i: ("E", b"e.%d" % i), 20)  # in flight: no barrier yet
+    latest = {tp: o + 1 for tp, o in w.ends().items()}
+    start = {tp: 0 for tp in latest}
+    plans = []
+    for mode in ("aligned", "unaligned", "at-least-once"):
+        cut = plan_topic(
+            topic=topic,
+            mode=mode,  # type: ignore[arg-type]
+            start=start,
+            latest=latest,
+            entries=w.entries,
+            max_records=None,
+            revocations=w.revocations,
+        )
+        plans.append(
+            (
+                mode,
+                [
+                    ReadSpec(
+                        range=OffsetRange(tp, 0, cut.end[tp]), markers=True, filter=cut.filters[tp]
+                    )
+                    for tp in sorted(latest)
+                ],
+            )
+        )
+    (revoke,) = w.revocations
+    lost = [  # the index knows attempt A only: barriers confirm B, C, D as they come
+        ReadSpec(
+            range=OffsetRange(tp, 0, latest[tp]),
+            markers=True,
+            filter=RecordFilter(
+                confirmed=frozenset({"A"}),
+                confirm_until=latest[tp],
+                revoked=(revoke.revoked_range(tp.partition),),
+                revoked_attempts=frozenset({"R", "S"}),
+            ),
+        )
+        for tp in sorted(latest)
+    ]
+    read = _read_both_ways(bootstrap_servers, topic, [*plans, ("index lost", lost)])
+    assert read["aligned"][0] == {"a", "b", "c", "d", "p"}
+    assert read["at-least-once"][0] == {"a", "b", "c", "d", "e", "p", "end"}
+    assert read["index lost"][0] == {"a", "b", "c", "d", "p", "end"}
+    for name, (_, (barriers, dropped, revoked, attempts)) in read.items():
+        # 4 barriers that count per partition, X dropped, snapshot 3's first run skipped
+        assert barriers == 8 and revoked > 80 and dropped > 30, name
+        # (index lost: a piece's B, C or D records before a barrier the next piece reads
+        # are dropped at the piece's end, as the record path drops them)
+        assert attempts >= {"X", "E"} if name == "index lost" else attempts == {"X"}, name
+
+
+def test_columns_and_records_judge_a_fan_in_topic_the_same(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
+    """The identity test on a topic two upstream queries write (fan-in): each record
+    delivered, dropped (a failed attempt), revoked, skipped or left for a later batch by
+    its app's pending offsets, the same on both paths."""
+    from spark_chkpt.alignment.fanin import fan_in_filters, plan_fan_in
+
+    topic = make_topic(partitions=2, suffix="fan-in")
+    w = _Writer(producer, topic, 2)
+    w.records(lambda i: ("P1", b"pa.%d" % i) if i % 2 else ("Q1", b"qa.%d" % i), 40)
+    w.barrier("P", 0, ["P1"])
+    since = w.entries[-1]
+    w.records(lambda i: ("Q2", b"qx.%d" % i) if i % 3 == 0 else ("P2", b"pb.%d" % i), 30)
+    w.barrier("P", 1, ["P2"])  # revoked below
+    w.barrier("Q", 0, ["Q1"])
+    w.revoke("P", 0, 1, ["P2"], since)
+    w.records(lambda i: (None, b"u.%d" % i) if i % 4 == 0 else ("Q3", b"qc.%d" % i), 30)
+    w.records(lambda i: ("P3", b"pc.%d" % i), 20)
+    w.barrier("P", 1, ["P3"])  # P's snapshot 1 again; Q3 is still in flight
+    latest = {tp: o + 1 for tp, o in w.ends().items()}
+    start = {tp: 0 for tp in latest}
+    cut = plan_fan_in(
+        topic=topic,
+        start=start,
+        latest=latest,
+        entries=w.entries,
+        max_records=None,
+        revocations=w.revocations,
+    )
+    filters = fan_in_filters(
+        report={"apps": cut.report()},
+        start=start,
+        end=cut.end,
+        entries=w.entries,
+        revocations=w.revocations,
+    )
+    specs = [
+        ReadSpec(
+            range=OffsetRange(tp, cut.read_from[tp], cut.end[tp]), markers=True, fan_in=filters[tp]
+        )
+        for tp in sorted(latest)
+    ]
+    read = _read_both_ways(bootstrap_servers, topic, [("fan-in", specs)])
+    kinds, (barriers, dropped, revoked, attempts) = read["fan-in"]
+    assert kinds == {"pa", "qa", "pc", "u", "end"}
+    assert (barriers, attempts) == (8, {"Q2"}) and dropped > 0 and revoked > 0

@@ -99,3 +99,40 @@ def test_a_corrupt_record_fails_after_the_records_before_it() -> None:
     assert len(chunk) == 50
     with pytest.raises(CorruptRecordError, match=r"invalid record structure"):
         new.take(None)
+
+
+def test_headers_stay_encoded_until_coded_once_per_distinct_encoding() -> None:
+    """Headers are kept as spans of the fetch and parsed per distinct encoding: records
+    of one attempt share one; every record with headers keeps a range, not a list; the
+    coded chunk's slices share the codes; a header section that does not fill its record
+    is a corrupt record."""
+    from spark_chkpt.kafka.client.columnar import Record, encode_headers, parse_headers
+    from spark_chkpt.kafka.source.records import header_codes
+
+    headers = [("chkpt.attempt", b"a.1.0"), ("ключ", None), ("", b"")]
+    encoded = encode_headers(headers)
+    assert parse_headers(encoded, 0, len(encoded)) == headers
+    with pytest.raises(CorruptRecordError, match="headers end"):
+        parse_headers(encoded + b"\x00", 0, len(encoded) + 1)
+    with pytest.raises(CorruptRecordError):
+        parse_headers(encoded[:-3], 0, len(encoded) - 3)
+    records = [
+        Record(None, b"v%d" % i, i, i, 0, [("chkpt.attempt", b"a.%d.0" % (i % 3))])
+        for i in range(30)
+    ]
+    chunk = RecordColumns.from_records(records)
+    assert chunk.dense_headers and chunk.header_index == range(30)
+    codes, distinct = header_codes(chunk)
+    assert len(distinct) == 3 and codes.tolist() == [i % 3 for i in range(30)]
+    part = chunk.slice(10, 20)
+    assert part.dense_headers and part.codes is not None
+    assert part.codes[0].tolist() == codes[10:20].tolist()
+    assert part.record(4).headers == [("chkpt.attempt", b"a.2.0")]
+    kept = chunk.compress(codes != 1)
+    assert kept.offsets == [i for i in range(30) if i % 3 != 1] and kept.dense_headers
+    assert [kept.record(i).headers for i in (0, 1)] == [
+        [("chkpt.attempt", b"a.0.0")],
+        [("chkpt.attempt", b"a.2.0")],
+    ]
+    mixed = RecordColumns.from_records([*records[:3], Record(None, b"x", 3, 3, 0, None)])
+    assert not mixed.dense_headers and header_codes(mixed)[0].tolist() == [0, 1, 2, -1]

@@ -56,13 +56,20 @@ class RecordColumns:
     """Records of one partition as columns over one buffer, in offset order.
 
     ``key_pos``/``key_len`` (and ``value_*``) locate each key in ``buffer``; a length of
-    -1 is a null key. ``headers`` maps a record's index to its headers, for the records
-    that have any (most have none).
+    -1 is a null key. A record's headers stay encoded in ``buffer`` as Kafka wrote them
+    (v2: count, then key and value per header): ``header_index`` lists the records that
+    have any (ascending), ``header_pos``/``header_len`` where their encoded headers lie.
+    Parsed on demand: per distinct encoding (:mod:`spark_chkpt.kafka.source.records`,
+    where every record of one upstream attempt shares one), or per record
+    (:attr:`headers`, for the few that need objects).
     """
 
     __slots__ = (
         "buffer",
-        "headers",
+        "codes",
+        "header_index",
+        "header_len",
+        "header_pos",
         "key_len",
         "key_pos",
         "offsets",
@@ -83,7 +90,9 @@ class RecordColumns:
         key_len: list[int],
         value_pos: list[int],
         value_len: list[int],
-        headers: dict[int, list[tuple[str, bytes | None]]],
+        header_index: Sequence[int] | None = None,
+        header_pos: list[int] | None = None,
+        header_len: list[int] | None = None,
     ) -> None:
         self.buffer = buffer
         self.offsets = offsets
@@ -93,7 +102,14 @@ class RecordColumns:
         self.key_len = key_len
         self.value_pos = value_pos
         self.value_len = value_len
-        self.headers = headers
+        self.header_pos = header_pos if header_pos is not None else []
+        self.header_len = header_len if header_len is not None else []
+        # Every record has headers (a barrier topic's): a range, no list to renumber.
+        index = header_index if header_index is not None else []
+        self.header_index: Sequence[int] = (
+            range(len(offsets)) if len(index) == len(offsets) else index
+        )
+        self.codes: Any = None  # the headers' codes, once computed (records.header_codes)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -111,8 +127,27 @@ class RecordColumns:
         """Bytes of keys and values (what the prefetch buffer counts)."""
         return sum(n for n in self.key_len if n > 0) + sum(n for n in self.value_len if n > 0)
 
+    @property
+    def dense_headers(self) -> bool:
+        """Every record has headers (``header_index`` is ``range(len(self))``)."""
+        return isinstance(self.header_index, range)
+
+    @property
+    def headers(self) -> dict[int, list[tuple[str, bytes | None]]]:
+        """Each record with headers (by index) and its headers, parsed: one object per
+        record, for the few callers that need them."""
+        buf = self.buffer
+        return {
+            i: parse_headers(buf, p, p + n)
+            for i, p, n in zip(self.header_index, self.header_pos, self.header_len, strict=True)
+        }
+
     def slice(self, start: int, stop: int) -> RecordColumns:
-        return RecordColumns(
+        index = self.header_index
+        lo, hi = (
+            (bisect.bisect_left(index, start), bisect.bisect_left(index, stop)) if index else (0, 0)
+        )
+        out = RecordColumns(
             buffer=self.buffer,
             offsets=self.offsets[start:stop],
             timestamps=self.timestamps[start:stop],
@@ -121,8 +156,20 @@ class RecordColumns:
             key_len=self.key_len[start:stop],
             value_pos=self.value_pos[start:stop],
             value_len=self.value_len[start:stop],
-            headers={i - start: h for i, h in self.headers.items() if start <= i < stop},
+            header_index=(
+                range(hi - lo)
+                if isinstance(index, range)
+                else [i - start for i in index[lo:hi]]
+                if start
+                else index[lo:hi]
+            ),
+            header_pos=self.header_pos[lo:hi],
+            header_len=self.header_len[lo:hi],
         )
+        if self.codes is not None:
+            codes, distinct = self.codes
+            out.codes = (codes[start:stop], distinct)
+        return out
 
     def split_at(self, offset: int) -> tuple[RecordColumns, RecordColumns]:
         """The records before ``offset`` and those from it on."""
@@ -131,23 +178,53 @@ class RecordColumns:
 
     def without(self, indices: Iterable[int]) -> RecordColumns:
         """These columns less the records at ``indices``."""
-        drop = set(indices)
-        keep = [i for i in range(len(self)) if i not in drop]
-        renumber = {old: new for new, old in enumerate(keep)}
-        return RecordColumns(
+        import numpy as np
+
+        keep = np.ones(len(self), dtype=np.bool_)
+        keep[np.fromiter(indices, dtype=np.int64)] = False
+        return self.compress(keep)
+
+    def compress(self, keep: Any) -> RecordColumns:
+        """The records where the boolean numpy array ``keep`` is true (vectorised: numpy
+        picks from each column; no object per record is made in Python code)."""
+        import numpy as np
+
+        picked = np.flatnonzero(keep)
+
+        def pick(column: list[int]) -> list[int]:
+            return np.asarray(column, dtype=np.int64)[picked].tolist()
+
+        spans = np.asarray(self.header_index, dtype=np.int64)
+        kept_spans = keep[spans] if len(spans) else np.zeros(0, dtype=np.bool_)
+        renumbered = (np.cumsum(keep) - 1)[spans[kept_spans]] if len(spans) else spans
+        out = RecordColumns(
             buffer=self.buffer,
-            offsets=[self.offsets[i] for i in keep],
-            timestamps=[self.timestamps[i] for i in keep],
-            timestamp_types=[self.timestamp_types[i] for i in keep],
-            key_pos=[self.key_pos[i] for i in keep],
-            key_len=[self.key_len[i] for i in keep],
-            value_pos=[self.value_pos[i] for i in keep],
-            value_len=[self.value_len[i] for i in keep],
-            headers={renumber[i]: h for i, h in self.headers.items() if i in renumber},
+            offsets=pick(self.offsets),
+            timestamps=pick(self.timestamps),
+            timestamp_types=pick(self.timestamp_types),
+            key_pos=pick(self.key_pos),
+            key_len=pick(self.key_len),
+            value_pos=pick(self.value_pos),
+            value_len=pick(self.value_len),
+            header_index=renumbered.tolist(),
+            header_pos=np.asarray(self.header_pos, dtype=np.int64)[kept_spans].tolist(),
+            header_len=np.asarray(self.header_len, dtype=np.int64)[kept_spans].tolist(),
         )
+        if self.codes is not None:
+            codes, distinct = self.codes
+            out.codes = (codes[picked], distinct)
+        return out
 
     def _bytes(self, pos: int, length: int) -> bytes | None:
         return None if length < 0 else bytes(self.buffer[pos : pos + length])
+
+    def record_headers(self, index: int) -> list[tuple[str, bytes | None]] | None:
+        """The headers of the record at ``index``, parsed (None: it has none)."""
+        at = bisect.bisect_left(self.header_index, index)
+        if at == len(self.header_index) or self.header_index[at] != index:
+            return None
+        pos = self.header_pos[at]
+        return parse_headers(self.buffer, pos, pos + self.header_len[at])
 
     def record(self, index: int) -> Record:
         """One record as an object (for the few that need one: headers, barriers)."""
@@ -157,7 +234,7 @@ class RecordColumns:
             self.offsets[index],
             self.timestamps[index],
             self.timestamp_types[index],
-            self.headers.get(index),  # type: ignore[arg-type]
+            self.record_headers(index),  # type: ignore[arg-type]
         )
 
     def records(self) -> list[Record]:
@@ -171,7 +248,9 @@ class RecordColumns:
         key_len: list[int] = []
         value_pos: list[int] = []
         value_len: list[int] = []
-        headers: dict[int, list[tuple[str, bytes | None]]] = {}
+        header_index: list[int] = []
+        header_pos: list[int] = []
+        header_len: list[int] = []
         for i, r in enumerate(records):
             for data, positions, lengths in (
                 (r.key, key_pos, key_len),
@@ -184,7 +263,11 @@ class RecordColumns:
                     lengths.append(len(data))
                     buffer += data
             if r.headers:
-                headers[i] = list(r.headers)
+                encoded = encode_headers(r.headers)
+                header_index.append(i)
+                header_pos.append(len(buffer))
+                header_len.append(len(encoded))
+                buffer += encoded
         return cls(
             buffer=bytes(buffer),
             offsets=[r.offset for r in records],
@@ -194,8 +277,67 @@ class RecordColumns:
             key_len=key_len,
             value_pos=value_pos,
             value_len=value_len,
-            headers=headers,
+            header_index=header_index,
+            header_pos=header_pos,
+            header_len=header_len,
         )
+
+
+def joined(chunks: Sequence[RecordColumns]) -> list[RecordColumns]:
+    """``chunks`` with each run of neighbours over one buffer (slices of one fetch, in
+    order: the rows a barrier split) joined into one, without copying the buffer: each
+    chunk costs a fixed share when it becomes Arrow."""
+    import numpy as np
+
+    out: list[RecordColumns] = []
+    run: list[RecordColumns] = []
+    for chunk in [*chunks, None]:
+        if run and (chunk is None or chunk.buffer is not run[0].buffer):
+            if len(run) == 1:
+                out.append(run[0])
+            else:
+                out.append(_join(run, np))
+            run = []
+        if chunk is not None and len(chunk):
+            run.append(chunk)
+    return out
+
+
+def _cat(lists: Iterable[list[int]]) -> list[int]:
+    out: list[int] = []
+    for part in lists:
+        out += part
+    return out
+
+
+def _join(run: list[RecordColumns], np: Any) -> RecordColumns:
+    header_index: list[int] = []
+    base = 0
+    for part in run:
+        header_index += (
+            range(base, base + len(part))
+            if isinstance(part.header_index, range)
+            else [i + base for i in part.header_index]
+        )
+        base += len(part)
+    out = RecordColumns(
+        buffer=run[0].buffer,
+        offsets=_cat(part.offsets for part in run),
+        timestamps=_cat(part.timestamps for part in run),
+        timestamp_types=_cat(part.timestamp_types for part in run),
+        key_pos=_cat(part.key_pos for part in run),
+        key_len=_cat(part.key_len for part in run),
+        value_pos=_cat(part.value_pos for part in run),
+        value_len=_cat(part.value_len for part in run),
+        header_index=header_index,
+        header_pos=_cat(part.header_pos for part in run),
+        header_len=_cat(part.header_len for part in run),
+    )
+    if all(part.codes is not None for part in run) and all(
+        part.codes[1] is run[0].codes[1] for part in run
+    ):
+        out.codes = (np.concatenate([part.codes[0] for part in run]), run[0].codes[1])
+    return out
 
 
 def as_columns(items: Sequence[Any]) -> list[RecordColumns]:
@@ -291,7 +433,9 @@ def decode_records(
     key_len_append = cols.key_len.append
     value_pos_append = cols.value_pos.append
     value_len_append = cols.value_len.append
-    headers = cols.headers
+    header_index_append = cols.header_index.append
+    header_pos_append = cols.header_pos.append
+    header_len_append = cols.header_len.append
     varint = _varint
     index = len(cols.offsets)
     for _ in range(count):
@@ -342,11 +486,15 @@ def decode_records(
         value_len_append(n)
         if n > 0:
             pos += n
-        # Headers => varint count, [key string, value bytes]
+        # Headers => varint count, [key string, value bytes]: where they lie, parsed later
+        # (parse_headers checks they fill the rest of the record)
         if buf[pos] == 0:
             pos += 1
         else:
-            pos = _decode_headers(buf, pos, index, headers)
+            header_index_append(index)
+            header_pos_append(pos + base)
+            header_len_append(end - pos)
+            pos = end
         if pos != end:
             from kafka.errors import CorruptRecordError
 
@@ -358,30 +506,58 @@ def decode_records(
     return pos
 
 
-def _decode_headers(
-    buf: bytearray, pos: int, index: int, headers: dict[int, list[tuple[str, bytes | None]]]
-) -> int:
+def parse_headers(buf: bytes | bytearray, pos: int, end: int) -> list[tuple[str, bytes | None]]:
+    """The headers Kafka encoded in ``buf[pos:end]`` (v2: varint count, then per header a
+    varint-sized key string and a varint-sized value, -1 a null value); they must fill it."""
     from kafka.errors import CorruptRecordError
 
-    n, pos = _varint(buf, pos)
-    if n < 0:
-        raise CorruptRecordError(f"Found invalid number of record headers {n}")
-    got: list[tuple[str, bytes | None]] = []
-    for _ in range(n):
-        size, pos = _varint(buf, pos)
-        if size < 0:
-            raise CorruptRecordError(f"Invalid negative header key size {size}")
-        key = buf[pos : pos + size].decode("utf-8")
-        pos += size
-        size, pos = _varint(buf, pos)
-        if size >= 0:
-            got.append((key, bytes(buf[pos : pos + size])))
+    try:
+        n, pos = _varint(buf, pos)
+        if n < 0:
+            raise CorruptRecordError(f"Found invalid number of record headers {n}")
+        got: list[tuple[str, bytes | None]] = []
+        for _ in range(n):
+            size, pos = _varint(buf, pos)
+            if size < 0:
+                raise CorruptRecordError(f"Invalid negative header key size {size}")
+            key = bytes(buf[pos : pos + size]).decode("utf-8")
             pos += size
+            size, pos = _varint(buf, pos)
+            if size >= 0:
+                got.append((key, bytes(buf[pos : pos + size])))
+                pos += size
+            else:
+                got.append((key, None))
+    except (ValueError, IndexError) as err:
+        raise CorruptRecordError(f"Found invalid record structure: {err!r}") from err
+    if pos != end:
+        raise CorruptRecordError(
+            f"Invalid record size: the headers end {pos - end} byte(s) off the record's end"
+        )
+    return got
+
+
+def _zigzag(value: int) -> bytes:
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """``headers`` as Kafka encodes them in a v2 record (what :func:`parse_headers` reads)."""
+    out = bytearray(_zigzag(len(headers)))
+    for key, value in headers:
+        name = key.encode("utf-8")
+        out += _zigzag(len(name)) + name
+        if value is None:
+            out += _zigzag(-1)
         else:
-            got.append((key, None))
-    if got:
-        headers[index] = got
-    return pos
+            out += _zigzag(len(value)) + bytes(value)
+    return bytes(out)
 
 
 class ColumnsBuilder:
@@ -397,7 +573,9 @@ class ColumnsBuilder:
         self.key_len: list[int] = []
         self.value_pos: list[int] = []
         self.value_len: list[int] = []
-        self.headers: dict[int, list[tuple[str, bytes | None]]] = {}
+        self.header_index: list[int] = []
+        self.header_pos: list[int] = []
+        self.header_len: list[int] = []
 
     def add_part(self, data: bytes | bytearray) -> int:
         base = self.size
@@ -415,8 +593,9 @@ class ColumnsBuilder:
         self.key_len += columns.key_len
         self.value_pos += [p + base for p in columns.value_pos]
         self.value_len += columns.value_len
-        for i, h in columns.headers.items():
-            self.headers[start + i] = h
+        self.header_index += [i + start for i in columns.header_index]
+        self.header_pos += [p + base for p in columns.header_pos]
+        self.header_len += columns.header_len
 
     def truncate(self) -> None:
         """Drop what a failed record left behind: keep the records every column holds."""
@@ -432,8 +611,9 @@ class ColumnsBuilder:
         keep = min(len(column) for column in lists)
         for column in lists:
             del column[keep:]
-        for index in [i for i in self.headers if i >= keep]:
-            del self.headers[index]
+        spans = bisect.bisect_left(self.header_index, keep)
+        for column in (self.header_index, self.header_pos, self.header_len):
+            del column[spans:]
 
     def build(self) -> RecordColumns:
         parts = self.parts
@@ -447,5 +627,7 @@ class ColumnsBuilder:
             key_len=self.key_len,
             value_pos=self.value_pos,
             value_len=self.value_len,
-            headers=self.headers,
+            header_index=self.header_index,
+            header_pos=self.header_pos,
+            header_len=self.header_len,
         )

@@ -15,6 +15,12 @@ reads several partitions with one consumer passes every record through the align
 (:mod:`spark_chkpt.alignment.aligner`), so what it emits follows upstream snapshot order
 across its partitions.
 
+With kafka-python and ``decode=columns`` (the defaults) every topic, barriers or not, is
+read as columns (:mod:`spark_chkpt.kafka.client.columnar`) and these rules are applied
+to whole chunks (:mod:`.column_judge`): the aligner is handed the rows between two
+barriers as one item. ``decode=records`` and the confluent client read record by record
+(:mod:`.judge`); both ways return the same rows.
+
 The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.client.pool`) and is either
 client of :mod:`spark_chkpt.kafka.client.consumer`. Records a poll returns past a range's end are
 left in the worker's prefetch buffer (:mod:`spark_chkpt.kafka.source.prefetch`) for the task that
@@ -44,10 +50,22 @@ from spark_chkpt.errors import (
     KafkaReadError,
     OffsetOutOfRangeError,
 )
-from spark_chkpt.kafka.client.columnar import RecordColumns, as_columns, as_records, count
+from spark_chkpt.kafka.client.columnar import (
+    ColumnsBuilder,
+    RecordColumns,
+    as_columns,
+    as_records,
+    count,
+)
 from spark_chkpt.kafka.client.consumer import RangeConsumer, build_consumer
 from spark_chkpt.kafka.client.outage import broker_calls
 from spark_chkpt.kafka.client.pool import POOL, ConsumerPool
+from spark_chkpt.kafka.source.column_judge import (
+    Judged,
+    fan_in_columns,
+    judge_columns,
+    plain_columns,
+)
 from spark_chkpt.kafka.source.judge import RecordJudge, fan_in_verdict, plain_records
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.prefetch import PREFETCH, PrefetchBuffer
@@ -198,11 +216,10 @@ class RangeFetcher:
         if not channels:
             return
         consumer = self._acquire({tp.topic for tp in channels})
-        # Plain topics (no barriers to place) are read as columns where the client can;
-        # barrier-carrying ones record by record, as the aligner and the filters need.
-        self._columnar = self._set_columnar(
-            consumer, want=all(not c.spec.markers for c in channels.values())
-        )
+        # Every topic is read as columns where the client can: on a topic that carries
+        # barriers the filters judge whole chunks (column_judge) and the aligner is
+        # handed segments of columns cut at the barriers.
+        self._columnar = self._set_columnar(consumer, want=True)
         begins = consumer.beginning_offsets(list(channels))
         aligner: Aligner[Any] | None = None
         if any(c.spec.markers for c in channels.values()) and len(channels) > 1:
@@ -387,7 +404,7 @@ class RangeFetcher:
         channels: dict[TopicPartition, _Channel],
     ) -> None:
         if self._columnar:
-            self._take_columns(channel, records)
+            self._take_columns(channel, records, aligner, channels)
             return
         spec = channel.spec
         end = spec.range.end
@@ -442,9 +459,15 @@ class RangeFetcher:
             elif verdict == "revoked":
                 self.stats.revoked += 1
 
-    def _take_columns(self, channel: _Channel, chunks: list[RecordColumns]) -> None:
-        """:meth:`_take` of a plain topic's records as columns: the same split at the
-        range's end and the same barrier rule, looking only at records with headers."""
+    def _take_columns(
+        self,
+        channel: _Channel,
+        chunks: list[RecordColumns],
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """:meth:`_take` of records as columns: the same split at the range's end and the
+        same rules (:mod:`.column_judge`), decided per chunk instead of per record."""
         spec = channel.spec
         end = spec.range.end
         ahead: list[RecordColumns] = []
@@ -455,23 +478,62 @@ class RangeFetcher:
                     ahead.append(past)
             if not len(chunk):
                 continue
-            if chunk.headers:
-                headered = [chunk.record(i) for i in sorted(chunk.headers)]
-                if spec.missing_control is not None:
-                    _refuse_without_control(spec, headered)
-                barriers = [
-                    i
-                    for i in sorted(chunk.headers)
-                    if is_barrier(chunk.headers[i])  # type: ignore[arg-type]
-                ]
-                if barriers:
-                    self.stats.barriers += len(barriers)
-                    chunk = chunk.without(barriers)
-                    if not len(chunk):
-                        continue
-            channel.pending.append(chunk)
+            if not spec.markers:
+                rows, barriers, first = plain_columns(chunk)
+                if first is not None and spec.missing_control is not None:
+                    _refuse_without_control(spec, [chunk.record(first)])
+                self.stats.barriers += barriers
+                if rows is not None:
+                    channel.pending.append(rows)
+            elif spec.fan_in is not None:
+                self._apply(channel, fan_in_columns(spec.fan_in, chunk), None, channels)
+            else:
+                self._judge_columns(channel, chunk, aligner, channels, final=False)
         if ahead or (chunks and chunks[-1].last_offset >= end):
             channel.ahead = ahead
+
+    def _judge_columns(
+        self,
+        channel: _Channel,
+        chunk: RecordColumns | None,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+        *,
+        final: bool,
+    ) -> None:
+        """Judge ``chunk`` after the records held before it (``final``: the range's end,
+        so the held records are judged by what is known now)."""
+        held, channel.held = channel.held, []
+        if held:
+            joined = ColumnsBuilder()
+            for part in [*held, *([chunk] if chunk is not None else [])]:
+                joined.add(part)
+            chunk = joined.build()
+        if chunk is None or not len(chunk):
+            return
+        self._apply(channel, judge_columns(channel.judge, chunk, final=final), aligner, channels)
+
+    def _apply(
+        self,
+        channel: _Channel,
+        judged: Judged,
+        aligner: Aligner[Any] | None,
+        channels: dict[TopicPartition, _Channel],
+    ) -> None:
+        """Count what a chunk came to, pass its segments on and hand the aligner the
+        barrier after each; keep what is still held."""
+        stats = self.stats
+        stats.barriers += judged.barriers
+        stats.revoked += judged.revoked
+        stats.dropped += judged.dropped
+        stats.dropped_attempts |= judged.dropped_attempts
+        for rows, snapshot in judged.segments:
+            if rows is not None:
+                self._pass(channel, rows, aligner, channels)
+            if snapshot is not None and aligner is not None:
+                self._emit(aligner.on_barrier(channel=channel.tp, snapshot_id=snapshot), channels)
+        if judged.held is not None:
+            channel.held = [judged.held]
 
     def _pass(
         self,
@@ -528,7 +590,10 @@ class RangeFetcher:
     ) -> None:
         """No barrier comes any more: judge the held records by what is known."""
         if channel.held:
-            self._release(channel, aligner, channels)
+            if self._columnar:
+                self._judge_columns(channel, None, aligner, channels, final=True)
+            else:
+                self._release(channel, aligner, channels)
         if aligner is not None:
             self._emit(aligner.on_end_of_channel(channel=channel.tp), channels)
 

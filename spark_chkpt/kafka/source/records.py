@@ -111,6 +111,51 @@ def _binary(buffer: Any, positions: list[int], lengths: list[int]) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [validity, offsets, data], null_count=nulls)
 
 
+def header_codes(chunk: RecordColumns) -> tuple[Any, list[list[tuple[str, bytes | None]]]]:
+    """Each record's headers as a code into a list of distinct header lists: a numpy
+    int32 array (-1: no headers) and the parsed lists. Records of one upstream task
+    attempt carry the same encoded headers (its ``chkpt.attempt`` tag), so a chunk of a
+    barrier topic has a few distinct encodings whatever its size: Arrow's
+    ``dictionary_encode`` finds them over the encoded bytes, and only they are parsed.
+    Kept on the chunk (its slices share it)."""
+    if chunk.codes is not None:
+        return chunk.codes
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from spark_chkpt.kafka.client.columnar import parse_headers
+
+    distinct: list[list[tuple[str, bytes | None]]] = []
+    if not chunk.header_index:
+        codes = np.full(len(chunk), -1, dtype=np.int32)
+    else:
+        encoded = pc.dictionary_encode(_binary(chunk.buffer, chunk.header_pos, chunk.header_len))
+        distinct = [parse_headers(raw, 0, len(raw)) for raw in encoded.dictionary.to_pylist()]
+        found = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        if chunk.dense_headers:
+            codes = found
+        else:
+            codes = np.full(len(chunk), -1, dtype=np.int32)
+            codes[np.asarray(chunk.header_index, dtype=np.int64)] = found
+    chunk.codes = (codes, distinct)
+    return chunk.codes
+
+
+def _headers_column(chunk: RecordColumns, kind: pa.DataType) -> pa.Array:
+    """Spark's headers column of ``chunk``: each distinct header list built once, then
+    taken by the records' codes (null where a record has none)."""
+    import pyarrow as pa
+
+    n = len(chunk)
+    if not chunk.header_index:
+        return pa.nulls(n, kind)
+    codes, distinct = header_codes(chunk)
+    lists = pa.array(
+        [[{"key": k, "value": v} for k, v in found] or None for found in distinct], type=kind
+    )
+    return lists.take(pa.array(codes, mask=codes < 0))
+
+
 def columns_to_record_batch(
     chunks: Sequence[RecordColumns], *, topic: str, partition: int, schema: pa.Schema
 ) -> pa.RecordBatch:
@@ -120,8 +165,10 @@ def columns_to_record_batch(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from spark_chkpt.kafka.client.columnar import joined
+
     batches = []
-    for chunk in chunks:
+    for chunk in joined(chunks):
         n = len(chunk)
         timestamps = pa.array(chunk.timestamps, type=pa.int64())
         columns = [
@@ -134,19 +181,10 @@ def columns_to_record_batch(
             pa.array(chunk.timestamp_types, type=pa.int32()),
         ]
         if len(schema) > 7:
-            found = chunk.headers
-            columns.append(
-                pa.array(
-                    [
-                        [{"key": k, "value": v} for k, v in found[i]] if i in found else None
-                        for i in range(n)
-                    ]
-                    if found
-                    else pa.nulls(n, schema.field("headers").type),
-                    type=schema.field("headers").type,
-                )
-            )
+            columns.append(_headers_column(chunk, schema.field("headers").type))
         batches.append(pa.RecordBatch.from_arrays(columns, schema=schema))
     if len(batches) == 1:
         return batches[0]
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=schema)
     return pa.Table.from_batches(batches, schema=schema).combine_chunks().to_batches()[0]

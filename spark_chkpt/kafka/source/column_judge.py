@@ -1,0 +1,225 @@
+"""The rules of :mod:`.judge` applied to a chunk of columns at once, not record by record.
+
+A read task on a topic that carries barriers gets its records as
+:class:`~spark_chkpt.kafka.client.columnar.RecordColumns` like on a plain topic. Every
+record's headers become a code (:func:`~spark_chkpt.kafka.source.records.header_codes`);
+a chunk holds a few distinct codes (no headers, a barrier's, one per upstream task
+attempt), so the rules are decided once per code and spread over the records with numpy:
+
+* barrier records are found by their code and are never rows; each one's value is
+  parsed (one per partition and snapshot): a revoked snapshot's confirms nothing;
+* records (and barriers) of revoked snapshots are masked by offset range and attempt;
+* a tagged record below the filter's bound whose attempt neither the index nor a barrier
+  read so far confirms is judged at the next barrier that counts, as
+  :meth:`~spark_chkpt.kafka.source.judge.RecordJudge.release` judges a held record: kept
+  if a barrier up to that one names its attempt, dropped otherwise. After the chunk's
+  last such barrier it stays **held**, with every record after it (offset order), until
+  the next chunk or the range's end (``final``);
+* the kept records are cut at the barriers that count, so the caller hands the aligner
+  (:mod:`spark_chkpt.alignment.aligner`) each segment and then the barrier after it.
+
+The decisions are the record path's (:class:`~spark_chkpt.kafka.source.judge.RecordJudge`
+and :func:`~spark_chkpt.kafka.source.judge.fan_in_verdict`), which the identity tests
+compare byte for byte. Slices are taken where every record of a segment is kept (the
+common case); only a chunk with records to drop is compressed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
+from spark_chkpt.kafka.client.columnar import RecordColumns
+from spark_chkpt.kafka.source.records import header_codes
+
+if TYPE_CHECKING:
+    from spark_chkpt.alignment.fanin import FanInFilter
+    from spark_chkpt.kafka.source.judge import RecordJudge
+
+
+@dataclass
+class Judged:
+    """What a chunk came to: the kept records cut at barriers, in order, each segment
+    with the snapshot id of the barrier right after it (None after the last one); the
+    records still held; and the counts of :class:`~.fetcher.ReadStats`."""
+
+    segments: list[tuple[RecordColumns | None, int | None]] = field(default_factory=list)
+    held: RecordColumns | None = None
+    barriers: int = 0
+    revoked: int = 0
+    dropped: int = 0
+    dropped_attempts: set[str] = field(default_factory=set)
+
+
+def _kinds(chunk: RecordColumns) -> tuple[Any, Any, list[str | None]]:
+    """Codes per record, whether each code is a barrier's, and each code's attempt tag."""
+    import numpy as np
+
+    codes, distinct = header_codes(chunk)
+    barrier = np.array([is_barrier(h) for h in distinct] + [False], dtype=np.bool_)  # type: ignore[arg-type]
+    tags = [attempt_of(h) for h in distinct]  # type: ignore[arg-type]
+    return codes, barrier, tags
+
+
+def _by_code(codes: Any, values: list[bool]) -> Any:
+    """A per-record boolean array from one value per code (index -1, no headers: False)."""
+    import numpy as np
+
+    return np.array([*values, False], dtype=np.bool_)[codes]
+
+
+def _kept(chunk: RecordColumns, keep: Any, lo: int, hi: int) -> RecordColumns | None:
+    part = keep[lo:hi]
+    if hi <= lo or not part.any():
+        return None
+    if part.all():
+        return chunk if lo == 0 and hi == len(chunk) else chunk.slice(lo, hi)
+    return chunk.slice(lo, hi).compress(part)
+
+
+def judge_columns(judge: RecordJudge, chunk: RecordColumns, *, final: bool) -> Judged:
+    """Judge one partition's ``chunk`` (in offset order, after what was held before);
+    ``final``: the range ends with it, so nothing stays held."""
+    import numpy as np
+
+    out = Judged()
+    n = len(chunk)
+    tp = judge.tp
+    f = judge.filter
+    codes, barrier_code, tags = _kinds(chunk)
+    first_offset, last_offset = chunk.first_offset, chunk.last_offset
+    offsets_ = None
+
+    def offsets() -> Any:  # the offsets as numpy, only for a chunk that needs them
+        nonlocal offsets_
+        if offsets_ is None:
+            offsets_ = np.asarray(chunk.offsets, dtype=np.int64)
+        return offsets_
+
+    # Step 1: revoked snapshots' records and barriers, by offset range and by attempt.
+    revoked = np.zeros(n, dtype=np.bool_)
+    revoking = f is not None and bool(f.revoked or f.revoked_attempts)
+    if f is not None and revoking:
+        for start, end in f.revoked:
+            if start <= last_offset and end > first_offset:
+                revoked |= (offsets() >= start) & (offsets() < end)
+        revoked |= _by_code(codes, [t is not None and t in f.revoked_attempts for t in tags])
+    is_barrier_row = barrier_code[codes]
+    # Step 2: the barriers, in order; a revoked snapshot's confirms nothing.
+    barriers = np.flatnonzero(is_barrier_row & ~revoked)
+    counting: list[int] = []  # indices of the barriers that count
+    snapshots: list[int] = []  # their snapshot ids
+    confirms: dict[str, int] = {}  # attempt -> index into counting of its first barrier
+    for at in barriers.tolist():
+        record = chunk.record(at)
+        parsed = Barrier.parse(
+            record.value, topic=tp.topic, partition=tp.partition, offset=record.offset
+        )
+        if (
+            f is not None
+            and revoking
+            and parsed.attempts
+            and set(parsed.attempts) <= f.revoked_attempts
+        ):
+            revoked[at] = True
+            continue
+        for attempt in parsed.attempts:
+            confirms.setdefault(attempt, len(counting))
+        counting.append(at)
+        snapshots.append(parsed.snapshot_id)
+    is_row = ~(is_barrier_row | revoked)
+    # Step 3: tagged records the index does not confirm, below the filter's bound: kept
+    # if a barrier up to the one after them (or one read before) names their attempt.
+    keep_until = f.confirm_until if f is not None else -1
+    confirmed = f.confirmed if f is not None else frozenset()
+    never = len(counting) + 1
+    per_code = [
+        -1 if t is None or t in confirmed or t in judge.seen_confirmed else confirms.get(t, never)
+        for t in tags
+    ]
+    cut = n
+    if first_offset >= keep_until or all(c < 0 for c in per_code):
+        dropped = np.zeros(n, dtype=np.bool_)  # the index confirms all (the common case)
+    else:
+        first = np.array([*per_code, -1], dtype=np.int64)[codes]
+        doubt = is_row & (first >= 0)
+        if last_offset >= keep_until:
+            doubt &= offsets() < keep_until
+        at_barrier = np.searchsorted(np.asarray(counting, dtype=np.int64), np.arange(n))
+        dropped = doubt & (first > at_barrier)
+        # Records after the last barrier that counts, whose attempt no barrier named yet,
+        # wait for the next one (held from the first such record on, offset order kept).
+        undecided = dropped & (at_barrier == len(counting))
+        if not final and undecided.any():
+            cut = int(np.argmax(undecided))
+            dropped[cut:] = False
+    keep = is_row & ~dropped
+    # Step 4: the counts, of the decided records only (the held ones come again).
+    out.barriers = len(counting)
+    out.revoked = int(np.count_nonzero(revoked[:cut]))
+    out.dropped = int(np.count_nonzero(dropped))
+    if out.dropped:
+        out.dropped_attempts = {str(tags[c]) for c in np.unique(codes[dropped]).tolist() if c >= 0}
+    for attempt in confirms:
+        judge.seen_confirmed.add(attempt)
+    # Step 5: the kept records cut at the barriers that count.
+    lo = 0
+    for at, snapshot in zip(counting, snapshots, strict=True):
+        out.segments.append((_kept(chunk, keep, lo, at), snapshot))
+        lo = at + 1
+    out.segments.append((_kept(chunk, keep, lo, cut), None))
+    if cut < n:
+        out.held = chunk.slice(cut, n)
+    return out
+
+
+def plain_columns(chunk: RecordColumns) -> tuple[RecordColumns | None, int, int | None]:
+    """A topic read as plain (:func:`~spark_chkpt.kafka.source.judge.plain_records`): the
+    rows without barrier records, how many barriers, and the index of the first record
+    a ``chkpt-kafka`` sink wrote (a barrier or a tagged record; None: none)."""
+    import numpy as np
+
+    if not chunk.header_index:
+        return chunk, 0, None
+    codes, barrier_code, tags = _kinds(chunk)
+    barriers = barrier_code[codes]
+    ours = barriers | _by_code(codes, [t is not None for t in tags])
+    first = int(np.argmax(ours)) if ours.any() else None
+    found = int(np.count_nonzero(barriers))
+    if not found:
+        return chunk, 0, first
+    return _kept(chunk, ~barriers, 0, len(chunk)), found, first
+
+
+def fan_in_columns(judge: FanInFilter, chunk: RecordColumns) -> Judged:
+    """A fan-in topic's chunk by :func:`~spark_chkpt.kafka.source.judge.fan_in_verdict`'s
+    rules, per distinct attempt: delivered, dropped, revoked, skipped or left for later."""
+    import numpy as np
+
+    out = Judged()
+    codes, barrier_code, tags = _kinds(chunk)
+    offsets = np.asarray(chunk.offsets, dtype=np.int64)
+    barriers = barrier_code[codes]
+    deliver = (codes < 0) & (offsets >= judge.plain_from)
+    drop = np.zeros(len(chunk), dtype=np.bool_)
+    revoked = np.zeros(len(chunk), dtype=np.bool_)
+    for code, tag in enumerate(tags):
+        mine = (codes == code) & ~barriers
+        if tag is None:
+            deliver |= mine & (offsets >= judge.plain_from)
+        elif tag in judge.revoked_attempts:
+            revoked |= mine
+        elif (app := judge.confirmed.get(tag)) is not None:
+            start, until = judge.apps[app]
+            deliver |= mine & (offsets >= start) & (offsets < until)
+        elif tag not in judge.later:
+            failed = mine & (offsets < judge.drop_below)
+            if failed.any():
+                drop |= failed
+                out.dropped_attempts.add(tag)
+    out.barriers = int(np.count_nonzero(barriers))
+    out.dropped = int(np.count_nonzero(drop))
+    out.revoked = int(np.count_nonzero(revoked))
+    out.segments.append((_kept(chunk, deliver, 0, len(chunk)), None))
+    return out
