@@ -17,11 +17,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
-from spark_chkpt.testing.processes import free_port, halt, launch
+from spark_chkpt.testing.processes import ServerProcess, free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def broker_binary() -> str:
         raise BrokerError(f"no Tansu broker binary found: {e}") from e
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(ServerProcess):
     """A Kafka-protocol broker process on loopback, as a context manager."""
 
     def __init__(
@@ -137,14 +136,3 @@ class EmbeddedBroker:
     def stop(self) -> None:
         process, self._process = self._process, None
         halt(process, what="the embedded broker")
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

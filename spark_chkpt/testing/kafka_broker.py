@@ -30,16 +30,14 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
-from spark_chkpt.testing.processes import free_port, halt, launch
+from spark_chkpt.testing.processes import LOG_TAIL, ServerProcess, free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
 _NODE_ID = 1
-_LOG_TAIL = 3000
 
 # Log to stdout (the launcher sends it to the log file): INFO for the broker's life
 # cycle, WARN for the chatty parts.
@@ -83,7 +81,7 @@ def _java() -> str:
     return found
 
 
-class EmbeddedKafka:
+class EmbeddedKafka(ServerProcess):
     """An Apache Kafka broker (KRaft, single node) as a context manager."""
 
     def __init__(
@@ -205,7 +203,7 @@ class EmbeddedKafka:
             raise BrokerError(
                 f"formatting the Kafka storage in {self.data_dir} failed (exit "
                 f"{done.returncode}): {' '.join(command[-3:])}\n"
-                f"{(done.stdout + done.stderr)[-_LOG_TAIL:]}"
+                f"{(done.stdout + done.stderr)[-LOG_TAIL:]}"
             )
 
     # -- life cycle -------------------------------------------------------------------
@@ -231,12 +229,6 @@ class EmbeddedKafka:
         )
         return self
 
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-_LOG_TAIL:]
-        except OSError:
-            return "(no log)"
-
     def _wait_ready(self, deadline: Deadline) -> None:
         """Until a metadata request lists this broker (KRaft opens the client listener
         once the node has caught up with the metadata log and is unfenced)."""
@@ -249,7 +241,7 @@ class EmbeddedKafka:
             if self._process.poll() is not None:
                 raise BrokerError(
                     f"the Kafka broker exited with code {self._process.returncode} on "
-                    f"{self.bootstrap_servers}; log {self.log_path}:\n{self._log_tail()}"
+                    f"{self.bootstrap_servers}; log {self.log_path}:\n{self.log_tail()}"
                 )
             if not self._port_open():
                 time.sleep(0.05)
@@ -269,7 +261,7 @@ class EmbeddedKafka:
             time.sleep(0.1)
         raise BrokerError(
             f"the Kafka broker at {self.bootstrap_servers} did not answer metadata requests "
-            f"within {self.startup_timeout_s}s ({last}); log {self.log_path}:\n{self._log_tail()}"
+            f"within {self.startup_timeout_s}s ({last}); log {self.log_path}:\n{self.log_tail()}"
         )
 
     def _port_open(self) -> bool:
@@ -322,14 +314,3 @@ class EmbeddedKafka:
         self._halt(timeout_s=10.0)
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> EmbeddedKafka:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -10,8 +10,14 @@ import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+
+LOG_TAIL = 3000  # characters of a server's log an error quotes
+
+_Server = TypeVar("_Server", bound="ServerProcess")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -49,3 +55,33 @@ def halt(process: subprocess.Popen[bytes] | None, *, timeout_s: float = 10.0, wh
         log.warning("%s did not stop in %ss: killed", what, timeout_s)
         process.kill()
         process.wait(timeout=10)
+
+
+class ServerProcess:
+    """What every server here shares: used as a context manager (``start()`` on entry,
+    ``stop()`` on exit), and the end of its log quoted when it fails to start."""
+
+    log_path: Path
+
+    def start(self: _Server) -> _Server:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL:]
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self: _Server) -> _Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -34,19 +34,17 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import S3ServerError
 from spark_chkpt.testing.kafka_broker import _java
-from spark_chkpt.testing.processes import free_port, halt, launch
+from spark_chkpt.testing.processes import ServerProcess, free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
 ACCESS_KEY = "chkpt-test-key"
 SECRET_KEY = "chkpt-test-secret"
 REGION = "us-east-1"
-_LOG_TAIL = 3000
 _LOGBACK = """\
 <configuration>
   <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">
@@ -58,7 +56,30 @@ _LOGBACK = """\
 """
 
 
-class S3Proxy:
+class S3Server(ServerProcess):
+    """An S3-compatible server on ``host:port`` with the project's test key: its endpoint
+    and the options delta-rs is given for it (s3proxy and SeaweedFS share them)."""
+
+    host: str
+    port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options (``chkpt-delta``'s ``storage.*`` without the prefix)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+
+class S3Proxy(S3Server):
     """s3proxy (the ``transient`` backend unless ``backend`` names another) as a context
     manager."""
 
@@ -79,21 +100,6 @@ class S3Proxy:
         self.data_dir = Path(tempfile.mkdtemp(prefix=f"spark-chkpt-s3-{self.port}-"))
         self.log_path = Path(tempfile.gettempdir()) / f"spark-chkpt-s3-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        """delta-rs's options (``chkpt-delta``'s ``storage.*`` without the prefix)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_ALLOW_HTTP": "true",
-        }
 
     @property
     def env(self) -> dict[str, str]:
@@ -176,7 +182,7 @@ class S3Proxy:
             if self._process.poll() is not None:
                 raise S3ServerError(
                     f"s3proxy exited with code {self._process.returncode}; log "
-                    f"{self.log_path}:\n{self._log_tail()}"
+                    f"{self.log_path}:\n{self.log_tail()}"
                 )
             try:
                 urllib.request.urlopen(self.endpoint, timeout=1.0).close()
@@ -187,14 +193,8 @@ class S3Proxy:
                 time.sleep(0.1)
         raise S3ServerError(
             f"s3proxy at {self.endpoint} did not answer within {self.startup_timeout_s}s; "
-            f"log {self.log_path}:\n{self._log_tail()}"
+            f"log {self.log_path}:\n{self.log_tail()}"
         )
-
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-_LOG_TAIL:]
-        except OSError:
-            return "(no log)"
 
     def create_bucket(self, name: str) -> None:
         """A bucket (a folder of the backend, created as s3proxy's filesystem store does)."""
@@ -217,14 +217,3 @@ class S3Proxy:
         """Stop the server and delete its objects."""
         self._halt()
         shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> S3Proxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -26,16 +26,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import S3ServerError
 from spark_chkpt.testing.processes import free_port, halt, launch
-from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY
+from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 log = logging.getLogger(__name__)
-
-_LOG_TAIL = 3000
 
 
 def weed_binary() -> Path:
@@ -52,7 +49,7 @@ def weed_binary() -> Path:
     return path
 
 
-class SeaweedS3:
+class SeaweedS3(S3Server):
     """``weed mini`` with its S3 gateway, as a context manager."""
 
     def __init__(self, *, host: str = "127.0.0.1", startup_timeout_s: float = 90.0) -> None:
@@ -62,21 +59,6 @@ class SeaweedS3:
         self.data_dir = Path(tempfile.mkdtemp(prefix=f"spark-chkpt-weed-{self.port}-"))
         self.log_path = Path(tempfile.gettempdir()) / f"spark-chkpt-weed-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        """delta-rs's options (``chkpt-delta``'s ``storage.*`` without the prefix)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_ALLOW_HTTP": "true",
-        }
 
     def command(self) -> list[str]:
         ports = {
@@ -136,7 +118,7 @@ class SeaweedS3:
             if self._process.poll() is not None:
                 raise S3ServerError(
                     f"weed mini exited with code {self._process.returncode}; log "
-                    f"{self.log_path}:\n{self._log_tail()}"
+                    f"{self.log_path}:\n{self.log_tail()}"
                 )
             try:  # the gateway answers once the filer and a volume server are up
                 client.list_buckets()
@@ -146,14 +128,8 @@ class SeaweedS3:
                 time.sleep(0.25)
         raise S3ServerError(
             f"SeaweedFS's S3 gateway at {self.endpoint} did not answer within "
-            f"{self.startup_timeout_s}s ({last}); log {self.log_path}:\n{self._log_tail()}"
+            f"{self.startup_timeout_s}s ({last}); log {self.log_path}:\n{self.log_tail()}"
         )
-
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-_LOG_TAIL:]
-        except OSError:
-            return "(no log)"
 
     def create_bucket(self, name: str) -> None:
         self._client().create_bucket(Bucket=name)
@@ -166,14 +142,3 @@ class SeaweedS3:
         """Stop the server and delete its objects."""
         self._halt()
         shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> SeaweedS3:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
