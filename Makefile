@@ -12,10 +12,11 @@ WEED        := .cache/seaweedfs/weed
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
-setup: $(STAMP) $(WEED)
+setup: $(STAMP)
 	$(BIN)/python -m spark_chkpt.jars fetch
 
-# SeaweedFS's `weed`, the S3-compatible server of the two-writer race tests (it enforces
+# SeaweedFS's `weed`, the S3-compatible server of the two-writer race tests (`make test`
+# only: the demo and the formats do without it; it enforces
 # If-None-Match on PUT; s3proxy does not), built from the Go module pinned in
 # go/seaweedfs (go.mod, go.sum) into .cache/seaweedfs. Go's own caches (GOMODCACHE,
 # GOCACHE) keep the modules and compiled packages: a cold build downloads ~3.7 GB of
@@ -58,7 +59,7 @@ OTHER_CLIENT_TESTS := tests/integration/test_kafka_source.py tests/integration/t
 PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-test: setup
+test: setup $(WEED)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 	SPARK_CHKPT_KAFKA_SOURCE_CLIENT=confluent SPARK_CHKPT_KAFKA_SINK_CLIENT=kafka-python \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)

@@ -71,7 +71,7 @@ def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def weed_s3() -> Iterator[object]:
     """An S3-compatible server that enforces conditional writes (If-None-Match on PUT),
-    for writers racing on one table version: SeaweedFS (``make setup`` builds it)."""
+    for writers racing on one table version: SeaweedFS (``make test`` builds it)."""
     from spark_chkpt.testing.seaweedfs import SeaweedS3
 
     with SeaweedS3() as server:

@@ -11,7 +11,7 @@ conditional PUT of a key with 412 PreconditionFailed, and exactly one of several
 concurrent ones wins, as S3 does: the two-writer tests run on it.
 
 The server is ``weed mini`` (master, volume server, filer and S3 gateway in one process,
-objects in a temporary folder), the ``weed`` command ``make setup`` builds from
+objects in a temporary folder), the ``weed`` command ``make test`` builds from
 ``go/seaweedfs`` into ``.cache/seaweedfs/weed`` (``SPARK_CHKPT_WEED`` names another
 build). Every port is a free loopback port (its WebDAV, admin UI, Iceberg and Lance
 servers are off); it takes the same test key as s3proxy (:data:`ACCESS_KEY`).
@@ -36,15 +36,16 @@ log = logging.getLogger(__name__)
 
 
 def weed_binary() -> Path:
-    """The ``weed`` command: ``SPARK_CHKPT_WEED``, else what ``make setup`` built."""
+    """The ``weed`` command: ``SPARK_CHKPT_WEED``, else what ``make test`` built."""
     from spark_chkpt.jars import checkout_root
 
     chosen = os.environ.get("SPARK_CHKPT_WEED")
     path = Path(chosen) if chosen else checkout_root() / ".cache" / "seaweedfs" / "weed"
     if not path.is_file():
         raise S3ServerError(
-            f"SeaweedFS's weed command is not at {path}: run `make setup` (it builds it from "
-            "go/seaweedfs with Go) or set SPARK_CHKPT_WEED to a weed binary"
+            f"SeaweedFS's weed command is not at {path}: run `make test` or "
+            "`make .cache/seaweedfs/weed` (they build it from go/seaweedfs with Go), or set "
+            "SPARK_CHKPT_WEED to a weed binary"
         )
     return path
 
