@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
-from spark_chkpt.delta.sink.dead_letters import check_dead_letters, pa_schema_of
+from spark_chkpt.delta.sink.dead_letter_rows import pa_schema_of
+from spark_chkpt.delta.sink.dead_letters import check_dead_letters
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.sink.writer import DeltaWriter
 from spark_chkpt.delta.staging import StagedOutput

@@ -2,8 +2,9 @@
 table of their own, committed exactly once with the batch.
 
 The query marks a malformed record by setting its struct column ``_dead_letter`` (null
-for good rows). On executors :func:`split_dead_letters` stages those rows for the
-dead-letter table; on the driver :meth:`DeadLetters.commit` makes them visible in one
+for good rows). On executors
+:func:`~spark_chkpt.delta.sink.dead_letter_rows.split_dead_letters` stages those rows for
+the dead-letter table; on the driver :meth:`DeadLetters.commit` makes them visible in one
 commit of that table with its own ``txn(appId, N)``, before the batch's commit of the
 main table, so a replay neither loses nor repeats them. The Delta version of that
 commit goes into the batch's snapshot record: a savepoint rewind to N rolls the
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
-from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
+from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, committing
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.snapshot.coordinator import retry_conflicts
@@ -27,29 +28,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
-
-
-def pa_schema_of(struct: pa.DataType) -> pa.Schema:
-    """The columns of a dead-letter row: the fields of the ``_dead_letter`` struct."""
-    import pyarrow as pa
-
-    return pa.schema([struct.field(i) for i in range(struct.num_fields)])
-
-
-def split_dead_letters(batch: pa.RecordBatch, dead: ParquetStager) -> pa.RecordBatch:
-    """Stage the rows whose ``_dead_letter`` is set in the dead-letter table; returns the
-    other rows without the column."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    index = batch.schema.get_field_index(DEAD_LETTER_COLUMN)
-    column = batch.column(index)
-    bad = pc.is_valid(column)
-    if pc.any(bad).as_py():
-        letters = pc.filter(column, bad)
-        dead.add(pa.RecordBatch.from_struct_array(letters))
-        batch = batch.filter(pc.invert(bad))
-    return batch.remove_column(index)
 
 
 def check_dead_letters(schema: Any, config: DeltaSinkConfig, *, complete: bool) -> None:

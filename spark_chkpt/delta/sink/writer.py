@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from spark_chkpt.delta.sink.dead_letters import split_dead_letters
+from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
 from spark_chkpt.fs import resolve
