@@ -67,6 +67,9 @@ def register(spark: SparkSession) -> list[str]:
     from spark_chkpt.report import install_excepthook
 
     choose_worker_python(spark)
+    from spark_chkpt.session_defaults import apply_register_defaults
+
+    apply_register_defaults(spark)
     install_excepthook()  # Spark's "failed to connect back" explained first
     from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
 
