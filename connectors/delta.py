@@ -21,6 +21,7 @@ from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.report import reported
+from spark_chkpt.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,6 +56,7 @@ class DeltaStreamWriter(SinkStreamWriter[DeltaSink]):
     committable = StagedOutput
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        freeze_imports()
         task = WriteTask.current()
         staged, letters = self.sink.writer().write(iterator, batch_id=task.batch_id, task=task.task)
         message = StagedMessage(

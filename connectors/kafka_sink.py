@@ -17,6 +17,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
 from spark_chkpt.kafka.sink.assembler import KafkaSink
 from spark_chkpt.kafka.sink.committable import ProducedOutput
+from spark_chkpt.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,6 +33,7 @@ class KafkaStreamWriter(SinkStreamWriter[KafkaSink]):
     committable = ProducedOutput
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        freeze_imports()
         task = WriteTask.current()
         out = self.sink.produce(
             iterator, batch_id=task.batch_id, task=task.task, attempt_number=task.attempt_number

@@ -23,6 +23,7 @@ from spark_chkpt.kafka.source.fetcher import ReadSpec, read_task
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner
 from spark_chkpt.report import reported
+from spark_chkpt.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,6 +48,7 @@ def _read(planner: SourcePlanner, partition: InputPartition) -> Iterator[pa.Reco
         return iter(())
     if not isinstance(partition, KafkaInputPartition):
         raise InvalidTypeError(f"chkpt-kafka cannot read {partition!r}")
+    freeze_imports()
     return read_task(
         config=planner.config, specs=partition.specs, client_id=planner.client_id + "-executor"
     )

@@ -27,6 +27,8 @@ BASE = {
     "spark_chkpt.jars",
     # A failure's first line (imports only errors): the connectors and the supervisor.
     "spark_chkpt.report",
+    # Every task's first line: a Python worker's imports frozen (imports only gc).
+    "spark_chkpt.worker_heap",
     # The fail points' registry: the one module of testing/ the engine calls.
     "spark_chkpt.testing.failpoints",
 }

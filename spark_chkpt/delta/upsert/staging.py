@@ -57,6 +57,9 @@ class StagingTask:
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
+        from spark_chkpt.worker_heap import freeze_imports
+
+        freeze_imports()
         context = TaskContext.get()
         task = context.partitionId() if context else 0
         table = resolve(self.table_uri, storage_options=dict(self.storage_options))
