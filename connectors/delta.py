@@ -43,6 +43,7 @@ class DeltaDataSource(DataSource):
 
     @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        freeze_imports()  # Spark asks in a reused daemon worker, once per batch
         # outputMode("complete") reaches a Python sink as overwrite=True; Spark 4.2 refuses
         # outputMode("update") itself (use spark_chkpt.DeltaUpsert in foreachBatch).
         return DeltaStreamWriter(

@@ -14,6 +14,7 @@ from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.records import spark_schema_ddl
 from spark_chkpt.options import parse_bool
 from spark_chkpt.report import reported
+from spark_chkpt.worker_heap import freeze_imports
 
 
 class KafkaDataSource(DataSource):
@@ -72,6 +73,7 @@ class KafkaDataSource(DataSource):
 
     @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        freeze_imports()  # Spark asks in a reused daemon worker, once per batch
         from spark_chkpt.connectors.kafka_sink import KafkaStreamWriter
         from spark_chkpt.kafka.sink.assembler import KafkaSink
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_chkpt.report import reported
+from spark_chkpt.worker_heap import freeze_imports
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,10 @@ class SinkStreamWriter(DataSourceStreamArrowWriter, Generic[S]):
 
     @reported
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        freeze_imports()  # Spark's commit runner is a reused daemon worker too
         self.sink.commit(messages=self._messages(messages), batch_id=batchId)
 
     @reported
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        freeze_imports()
         self.sink.abort(messages=self._messages(messages), batch_id=batchId)
