@@ -4,6 +4,7 @@ batches built with kafka-python's builder, every codec, reads from inside a batc
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from kafka.consumer.fetcher import Fetcher
@@ -23,8 +24,20 @@ from spark_chkpt.kafka.source.records import (
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def _fetch(records: int, *, codec: int, per_batch: int = 97) -> bytes:
-    """Bytes of a fetch response's records: batches of ``per_batch``, offsets from 0."""
+HEADERS = {
+    "every 5th": lambda n: n % 5 == 0,
+    "all": lambda n: True,
+    "none": lambda n: False,
+    # whole batches with and without, and batches that start or end with either
+    "runs": lambda n: (n // 150) % 2 == 0 or n % 97 == 0 or n % 97 == 96,
+}
+
+
+def _fetch(
+    records: int, *, codec: int, per_batch: int = 97, has_headers: Any = HEADERS["every 5th"]
+) -> bytes:
+    """Bytes of a fetch response's records: batches of ``per_batch``, offsets from 0;
+    record ``n`` has headers where ``has_headers(n)``."""
     out = bytearray()
     for base in range(0, records, per_batch):
         builder = DefaultRecordBatchBuilder(
@@ -43,7 +56,7 @@ def _fetch(records: int, *, codec: int, per_batch: int = 97) -> bytes:
                 timestamp=1_700_000_000_000 + n * 37,
                 key=None if n % 7 == 0 else b"k%d" % n,
                 value=None if n % 11 == 0 else (b"" if n % 13 == 0 else b"v%d-" % n * (n % 40)),
-                headers=[("h", b"%d" % n), ("none", None)] if n % 5 == 0 else [],
+                headers=[("h", b"%d" % n), ("none", None)] if has_headers(n) else [],
             )
         batch = bytearray(builder.build())
         struct.pack_into(">q", batch, 0, base)
@@ -53,8 +66,9 @@ def _fetch(records: int, *, codec: int, per_batch: int = 97) -> bytes:
 
 @pytest.mark.parametrize("codec", list(CODECS))
 @pytest.mark.parametrize("fetch_offset", [0, 150])
-def test_columns_equal_kafka_pythons_records(codec: str, fetch_offset: int) -> None:
-    data = _fetch(1000, codec=CODECS[codec])
+@pytest.mark.parametrize("headers", list(HEADERS))
+def test_columns_equal_kafka_pythons_records(codec: str, fetch_offset: int, headers: str) -> None:
+    data = _fetch(1000, codec=CODECS[codec], has_headers=HEADERS[headers])
     tp = TopicPartition("t", 0)
     old = Fetcher.PartitionRecords(fetch_offset, tp, MemoryRecords(data))
     records = old.take(None)

@@ -58,18 +58,21 @@ class RecordColumns:
     ``key_pos``/``key_len`` (and ``value_*``) locate each key in ``buffer``; a length of
     -1 is a null key. A record's headers stay encoded in ``buffer`` as Kafka wrote them
     (v2: count, then key and value per header): ``header_index`` lists the records that
-    have any (ascending), ``header_pos``/``header_len`` where their encoded headers lie.
+    have any (ascending), ``header_len`` how long their encoded headers are, and
+    :attr:`header_pos` where they start: right after the value (Kafka's record layout, and
+    :meth:`from_records`'), so it is worked out from the value columns, not stored: the
+    decoder appends two numbers per record with headers, not three.
     Parsed on demand: per distinct encoding (:mod:`spark_chkpt.kafka.source.records`,
     where every record of one upstream attempt shares one), or per record
     (:attr:`headers`, for the few that need objects).
     """
 
     __slots__ = (
+        "_header_pos",
         "buffer",
         "codes",
         "header_index",
         "header_len",
-        "header_pos",
         "key_len",
         "key_pos",
         "offsets",
@@ -91,7 +94,6 @@ class RecordColumns:
         value_pos: list[int],
         value_len: list[int],
         header_index: Sequence[int] | None = None,
-        header_pos: list[int] | None = None,
         header_len: list[int] | None = None,
     ) -> None:
         self.buffer = buffer
@@ -102,7 +104,7 @@ class RecordColumns:
         self.key_len = key_len
         self.value_pos = value_pos
         self.value_len = value_len
-        self.header_pos = header_pos if header_pos is not None else []
+        self._header_pos: Any = None  # worked out on first use (header_pos)
         self.header_len = header_len if header_len is not None else []
         # Every record has headers (a barrier topic's): a range, no list to renumber.
         index = header_index if header_index is not None else []
@@ -133,13 +135,30 @@ class RecordColumns:
         return isinstance(self.header_index, range)
 
     @property
+    def header_pos(self) -> Any:
+        """Where each record with headers has them in ``buffer`` (a numpy int64 array,
+        in ``header_index`` order): right after its value."""
+        if self._header_pos is None:
+            import numpy as np
+
+            value_pos = np.asarray(self.value_pos, dtype=np.int64)
+            value_len = np.asarray(self.value_len, dtype=np.int64)
+            if not self.dense_headers:
+                picked = np.asarray(self.header_index, dtype=np.int64)
+                value_pos, value_len = value_pos[picked], value_len[picked]
+            self._header_pos = value_pos + np.maximum(value_len, 0)
+        return self._header_pos
+
+    @property
     def headers(self) -> dict[int, list[tuple[str, bytes | None]]]:
         """Each record with headers (by index) and its headers, parsed: one object per
         record, for the few callers that need them."""
         buf = self.buffer
         return {
             i: parse_headers(buf, p, p + n)
-            for i, p, n in zip(self.header_index, self.header_pos, self.header_len, strict=True)
+            for i, p, n in zip(
+                self.header_index, self.header_pos.tolist(), self.header_len, strict=True
+            )
         }
 
     def slice(self, start: int, stop: int) -> RecordColumns:
@@ -163,7 +182,6 @@ class RecordColumns:
                 if start
                 else index[lo:hi]
             ),
-            header_pos=self.header_pos[lo:hi],
             header_len=self.header_len[lo:hi],
         )
         if self.codes is not None:
@@ -207,7 +225,6 @@ class RecordColumns:
             value_pos=pick(self.value_pos),
             value_len=pick(self.value_len),
             header_index=renumbered.tolist(),
-            header_pos=np.asarray(self.header_pos, dtype=np.int64)[kept_spans].tolist(),
             header_len=np.asarray(self.header_len, dtype=np.int64)[kept_spans].tolist(),
         )
         if self.codes is not None:
@@ -223,7 +240,7 @@ class RecordColumns:
         at = bisect.bisect_left(self.header_index, index)
         if at == len(self.header_index) or self.header_index[at] != index:
             return None
-        pos = self.header_pos[at]
+        pos = int(self.header_pos[at])
         return parse_headers(self.buffer, pos, pos + self.header_len[at])
 
     def record(self, index: int) -> Record:
@@ -249,7 +266,6 @@ class RecordColumns:
         value_pos: list[int] = []
         value_len: list[int] = []
         header_index: list[int] = []
-        header_pos: list[int] = []
         header_len: list[int] = []
         for i, r in enumerate(records):
             for data, positions, lengths in (
@@ -264,8 +280,7 @@ class RecordColumns:
                     buffer += data
             if r.headers:
                 encoded = encode_headers(r.headers)
-                header_index.append(i)
-                header_pos.append(len(buffer))
+                header_index.append(i)  # at len(buffer): right after the value
                 header_len.append(len(encoded))
                 buffer += encoded
         return cls(
@@ -278,7 +293,6 @@ class RecordColumns:
             value_pos=value_pos,
             value_len=value_len,
             header_index=header_index,
-            header_pos=header_pos,
             header_len=header_len,
         )
 
@@ -330,7 +344,6 @@ def _join(run: list[RecordColumns], np: Any) -> RecordColumns:
         value_pos=_cat(part.value_pos for part in run),
         value_len=_cat(part.value_len for part in run),
         header_index=header_index,
-        header_pos=_cat(part.header_pos for part in run),
         header_len=_cat(part.header_len for part in run),
     )
     if all(part.codes is not None for part in run) and all(
@@ -433,77 +446,105 @@ def decode_records(
     key_len_append = cols.key_len.append
     value_pos_append = cols.value_pos.append
     value_len_append = cols.value_len.append
-    header_index_append = cols.header_index.append
-    header_pos_append = cols.header_pos.append
     header_len_append = cols.header_len.append
     varint = _varint
-    index = len(cols.offsets)
-    for _ in range(count):
-        # Length => varint; Attributes => int8 (unused)
-        b = buf[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
+    first = len(cols.offsets)
+    first_header = len(cols.header_len)
+    try:
+        for _ in range(count):
+            # Length => varint; Attributes => int8 (unused)
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = varint(buf, pos)
+            end = pos + length
             pos += 1
-        else:
-            length, pos = varint(buf, pos)
-        end = pos + length
-        pos += 1
-        # TimestampDelta => varlong
-        b = buf[pos]
-        if b < 0x80:
-            delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            delta, pos = varint(buf, pos)
-        timestamps_append(first_timestamp + delta if append_time is None else append_time)
-        # OffsetDelta => varint
-        b = buf[pos]
-        if b < 0x80:
-            delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            delta, pos = varint(buf, pos)
-        offsets_append(base_offset + delta)
-        # Key => varint length, bytes (-1: null)
-        b = buf[pos]
-        if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            n, pos = varint(buf, pos)
-        key_pos_append(pos + base)
-        key_len_append(n)
-        if n > 0:
-            pos += n
-        # Value => varint length, bytes (-1: null)
-        b = buf[pos]
-        if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            n, pos = varint(buf, pos)
-        value_pos_append(pos + base)
-        value_len_append(n)
-        if n > 0:
-            pos += n
-        # Headers => varint count, [key string, value bytes]: where they lie, parsed later
-        # (parse_headers checks they fill the rest of the record)
-        if buf[pos] == 0:
-            pos += 1
-        else:
-            header_index_append(index)
-            header_pos_append(pos + base)
-            header_len_append(end - pos)
-            pos = end
-        if pos != end:
-            from kafka.errors import CorruptRecordError
+            # TimestampDelta => varlong
+            b = buf[pos]
+            if b < 0x80:
+                delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                delta, pos = varint(buf, pos)
+            timestamps_append(first_timestamp + delta if append_time is None else append_time)
+            # OffsetDelta => varint
+            b = buf[pos]
+            if b < 0x80:
+                delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                delta, pos = varint(buf, pos)
+            offsets_append(base_offset + delta)
+            # Key => varint length, bytes (-1: null)
+            b = buf[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = varint(buf, pos)
+            key_pos_append(pos + base)
+            key_len_append(n)
+            if n > 0:
+                pos += n
+            # Value => varint length, bytes (-1: null)
+            b = buf[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = varint(buf, pos)
+            value_pos_append(pos + base)
+            value_len_append(n)
+            if n > 0:
+                pos += n
+            # Headers => varint count, [key string, value bytes]: where they lie, parsed later
+            # (parse_headers checks they fill the rest of the record)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                header_len_append(end - pos)  # where they start: after the value (header_pos)
+                pos = end
+            if pos != end:
+                from kafka.errors import CorruptRecordError
 
-            raise CorruptRecordError(
-                f"Invalid record size: expected to read {length} bytes in record payload, "
-                f"but instead read {length + pos - end}"
-            )
-        index += 1
+                raise CorruptRecordError(
+                    f"Invalid record size: expected to read {length} bytes in record payload, "
+                    f"but instead read {length + pos - end}"
+                )
+    finally:
+        _index_headers(cols, buf, base=base, first=first, first_header=first_header)
     return pos
+
+
+def _index_headers(
+    cols: ColumnsBuilder, buf: bytes | bytearray, *, base: int, first: int, first_header: int
+) -> None:
+    """Extend ``header_index`` with the records of one record batch, from ``first``, that
+    have headers: the decoder appended only their ``header_len`` (from ``first_header``).
+    All of them (a barrier topic's batch) or none is the common case and costs one call;
+    a batch of both finds them by the header count byte after each value (0: none), in
+    numpy. Also after a record that failed to decode, so the two lists stay in step."""
+    done = len(cols.value_len) - first  # records that got as far as their value
+    added = len(cols.header_len) - first_header
+    if added == 0 or done <= 0:
+        del cols.header_len[first_header:]
+        return
+    if added == done:
+        cols.header_index.extend(range(first, first + done))
+        return
+    import numpy as np
+
+    starts = np.asarray(cols.value_pos[first : first + done], dtype=np.int64) - base
+    starts += np.maximum(np.asarray(cols.value_len[first : first + done], dtype=np.int64), 0)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    inside = starts < len(data)
+    flagged = np.zeros(done, dtype=np.bool_)
+    flagged[inside] = data[starts[inside]] != 0
+    found = (np.flatnonzero(flagged) + first)[:added].tolist()
+    cols.header_index.extend(found)
+    del cols.header_len[first_header + len(found) :]
 
 
 def parse_headers(buf: bytes | bytearray, pos: int, end: int) -> list[tuple[str, bytes | None]]:
@@ -574,7 +615,6 @@ class ColumnsBuilder:
         self.value_pos: list[int] = []
         self.value_len: list[int] = []
         self.header_index: list[int] = []
-        self.header_pos: list[int] = []
         self.header_len: list[int] = []
 
     def add_part(self, data: bytes | bytearray) -> int:
@@ -594,7 +634,6 @@ class ColumnsBuilder:
         self.value_pos += [p + base for p in columns.value_pos]
         self.value_len += columns.value_len
         self.header_index += [i + start for i in columns.header_index]
-        self.header_pos += [p + base for p in columns.header_pos]
         self.header_len += columns.header_len
 
     def truncate(self) -> None:
@@ -612,7 +651,7 @@ class ColumnsBuilder:
         for column in lists:
             del column[keep:]
         spans = bisect.bisect_left(self.header_index, keep)
-        for column in (self.header_index, self.header_pos, self.header_len):
+        for column in (self.header_index, self.header_len):
             del column[spans:]
 
     def build(self) -> RecordColumns:
@@ -628,6 +667,5 @@ class ColumnsBuilder:
             value_pos=self.value_pos,
             value_len=self.value_len,
             header_index=self.header_index,
-            header_pos=self.header_pos,
             header_len=self.header_len,
         )
