@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
 from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records
-from spark_chkpt.kafka.client.fetcher_hook import set_columnar
+from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping, set_columnar
 from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
 from spark_chkpt.offsets import TopicPartition
 
@@ -88,6 +88,9 @@ class KafkaPythonConsumer:
         self._consumer = KafkaConsumer(**settings)
         self._tps: dict[Any, TopicPartition] = {}
         self._columnar = False
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        if fetcher is not None:
+            drain_before_sleeping(fetcher)
 
     def set_columnar(self, *, on: bool) -> bool:
         """Poll :class:`~spark_chkpt.kafka.client.columnar.RecordColumns` instead of
