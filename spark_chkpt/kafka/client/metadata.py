@@ -75,3 +75,22 @@ def list_offsets(consumer: Any, ktps: Sequence[Any], request: Callable[[], _T]) 
     except KeyError:
         know_leaders(consumer, ktps, refresh=True)
         return request()
+
+
+# A driver-side kafka-python client's spacing of metadata refreshes (see below).
+PROBE_RETRY_BACKOFF_MS = 10
+
+
+def space_refreshes(consumer: Any, *, retry_backoff_ms: int | None = None) -> None:
+    """Let a kafka-python consumer that asks for fresh metadata every call get it now.
+
+    kafka-python spaces metadata refreshes by its cluster metadata's ``retry_backoff_ms``,
+    which keeps 100 ms whatever the consumer is given (3.0.12 does not pass it on). A
+    driver-side client that refreshes on every planning call (the offset probe, a
+    control topic's reader) waited about 100 ms each time. ``retry_backoff_ms``: the
+    user's ``kafka.retry.backoff.ms``, else :data:`PROBE_RETRY_BACKOFF_MS`."""
+    cluster = getattr(consumer, "_cluster", None)
+    if isinstance(getattr(cluster, "config", None), dict):
+        cluster.config["retry_backoff_ms"] = (  # type: ignore[union-attr]
+            PROBE_RETRY_BACKOFF_MS if retry_backoff_ms is None else retry_backoff_ms
+        )

@@ -16,6 +16,8 @@ from spark_chkpt.alignment.barrier import CONTROL_PREFIX, IndexEntry
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ControlTopicConfigError
+from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping
+from spark_chkpt.kafka.client.metadata import space_refreshes
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,11 @@ class ControlTopic(BarrierIndex):
                 "fetch_max_wait_ms": 50,
             }
             self._consumer = KafkaConsumer(**settings)
+            # Each refresh asks whether the control topic exists (a metadata request):
+            # about 100 ms each, per downstream batch, before space_refreshes. And it
+            # polls to the end it asked for: no sleep with the answer in hand.
+            space_refreshes(self._consumer, retry_backoff_ms=settings.get("retry_backoff_ms"))
+            drain_before_sleeping(self._consumer._fetcher)
         return self._consumer
 
     def close(self) -> None:

@@ -32,14 +32,13 @@ from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
-from spark_chkpt.kafka.client.metadata import list_offsets
+from spark_chkpt.kafka.client.metadata import list_offsets, space_refreshes
 from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
 
 _PROBE_SECONDS = 2.0
-PROBE_RETRY_BACKOFF_MS = 10  # the driver's probe consumer: see OffsetReader.consumer
 
 
 def _ktp(tp: TopicPartition) -> Any:
@@ -93,17 +92,10 @@ class OffsetReader:
             # (500 ms by default) would delay the offset requests queued behind it.
             settings["fetch_max_wait_ms"] = 10
             self._consumer = KafkaConsumer(**settings)
-            # kafka-python spaces metadata refreshes by its cluster metadata's
-            # retry_backoff_ms, which keeps 100 ms whatever the consumer is given (3.0.12
-            # does not pass it on), and every planning call asks for fresh metadata: a
-            # query's initialOffset, prepareForTriggerAvailableNow and first
-            # latestOffset, made back to back, each waited about 100 ms. 10 ms here,
-            # or kafka.retry.backoff.ms if the user set it.
-            cluster = getattr(self._consumer, "_cluster", None)
-            if isinstance(getattr(cluster, "config", None), dict):
-                cluster.config["retry_backoff_ms"] = settings.get(  # type: ignore[union-attr]
-                    "retry_backoff_ms", PROBE_RETRY_BACKOFF_MS
-                )
+            # Every planning call asks for fresh metadata: a query's initialOffset,
+            # prepareForTriggerAvailableNow and first latestOffset, back to back, each
+            # waited about 100 ms before (space_refreshes).
+            space_refreshes(self._consumer, retry_backoff_ms=settings.get("retry_backoff_ms"))
         return self._consumer
 
     def close(self) -> None:
