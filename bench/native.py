@@ -7,6 +7,12 @@
 (nk) Kafka → Kafka: ``format("kafka")`` → ``format("kafka")`` copying key and value,
     at least once (Spark's Kafka sink has no transactions); compared with the chkpt-kafka
     → chkpt-kafka copy (exactly once, with barriers) of the same run.
+(nj) the JVM write path's bound (issue 40): ``chkpt-kafka``'s source → Spark's
+    ``format("kafka")`` sink, every record tagged with its task attempt as the barrier
+    protocol needs (a ``chkpt.attempt`` header computed by a pandas UDF from the task's
+    attempt id: the JVM has no expression for it) but no barrier, control topic or
+    driver commit. What a ``foreachBatch`` writer on Spark's Kafka writer could reach at
+    best, against the chkpt-kafka sink's Python path; at least once as it stands.
 
 Both need the session to have the connectors' jars (``make setup``). Each run checks
 what it wrote: (n)'s table must hold every record once, (nk)'s topic at least every
@@ -34,6 +40,8 @@ class NativeRuns:
     kafka_to_delta_batches: int
     kafka_to_kafka_s: float
     kafka_to_kafka_rows: int  # what the copy holds: >= records (at least once)
+    jvm_path_s: float | None = None  # (nj); None in runs from before it existed
+    jvm_path_rows: int | None = None
 
 
 def _native_settings(kafka_settings: dict[str, str]) -> dict[str, str]:
@@ -116,6 +124,71 @@ def kafka_to_kafka(
     return seconds, rows
 
 
+def jvm_path(
+    *,
+    spark: Any,
+    servers: str,
+    topic: str,
+    records: int,
+    partitions: int,
+    per_trigger: int,
+    workdir: Path,
+    name: str,
+    source_client: str,
+) -> tuple[float, int]:
+    """(nj): seconds and the rows the copy holds; raises if it holds fewer than
+    ``records``."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
+    from spark_chkpt.kafka.client.topics import create_topic
+
+    @F.pandas_udf("binary")  # type: ignore[call-overload]
+    def attempt_tag(rows: pd.Series) -> pd.Series:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        tag = f"{context.stageId()}-{context.taskAttemptId()}".encode() if context else b"-"
+        return pd.Series([tag] * len(rows))
+
+    out = f"bench-{name}-out"
+    create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
+    header = F.struct(F.lit(ATTEMPT_HEADER).alias("key"), attempt_tag(F.lit(1)).alias("value"))
+    query = (
+        spark.readStream.format("chkpt-kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+        .option("kafka.client", source_client)
+        .load()
+        .select("key", "value", F.array(header).alias("headers"))
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("topic", out)
+        .option("checkpointLocation", str(workdir / f"chk-{name}"))
+        .queryName(f"bench_{name}")
+        .trigger(availableNow=True)
+    )
+    started = time.monotonic()
+    running = query.start()
+    running.awaitTermination()
+    seconds = time.monotonic() - started
+    if running.exception() is not None:
+        raise RuntimeError(f"JVM path bound ({name}) failed: {running.exception()}")
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", out)
+        .load()
+        .count()
+    )
+    if rows < records:
+        raise RuntimeError(f"JVM path bound ({name}) copied {rows} of {records} records")
+    return seconds, rows
+
+
 def measure(
     *,
     spark: Any,
@@ -149,11 +222,25 @@ def measure(
         workdir=workdir,
         name="nk",
     )
+    copy = {
+        "spark": spark,
+        "servers": servers,
+        "topic": topic,
+        "records": records,
+        "partitions": partitions,
+        "per_trigger": per_trigger,
+        "workdir": workdir,
+        "source_client": kafka_settings.get("source.kafka.client", "kafka-python"),
+    }
+    jvm_path(**copy, name="nj-warmup")  # the pandas UDF's worker and imports
+    jvm_s, jvm_rows = jvm_path(**copy, name="nj")
     return NativeRuns(
         kafka_to_delta_s=delta_s,
         kafka_to_delta_batches=batches,
         kafka_to_kafka_s=k2k_s,
         kafka_to_kafka_rows=rows,
+        jvm_path_s=jvm_s,
+        jvm_path_rows=jvm_rows,
     )
 
 
@@ -166,6 +253,10 @@ def ratios(result: Any) -> None:
     if result.kafka_to_kafka:
         fastest = min(k2k["upstream_s"] for k2k in result.kafka_to_kafka)
         result.ratios["k2k/nk"] = round(native["kafka_to_kafka_s"] / fastest, 3)
+        if native.get("jvm_path_s"):
+            result.ratios["k2k/nj"] = round(native["jvm_path_s"] / fastest, 3)
+    if native.get("jvm_path_s"):
+        result.ratios["nj/nk"] = round(native["kafka_to_kafka_s"] / native["jvm_path_s"], 3)
 
 
 def report_lines(result: Any) -> list[str]:
@@ -186,4 +277,21 @@ def report_lines(result: Any) -> list[str]:
         )
         + f"   (n) {native['kafka_to_delta_batches']} batches, (nk) copied "
         f"{native['kafka_to_kafka_rows']:,} rows",
+        *_jvm_path_lines(result),
+    ]
+
+
+def _jvm_path_lines(result: Any) -> list[str]:
+    nj = result.native.get("jvm_path_s")
+    if not nj:
+        return []
+    return [
+        f"{'(nj) chkpt source -> Spark kafka sink, tagged':<50}{nj:>9.2f}"
+        f"{round(result.records / nj):>12,}",
+        f"the JVM write path's bound: (nj)/(nk) = {result.ratios['nj/nk']:.2f}"
+        + (
+            f"   chkpt k2k / (nj) = {result.ratios['k2k/nj']:.2f}"
+            if "k2k/nj" in result.ratios
+            else ""
+        ),
     ]
