@@ -138,23 +138,16 @@ def jvm_path(
 ) -> tuple[float, int]:
     """(nj): seconds and the rows the copy holds; raises if it holds fewer than
     ``records``."""
-    import pandas as pd
     from pyspark.sql import functions as F
 
+    from bench.attempt_tag import attempt_tag
     from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
     from spark_chkpt.kafka.client.topics import create_topic
 
-    @F.pandas_udf("binary")  # type: ignore[call-overload]
-    def attempt_tag(rows: pd.Series) -> pd.Series:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        tag = f"{context.stageId()}-{context.taskAttemptId()}".encode() if context else b"-"
-        return pd.Series([tag] * len(rows))
-
+    tag = F.pandas_udf(attempt_tag, "binary")  # type: ignore[call-overload]
     out = f"bench-{name}-out"
     create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
-    header = F.struct(F.lit(ATTEMPT_HEADER).alias("key"), attempt_tag(F.lit(1)).alias("value"))
+    header = F.struct(F.lit(ATTEMPT_HEADER).alias("key"), tag(F.lit(1)).alias("value"))
     query = (
         spark.readStream.format("chkpt-kafka")
         .option("kafka.bootstrap.servers", servers)
