@@ -106,3 +106,41 @@ def test_a_refresh_returns_every_entry_acknowledged_before_it_started() -> None:
     log.append(_complete(1))  # acknowledged by the broker before the next refresh
     consumer._highwater = 1  # what the consumer remembers of its last fetch
     assert [e.snapshot_id for e in index.refresh()] == [1]
+
+
+class _Cluster:
+    def __init__(self, topics: set[str]) -> None:
+        self._topics = topics
+
+    def topics(self) -> set[str]:
+        return set(self._topics)
+
+
+def test_a_refresh_on_fresh_metadata_asks_no_metadata_again() -> None:
+    """The sink's commit checks the data topic's id (a metadata request) right before
+    it reads the index: the read then takes whether the control topic exists from that
+    metadata instead of asking again (about 11 ms a request: kafka-python spaces them).
+    Without the flag it still asks; a control topic the metadata lacks reads nothing."""
+    log = [_complete(0)]
+    index = control_topic.ControlTopic(
+        bootstrap_servers="b:9092", control_topic="__chkpt.t", data_topic="t"
+    )
+    consumer = _StaleConsumer(log, stale_highwater=None)
+    asked: list[str] = []
+    topics = consumer.topics
+
+    def asking() -> set[str]:
+        asked.append("metadata")
+        return topics()
+
+    consumer.topics = asking  # type: ignore[method-assign]
+    consumer._cluster = _Cluster({"__chkpt.t"})  # type: ignore[attr-defined]
+    index._consumer = consumer
+    assert [e.snapshot_id for e in index.refresh(metadata_fresh=True)] == [0]
+    assert asked == []
+    log.append(_complete(1))
+    assert [e.snapshot_id for e in index.refresh()] == [1]
+    assert asked == ["metadata"]
+    consumer._cluster = _Cluster(set())  # type: ignore[attr-defined]
+    log.append(_complete(2))
+    assert index.refresh(metadata_fresh=True) == []

@@ -157,7 +157,7 @@ class Crash(Exception):
 def producer(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProducer]:
     fake = FakeProducer()
 
-    def index(self: KafkaCoordinator, topic: str) -> FakeIndex:
+    def index(self: KafkaCoordinator, topic: str, batch: Any = None) -> FakeIndex:
         control = self.config.control_topic or control_topic_for(topic)
         return FakeIndex(fake, control_topic=control, data_topic=topic)
 
@@ -618,3 +618,41 @@ def test_a_writer_of_an_older_generation_is_fenced_before_any_entry_or_barrier(
     assert "generation 0" in str(info.value) and "generation 2" in str(info.value)
     assert kinds(producer) == written  # no entry, no barrier
     assert old.stored(1) is None
+
+
+def test_one_commit_checks_each_topics_id_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence and the check for an earlier commit both read the index, milliseconds
+    apart in one commit: the topic's id (a metadata request, about 11 ms) is checked by
+    the first read, whose metadata also tells whether the control topic exists; the
+    second read only reads on. The next commit checks the id again (red before: two
+    checks and two more metadata requests per commit)."""
+    from spark_chkpt.kafka.client.pool import ClientCache
+    from spark_chkpt.kafka.sink.committer import KafkaBatch
+
+    calls: list[str] = []
+
+    class Index:
+        def __init__(self, **_: Any) -> None:
+            self.topic_id: str | None = None
+
+        def current_topic_id(self) -> str:
+            calls.append("id")
+            return "id-1"
+
+        def refresh(self, *, metadata_fresh: bool = False) -> list[IndexEntry]:
+            calls.append("read on fresh metadata" if metadata_fresh else "read")
+            return []
+
+    monkeypatch.setattr(kafka_coordinator, "ControlTopic", Index)
+    monkeypatch.setattr(kafka_coordinator, "ensure_control_topic", lambda **_: None)
+    monkeypatch.setattr(kafka_coordinator, "_INDEXES", ClientCache(close=lambda _: None))
+    coordinator = Query(tmp_path).coordinator()
+    first = KafkaBatch(batch_id=0)
+    coordinator._index(TOPIC, first)  # built: its id read
+    coordinator._index(TOPIC, first)
+    assert calls == ["id", "read on fresh metadata", "read"]
+    calls.clear()
+    coordinator._index(TOPIC, KafkaBatch(batch_id=1))  # cached: the stale check asks
+    assert calls == ["id", "read on fresh metadata"]

@@ -152,12 +152,21 @@ class ControlTopic(BarrierIndex):
         consumer = self._client()
         return self.control_topic in consumer.topics()
 
-    def refresh(self) -> list[IndexEntry]:
-        """Read entries appended since the last call; returns the new ones."""
+    def refresh(self, *, metadata_fresh: bool = False) -> list[IndexEntry]:
+        """Read entries appended since the last call; returns the new ones.
+
+        ``metadata_fresh``: this reader's metadata was fetched a moment ago
+        (:meth:`current_topic_id`), so whether the control topic exists is taken from it
+        instead of from one more metadata request."""
         from kafka import TopicPartition
 
         consumer = self._client()
-        if self.control_topic not in consumer.topics():
+        cluster = getattr(consumer, "_cluster", None)
+        if metadata_fresh and cluster is not None:
+            topics = set(cluster.topics())
+        else:
+            topics = consumer.topics()  # a metadata request, sent now
+        if self.control_topic not in topics:
             return []
         tp = TopicPartition(self.control_topic, 0)
         consumer.assign([tp])

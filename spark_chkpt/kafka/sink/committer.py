@@ -70,6 +70,7 @@ class KafkaBatch(Batch):
     pending: list[tuple[str, ControlTopic, IndexEntry | None]] = field(default_factory=list)
     completed: dict[str, IndexEntry] = field(default_factory=dict)  # topic -> complete entry
     transactions: Any = None  # the TransactionClient of this commit (transactions only)
+    indexes: dict[str, ControlTopic] = field(default_factory=dict)  # read in this commit
 
 
 class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
@@ -110,9 +111,19 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
         return _BARRIER_PRODUCERS.get(barrier_producer_key(self.config), build=build)
 
-    def _index(self, topic: str) -> ControlTopic:
+    def _index(self, topic: str, batch: KafkaBatch | None = None) -> ControlTopic:
+        """``topic``'s control topic, read to its end. Within one commit (``batch``) the
+        topic's id is checked once: the fence and the check for an earlier commit of the
+        batch both read the index, milliseconds apart, and each metadata request of the
+        reader costs about 11 ms (kafka-python spaces them)."""
+        if batch is not None and topic in batch.indexes:
+            index = batch.indexes[topic]
+            index.refresh()
+            return index
         control = self.config.control_topic or control_topic_for(topic)
         key = (self.config.bootstrap_servers, control, topic)
+        # First: the reader's metadata below is then fetched after the topic exists.
+        ensure_control_topic(bootstrap_servers=self.config.bootstrap_servers, name=control)
 
         def build() -> ControlTopic:
             index = ControlTopic(
@@ -127,8 +138,11 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         index = _INDEXES.get(
             key, build=build, stale=lambda cached: cached.current_topic_id() != cached.topic_id
         )
-        ensure_control_topic(bootstrap_servers=self.config.bootstrap_servers, name=control)
-        index.refresh()
+        # Either call above fetched the metadata just now (current_topic_id): the read
+        # takes from it whether the control topic exists instead of asking again.
+        index.refresh(metadata_fresh=True)
+        if batch is not None:
+            batch.indexes[topic] = index
         return index
 
     # -- the hooks of SnapshotCoordinator.commit -------------------------------------------
@@ -148,7 +162,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         found = [
             e.generation
             for topic in batch.topics
-            for e in self._index(topic).entries
+            for e in self._index(topic, batch).entries
             if e.app_id == self.app_id
         ]
         return max(found, default=None)
@@ -167,7 +181,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         snapshot N confirms. Done when every topic is."""
         app, batch_id = self.app_id, batch.batch_id
         for topic in batch.topics:
-            index = self._index(topic)
+            index = self._index(topic, batch)
             complete = index.first(app_id=app, snapshot_id=batch_id, kind="complete")
             intent = open_intent(index, app_id=app, batch_id=batch_id)
             for entry in (intent, complete):
