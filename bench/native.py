@@ -89,7 +89,7 @@ def kafka_to_kafka(
 
     out = f"bench-{name}-out"
     create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
-    query = (
+    rows = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", topic)
@@ -97,7 +97,37 @@ def kafka_to_kafka(
         .option("maxOffsetsPerTrigger", str(per_trigger))
         .load()
         .select("key", "value")
-        .writeStream.format("kafka")
+    )
+    return _into_kafka_sink(
+        spark=spark,
+        rows=rows,
+        servers=servers,
+        out=out,
+        workdir=workdir,
+        name=name,
+        records=records,
+        what="native Kafka -> Kafka",
+        short=TANSU_NOTE,
+    )
+
+
+def _into_kafka_sink(
+    *,
+    spark: Any,
+    rows: Any,
+    servers: str,
+    out: str,
+    workdir: Path,
+    name: str,
+    records: int,
+    what: str,
+    short: str,
+) -> tuple[float, int]:
+    """Write the streaming ``rows`` into topic ``out`` with Spark's ``kafka`` sink
+    (``Trigger.AvailableNow``): the seconds, and the records ``out`` then holds; raises
+    if it holds fewer than ``records`` (``short``: the likely cause)."""
+    query = (
+        rows.writeStream.format("kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("topic", out)
         .option("checkpointLocation", str(workdir / f"chk-{name}"))
@@ -109,19 +139,17 @@ def kafka_to_kafka(
     running.awaitTermination()
     seconds = time.monotonic() - started
     if running.exception() is not None:
-        raise RuntimeError(f"native Kafka -> Kafka ({name}) failed: {running.exception()}")
-    rows = (
+        raise RuntimeError(f"{what} ({name}) failed: {running.exception()}")
+    copied = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", out)
         .load()
         .count()
     )
-    if rows < records:
-        raise RuntimeError(
-            f"native Kafka -> Kafka ({name}) copied {rows} of {records} records; {TANSU_NOTE}"
-        )
-    return seconds, rows
+    if copied < records:
+        raise RuntimeError(f"{what} ({name}) copied {copied} of {records} records; {short}")
+    return seconds, copied
 
 
 def jvm_path(
@@ -148,7 +176,7 @@ def jvm_path(
     out = f"bench-{name}-out"
     create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
     header = F.struct(F.lit(ATTEMPT_HEADER).alias("key"), tag(F.lit(1)).alias("value"))
-    query = (
+    rows = (
         spark.readStream.format("chkpt-kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", topic)
@@ -157,29 +185,18 @@ def jvm_path(
         .option("kafka.client", source_client)
         .load()
         .select("key", "value", F.array(header).alias("headers"))
-        .writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", servers)
-        .option("topic", out)
-        .option("checkpointLocation", str(workdir / f"chk-{name}"))
-        .queryName(f"bench_{name}")
-        .trigger(availableNow=True)
     )
-    started = time.monotonic()
-    running = query.start()
-    running.awaitTermination()
-    seconds = time.monotonic() - started
-    if running.exception() is not None:
-        raise RuntimeError(f"JVM path bound ({name}) failed: {running.exception()}")
-    rows = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", out)
-        .load()
-        .count()
+    return _into_kafka_sink(
+        spark=spark,
+        rows=rows,
+        servers=servers,
+        out=out,
+        workdir=workdir,
+        name=name,
+        records=records,
+        what="JVM path bound",
+        short="the chkpt-kafka source read fewer",
     )
-    if rows < records:
-        raise RuntimeError(f"JVM path bound ({name}) copied {rows} of {records} records")
-    return seconds, rows
 
 
 def measure(
