@@ -140,11 +140,14 @@ def entries(servers: str, topic: str) -> list[Any]:
         control.close()
 
 
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_killed_at_every_step_read_committed_consumer_exactly_once(
-    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], client: str
 ) -> None:
     """Stage A killed with SIGKILL at every fail point of the transactional commit, one
-    batch each, and a task retried (``local[2,2]``: in the run killed after batch 1's
+    batch each, and a task retried, on each sink client (librdkafka, the default, hands
+    its open transaction over differently: its id and epoch asked of the coordinator,
+    its producer let go without ``close()``) (``local[2,2]``: in the run killed after batch 1's
     intent, the first attempt of task 0 fails after its first records are in the broker,
     so the intent records the retry's transaction); a plain read_committed consumer of
     the output sees each event once, and none of the records of aborted attempts.
@@ -165,14 +168,21 @@ def test_killed_at_every_step_read_committed_consumer_exactly_once(
         ("after-complete@4", None),  # complete entry, no snapshot record
         ("in-write@5", None),  # the driver dies while task 0 has records in its open transaction
     ]  # after-snapshot takes the after-complete path (the batch is in the control topic)
+    options = (*TXN, f"kafka.client={client}")
     for point, fail_at in kills:
         master = "local[2,2]" if fail_at else "local[2]"
         done = run_a(
-            tmp_path, bootstrap_servers, topics, kill_at=point, fail_at=fail_at, master=master
+            tmp_path,
+            bootstrap_servers,
+            topics,
+            kill_at=point,
+            fail_at=fail_at,
+            master=master,
+            sink_options=options,
         )
         assert done.returncode == -signal.SIGKILL, (point, log.read_text()[-3000:])
     assert "fault injection: failing in-write of batch 1" in log.read_text()
-    done = run_a(tmp_path, bootstrap_servers, topics)  # recovers batch 5, the last
+    done = run_a(tmp_path, bootstrap_servers, topics, sink_options=options)  # batch 5
     assert done.returncode == 0, log.read_text()[-4000:]
 
     committed = read_all(bootstrap_servers, out, isolation="read_committed")
@@ -369,9 +379,10 @@ def test_broker_restart_while_tasks_produce_in_their_transactions(
     stalls there (``in-write``) until the restarted broker is ready; then the tasks
     produce the rest into the same transactions and flush.
 
-    What happens: neither a task retry nor a query restart. The tasks' kafka-python
-    producers reconnect; the transactions' state (producer id, epoch, partitions) is in
-    the broker's ``__transaction_state`` log and its producer state in the data logs,
+    What happens: neither a task retry nor a query restart. The tasks' producers
+    (librdkafka's, the sink's default client) reconnect; the transactions' state
+    (producer id, epoch, partitions) is in the broker's ``__transaction_state`` log and
+    its producer state in the data logs,
     both recovered when the broker starts, so the sends after the restart join the same
     open transactions, the driver's intent records them and its EndTxn commits them.
     A read_committed consumer sees each event once: batch 1's records produced before

@@ -1,17 +1,28 @@
 """The EndTxn client on the real Apache Kafka broker (no Spark): what the driver of
-``delivery=exactly-once-transactions`` relies on, as the broker answers it; and, in the
-tests' SparkSession, the mode refused at the start of a query when ``spark.speculation``
-is on."""
+``delivery=exactly-once-transactions`` relies on, as the broker answers it; the write
+tasks' transactional producers of both clients handing their open transactions to the
+driver (librdkafka's: its producer id and epoch asked of the coordinator, its producer
+let go without the ``close()`` that aborts); and, in the tests' SparkSession, the mode
+refused at the start of a query when ``spark.speculation`` is on."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from spark_chkpt.kafka.client.transactions import EndResult, TransactionClient
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.transactional import (
+    ConfluentTransactionalProducer,
+    KafkaPythonTransactionalProducer,
+    transactional_id,
+    transactional_producer,
+)
 
 
 def open_transaction(servers: str, topic: str, txn_id: str, values: list[bytes]) -> tuple[int, int]:
@@ -95,6 +106,121 @@ def test_aborting_twice_is_done(
     assert client.end(**ids, commit=False) is EndResult.DONE
     assert client.end(**ids, commit=True) is EndResult.INVALID_STATE
     assert committed_values(bootstrap_servers, topic) == []
+
+
+def _task_config(servers: str, topic: str, tmp_path: Path, client: str) -> KafkaSinkConfig:
+    return KafkaSinkConfig.from_options(
+        {
+            "kafka.bootstrap.servers": servers,
+            "topic": topic,
+            "checkpointLocation": str(tmp_path / "chk"),
+            "delivery": "exactly-once-transactions",
+            "kafka.client": client,
+        }
+    )
+
+
+def _values(start: int, n: int) -> pa.RecordBatch:
+    return pa.record_batch({"value": pa.array([f"v{i}".encode() for i in range(start, start + n)])})
+
+
+def _state_after(client: TransactionClient, txn_id: str, wait_s: float) -> str:
+    """The transaction's state once it has stayed the same for ``wait_s`` (an abort by
+    the producer's own destroy would have shown within 2 s)."""
+    time.sleep(wait_s)
+    return client.describe(transactional_id=txn_id)[0]
+
+
+@pytest.mark.parametrize("kind", ["confluent", "kafka-python"])
+def test_a_write_task_leaves_its_transaction_open_for_the_driver_on_either_client(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    client: TransactionClient,
+    kind: str,
+) -> None:
+    """A task attempt produces, finishes and is gone; its transaction stays open (a
+    read_committed reader sees nothing), with the producer id and epoch the task
+    returned, until the driver's EndTxn commits it. The next batch's task reuses the id.
+    On librdkafka ``close()`` aborts an open transaction (seen on this broker:
+    Ongoing, then CompleteAbort 2 s later): the task must destroy the producer instead,
+    and it asks the coordinator for the id and epoch librdkafka does not tell."""
+    topic = make_topic(partitions=1)
+    config = _task_config(bootstrap_servers, topic, tmp_path, kind)
+    expected = (
+        ConfluentTransactionalProducer if kind == "confluent" else KafkaPythonTransactionalProducer
+    )
+    committed: list[bytes] = []
+    for batch_id, (start, n) in enumerate([(0, 50), (50, 30)]):
+        producer = transactional_producer(
+            config=config, app_id="app", batch_id=batch_id, task=0, attempt_number=0
+        )
+        assert type(producer) is expected
+        producer.send(_values(start, n))
+        output = producer.finish()
+        del producer
+        assert output.rows == n and output.transaction is not None
+        txn_id, producer_id, epoch = output.transaction
+        assert txn_id == transactional_id(app_id="app", topic=topic, partition=0, attempt=0)
+        assert _state_after(client, txn_id, 3.0) == "Ongoing"
+        assert client.describe(transactional_id=txn_id)[1:] == (producer_id, epoch)
+        assert committed_values(bootstrap_servers, topic) == committed
+        assert client.end(**_ids(output.transaction), commit=True) is EndResult.DONE
+        committed += [f"v{i}".encode() for i in range(start, start + n)]
+        assert committed_values(bootstrap_servers, topic) == committed
+
+
+def _ids(transaction: tuple[str, int, int]) -> dict[str, Any]:
+    txn_id, producer_id, epoch = transaction
+    return {"transactional_id": txn_id, "producer_id": producer_id, "epoch": epoch}
+
+
+def test_a_failed_librdkafka_attempt_is_aborted_and_a_retry_fences_the_one_before(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    client: TransactionClient,
+) -> None:
+    """A failed attempt's producer is closed: its transaction is aborted at once (one
+    whose records never left the client has none on the broker: ``Empty``). A
+    retry (attempt 1) fences attempt 0's id, whose transaction a lost task left open;
+    only the retry's records are committed. A task with no rows hands over nothing."""
+    topic = make_topic(partitions=1)
+    config = _task_config(bootstrap_servers, topic, tmp_path, "confluent")
+
+    def attempt(number: int, batch_id: int = 0) -> Any:
+        return transactional_producer(
+            config=config, app_id="app", batch_id=batch_id, task=0, attempt_number=number
+        )
+
+    failed = attempt(0)
+    failed.send(_values(0, 10))
+    failed._flush_and_count()  # its records are in the broker, in its transaction
+    failed.close()  # what produce_all does when the task fails
+    slot_0 = failed.transactional_id
+    deadline = time.monotonic() + 30
+    while client.describe(transactional_id=slot_0)[0] != "CompleteAbort":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    lost = attempt(0)  # an attempt lost with its executor: its transaction stays open
+    lost.send(_values(100, 10))
+    lost._flush_and_count()
+    state, producer_id, epoch = client.describe(transactional_id=slot_0)
+    assert state == "Ongoing"
+    retry = attempt(1)  # InitProducerId on slot 0's id: its transaction aborted, epoch bumped
+    state, fenced_id, fenced_epoch = client.describe(transactional_id=slot_0)
+    assert state != "Ongoing" and (fenced_id, fenced_epoch) > (producer_id, epoch)
+    retry.send(_values(200, 5))
+    output = retry.finish()
+    assert output.transaction is not None and output.transaction[0] != slot_0
+    assert client.end(**_ids(output.transaction), commit=True) is EndResult.DONE
+    assert committed_values(bootstrap_servers, topic) == [f"v{i}".encode() for i in range(200, 205)]
+
+    empty = attempt(0, batch_id=1)
+    empty.send(_values(0, 0))
+    nothing = empty.finish()
+    assert (nothing.rows, nothing.transaction) == (0, None)
 
 
 def test_speculation_is_refused_at_start_naming_the_setting(

@@ -119,24 +119,40 @@ def test_a_client_chosen_in_the_environment_fails_like_the_option(
     assert info.value.option == "kafka.bootstrap.timeout.ms"
     monkeypatch.delenv("SPARK_CHKPT_KAFKA_SINK_CLIENT")
     monkeypatch.setenv("SPARK_CHKPT_KAFKA_CLIENT", "confluent")
-    with pytest.raises(ConfigError, match="produces with kafka-python") as info:
-        sink(TXN)
-    assert info.value.option == "kafka.client"
+    with pytest.raises(ConfigError, match="no librdkafka equivalent") as info:
+        sink(TXN, **{"kafka.bootstrap.timeout.ms": "5000"})
+    assert info.value.option == "kafka.bootstrap.timeout.ms"
 
 
-def test_transactions_produce_with_kafka_python_unless_confluent_was_chosen(
+def test_transactions_produce_with_librdkafka_by_default_and_kafka_python_when_chosen(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Transactions follow the sink's client like the other modes (they were on
+    kafka-python only, with a warning, until the write task could hand a librdkafka
+    transaction to the driver); the transaction timeout reaches librdkafka, and a
+    record's delivery timeout is at most that (librdkafka refuses a longer one)."""
     caplog.set_level(logging.WARNING)
     config = sink(TXN)
-    assert (config.client, config.transactional) == ("kafka-python", True)
-    (line,) = warnings(caplog)
-    assert "option 'delivery' = 'exactly-once-transactions'" in line and SILENCE in line
-    with pytest.raises(ConfigError, match="librdkafka cannot hand an open transaction"):
-        sink(TXN, **{"kafka.client": "confluent"})
-    caplog.clear()
-    assert sink(TXN, **{"kafka.client": "kafka-python"}).client == "kafka-python"
+    assert (config.client, config.transactional) == ("confluent", True)
     assert warnings(caplog) == []
+    assert config.librdkafka_settings is not None
+    assert config.librdkafka_settings["transaction.timeout.ms"] == config.transaction_timeout_ms
+    assert config.librdkafka_settings["message.timeout.ms"] == 120_000
+    short = sink(
+        TXN,
+        **{
+            "kafka.transaction.timeout.ms": "10000",
+            "maxBatchDuration": "4s",
+            "maxRestartTime": "5s",
+        },
+    )
+    assert short.librdkafka_settings is not None
+    assert short.librdkafka_settings["message.timeout.ms"] == 10_000
+    assert short.librdkafka_settings["socket.timeout.ms"] == 10_000
+    assert short.librdkafka_settings["request.timeout.ms"] == 30_000
+    assert sink(TXN, **{"kafka.client": "kafka-python"}).client == "kafka-python"
+    assert sink(SINK).librdkafka_settings is not None
+    assert "transaction.timeout.ms" not in (sink(SINK).librdkafka_settings or {})
 
 
 def test_without_confluent_kafka_an_unchosen_sink_client_is_kafka_python(

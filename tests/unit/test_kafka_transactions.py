@@ -66,7 +66,6 @@ def test_a_timeout_shorter_than_batch_plus_restart_is_refused_naming_the_options
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({**TXN, "kafka.client": "confluent"}, "kafka.client"),
         ({k: v for k, v in TXN.items() if k != "topic"}, "topic"),
         ({**BASE, "barriers": "false"}, "barriers"),
         ({**BASE, "delivery": "exactly-once"}, "delivery"),

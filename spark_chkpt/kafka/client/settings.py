@@ -349,6 +349,7 @@ _LIBRDKAFKA_PRODUCER_NAMES: dict[str, str | None] = {
     "request_timeout_ms": None,
     "delivery_timeout_ms": None,
     "max_block_ms": None,  # how long a full queue may block a write task (BufferError)
+    "transaction_timeout_ms": "transaction.timeout.ms",  # delivery=exactly-once-transactions
 }
 # librdkafka's upper bound for retries; kafka-python's default is float('inf').
 _MAX_RETRIES = 2_147_483_647
@@ -362,6 +363,10 @@ def librdkafka_producer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     timeouts become ``socket.timeout.ms`` / ``request.timeout.ms`` and
     ``message.timeout.ms`` with kafka-python's defaults, so a flush is bounded the same
     way for both clients. Keys are partitioned with murmur2, as kafka-python and Java do.
+    With a transaction timeout (``delivery=exactly-once-transactions``) a record's delivery
+    timeout and a socket's are at most that: librdkafka refuses longer ones for a
+    transactional producer, and a record delivered after its transaction was aborted is
+    of no use anyway.
     Raises :class:`ConfigError` naming the ``kafka.*`` option that has no equivalent.
     """
     config: dict[str, Any] = {"partitioner": "murmur2_random"}
@@ -373,7 +378,12 @@ def librdkafka_producer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if "retries" in config:
         config["retries"] = int(min(config["retries"], _MAX_RETRIES))
     request_ms = int(settings.get("request_timeout_ms", 30_000))
-    config["socket.timeout.ms"] = request_ms
+    delivery_ms = int(settings.get("delivery_timeout_ms", 120_000))
     config["request.timeout.ms"] = request_ms
-    config["message.timeout.ms"] = int(settings.get("delivery_timeout_ms", 120_000))
+    if "transaction_timeout_ms" in settings:
+        transaction_ms = int(settings["transaction_timeout_ms"])
+        request_ms = min(request_ms, transaction_ms)
+        delivery_ms = min(delivery_ms, transaction_ms)
+    config["socket.timeout.ms"] = request_ms
+    config["message.timeout.ms"] = delivery_ms
     return config

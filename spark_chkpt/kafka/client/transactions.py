@@ -3,7 +3,8 @@
 The ``chkpt-kafka`` sink's write tasks leave their transactions open; the driver ends
 them, as Flink's ``FlinkKafkaInternalProducer.resumeTransaction`` does, with the producer
 id and epoch the task returned. librdkafka has no such call; kafka-python's protocol
-classes do it here: ``FindCoordinator`` (key type 1, the transaction coordinator of the
+classes do it here (and ``DescribeTransactions``, for the producer id and epoch of a
+librdkafka producer): ``FindCoordinator`` (key type 1, the transaction coordinator of the
 id), ``EndTxn`` (v3 at most: the transaction protocol v1, whose producer epoch stays the
 same for the whole transaction) and ``InitProducerId`` (fencing: the coordinator aborts
 the id's open transaction and bumps its epoch).
@@ -150,6 +151,30 @@ class TransactionClient:
             f"EndTxn({'commit' if commit else 'abort'}) of transactional id "
             f"{transactional_id!r} (producer id {producer_id}, epoch {epoch}) failed: {name}"
         )
+
+    def describe(self, *, transactional_id: str, timeout_s: float = 60.0) -> tuple[str, int, int]:
+        """The state (``Ongoing``, ``CompleteCommit``, ...), producer id and epoch of
+        ``transactional_id``'s transaction as its coordinator knows them
+        (``DescribeTransactions``): how the driver learns a librdkafka producer's id and
+        epoch, which librdkafka does not tell."""
+        import kafka.errors as errors
+
+        deadline = Deadline.after(seconds=timeout_s)
+        while True:
+            try:
+                described = self._admin.describe_transactions([transactional_id])
+                found = described[transactional_id]
+                return found.state.value, int(found.producer_id), int(found.producer_epoch)
+            except (errors.KafkaError, OSError) as e:
+                name = type(e).__name__
+                if name not in _RETRIED or deadline.expired():
+                    raise BrokerError(
+                        f"DescribeTransactions of transactional id {transactional_id!r} "
+                        f"failed: {name}: {e}"
+                    ) from e
+                if name in ("NotCoordinatorError", "CoordinatorNotAvailableError"):
+                    self._forget_coordinator(transactional_id)
+                time.sleep(0.05)
 
     def fence(
         self, *, transactional_id: str, transaction_timeout_ms: int, timeout_s: float = 60.0

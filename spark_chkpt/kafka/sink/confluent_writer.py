@@ -46,7 +46,14 @@ Headers = list[tuple[str, str | bytes | None]]  # what produce() takes
 class ConfluentProducer:
     """:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` on confluent-kafka's ``Producer``."""
 
-    def __init__(self, *, config: KafkaSinkConfig, batch_id: int | None, task: int) -> None:
+    def __init__(
+        self,
+        *,
+        config: KafkaSinkConfig,
+        batch_id: int | None,
+        task: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         try:
             import confluent_kafka
         except ImportError as e:  # the driver checked; a worker may still lack it
@@ -70,6 +77,7 @@ class ConfluentProducer:
                 "on_delivery": self._delivery_callback(),
                 "error_cb": self._on_error,
                 "logger": log,
+                **(extra or {}),
             }
         )
 
@@ -201,6 +209,12 @@ class ConfluentProducer:
         )
 
     def finish(self) -> ProducedOutput:
+        self._flush_and_count()
+        self._close()
+        return self.output
+
+    def _flush_and_count(self) -> None:
+        """Wait for every record's acknowledgement; the output's counts."""
         seconds = delivery_timeout_s(self.config.producer_settings)
         left = self._producer.flush(seconds)
         self._raise_if_failed()
@@ -214,8 +228,6 @@ class ConfluentProducer:
         if self.config.topic and self._per_partition:
             counts[self.config.topic] = dict(self._per_partition)
         self.output.counts = counts
-        self._close()
-        return self.output
 
     def close(self) -> None:
         try:

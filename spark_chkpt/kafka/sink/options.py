@@ -135,44 +135,33 @@ def _parse_delivery(
     return delivery, barriers, batch_ms, restart_ms
 
 
-_TRANSACTIONS_NEED_KAFKA_PYTHON = (
-    "delivery=exactly-once-transactions produces with kafka-python: librdkafka cannot "
-    "hand an open transaction to the driver (Flink's resumeTransaction)"
-)
-
-
 def _choose_producer(
     opts: Mapping[str, str],
     settings: Mapping[str, Any],
     *,
     servers: str,
-    transactional: bool,
 ) -> tuple[ClientKind, dict[str, Any] | None]:
     """The write tasks' client and, for librdkafka, its checked settings.
 
     librdkafka is the sink's default. A job that does not choose its client (neither
     ``kafka.client`` nor the environment) keeps working where librdkafka cannot serve
     it: its ``kafka.*`` settings have no librdkafka equivalent or are out of librdkafka's
-    range, the mode is ``delivery=exactly-once-transactions``, or confluent-kafka is not
-    installed. Then it produces with kafka-python, as before librdkafka was the default,
-    and one warning names why. A job that chose confluent fails with the reason instead.
+    range, or confluent-kafka is not installed. Then it produces with kafka-python, as
+    before librdkafka was the default, and one warning names why. A job that chose
+    confluent fails with the reason instead.
     """
     choice = parse_client(opts, role="producer")
     if choice.kind == "kafka-python":
-        return "kafka-python", None
-    if transactional:
-        if choice.chosen:
-            raise ConfigError("kafka.client", "confluent", _TRANSACTIONS_NEED_KAFKA_PYTHON)
-        _warn_kafka_python(
-            "delivery", "exactly-once-transactions", "this mode produces with kafka-python only"
-        )
         return "kafka-python", None
     if not choice.installed:  # chosen: parse_client raised already
         _warn_kafka_python("kafka.client", None, f"librdkafka {CONFLUENT_MISSING}")
         return "kafka-python", None
     try:
         librdkafka = librdkafka_producer_settings(settings)
-        check_librdkafka(librdkafka, servers, role="producer")
+        checked = dict(librdkafka)
+        if "transaction.timeout.ms" in checked:  # its rules apply to a transactional one
+            checked["transactional.id"] = "spark-chkpt-check"
+        check_librdkafka(checked, servers, role="producer")
     except ConfigError as e:
         if choice.chosen:
             raise
@@ -290,7 +279,6 @@ class KafkaSinkConfig(SnapshotConfig):
             opts,
             settings,
             servers=servers,
-            transactional=delivery == "exactly-once-transactions",
         )
         return cls(
             bootstrap_servers=servers,

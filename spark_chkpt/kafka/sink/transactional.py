@@ -18,6 +18,18 @@ the fencing of the next holder of its id, by the driver's ``abort``, or at the l
 the broker at ``transaction.timeout.ms``; until then a ``read_committed`` consumer waits
 at its first record (the last stable offset).
 
+On either client (``kafka.client``):
+
+- librdkafka (:class:`ConfluentTransactionalProducer`, the default): librdkafka does not
+  tell its producer id and epoch, so the task asks the transaction's coordinator
+  (``DescribeTransactions``) after its flush, and it must not ``close()`` the producer,
+  which aborts the open transaction: it lets it go (``rd_kafka_destroy``), which leaves
+  the transaction open for the driver (tests/integration/test_kafka_transactions.py pins
+  both on the real broker). A failed attempt's producer is closed: its transaction is
+  aborted at once.
+- kafka-python (:class:`KafkaPythonTransactionalProducer`): the producer id and epoch are
+  its own; its ``close`` does not abort.
+
 Records still carry the ``chkpt.attempt`` header, so barrier readers of the same topic
 keep working when ``barriers`` is on.
 """
@@ -25,13 +37,15 @@ keep working when ``barriers`` is on.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.errors import ConfigError
-from spark_chkpt.kafka.client.outage import flush_within
+from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.transactions import TransactionClient
 from spark_chkpt.kafka.sink.committable import ProducedOutput
+from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.rows import producing_failed
 from spark_chkpt.kafka.sink.writer import KafkaPythonProducer
 from spark_chkpt.testing.failpoints import (
     ENV,
@@ -71,9 +85,43 @@ def every_transactional_id(*, app_id: str, topic: str, partitions: int) -> list[
     ]
 
 
-class TransactionalProducer(KafkaPythonProducer):
+def fence_earlier_attempts(
+    *, config: KafkaSinkConfig, app_id: str, task: int, attempt: int
+) -> None:
+    """A retry: the attempts before it failed; abort their open transactions now, so
+    read_committed consumers need not wait for the broker's timeout."""
+    topic = _topic_of(config)
+    own = transactional_id(app_id=app_id, topic=topic, partition=task, attempt=attempt)
+    earlier = {
+        transactional_id(app_id=app_id, topic=topic, partition=task, attempt=a)
+        for a in range(max(0, attempt - ATTEMPT_SLOTS + 1), attempt)
+    } - {own}
+    client = TransactionClient(
+        bootstrap_servers=config.bootstrap_servers, settings=dict(config.producer_settings)
+    )
+    try:
+        for txn_id in sorted(earlier):
+            client.fence(
+                transactional_id=txn_id, transaction_timeout_ms=config.transaction_timeout_ms
+            )
+    finally:
+        client.close()
+
+
+def _in_write_failpoint(*, batch_id: int | None, first_attempt: bool, flush: Any) -> None:
+    """Fail point ``in-write``, after the first Arrow batch: when armed, ``flush()`` (its
+    records are then in the broker, in this attempt's open transaction) and the first
+    attempt of task 0 fails (or the driver is killed, or every task stalls)."""
+    if any(
+        armed(FaultPoint.IN_WRITE, batch_id or 0, env=env) for env in (ENV, FAIL_ENV, STALL_ENV)
+    ):
+        flush()
+        failpoint(FaultPoint.IN_WRITE, batch_id, can_fail=first_attempt)
+
+
+class KafkaPythonTransactionalProducer(KafkaPythonProducer):
     """:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` that produces one task
-    attempt's records inside an open Kafka transaction."""
+    attempt's records inside an open Kafka transaction, with kafka-python."""
 
     def __init__(
         self,
@@ -89,7 +137,7 @@ class TransactionalProducer(KafkaPythonProducer):
             app_id=app_id, topic=topic, partition=task, attempt=attempt_number
         )
         if attempt_number:
-            self._fence_earlier(config=config, app_id=app_id, task=task, attempt=attempt_number)
+            fence_earlier_attempts(config=config, app_id=app_id, task=task, attempt=attempt_number)
         super().__init__(
             config=config,
             batch_id=batch_id,
@@ -103,39 +151,16 @@ class TransactionalProducer(KafkaPythonProducer):
         self._first_attempt = task == 0 and attempt_number == 0
 
     def send(self, batch: pa.RecordBatch) -> None:
-        """Produce ``batch`` into the open transaction. Fail point ``in-write``: after the
-        first Arrow batch is flushed (its records are in the broker, in this attempt's
-        open transaction), the first attempt of task 0 fails (or the driver is killed, or
-        every task stalls)."""
+        """Produce ``batch`` into the open transaction (fail point ``in-write`` after the
+        first)."""
         super().send(batch)
         self._sent += 1
-        if self._sent == 1 and any(
-            armed(FaultPoint.IN_WRITE, self._batch_id or 0, env=env)
-            for env in (ENV, FAIL_ENV, STALL_ENV)
-        ):
-            flush_within(self._producer, settings=self.config.producer_settings)
-            failpoint(FaultPoint.IN_WRITE, self._batch_id, can_fail=self._first_attempt)
-
-    @staticmethod
-    def _fence_earlier(*, config: KafkaSinkConfig, app_id: str, task: int, attempt: int) -> None:
-        """A retry: the attempts before it failed; abort their open transactions now,
-        so read_committed consumers need not wait for the broker's timeout."""
-        topic = _topic_of(config)
-        own = transactional_id(app_id=app_id, topic=topic, partition=task, attempt=attempt)
-        earlier = {
-            transactional_id(app_id=app_id, topic=topic, partition=task, attempt=a)
-            for a in range(max(0, attempt - ATTEMPT_SLOTS + 1), attempt)
-        } - {own}
-        client = TransactionClient(
-            bootstrap_servers=config.bootstrap_servers, settings=dict(config.producer_settings)
-        )
-        try:
-            for txn_id in sorted(earlier):
-                client.fence(
-                    transactional_id=txn_id, transaction_timeout_ms=config.transaction_timeout_ms
-                )
-        finally:
-            client.close()
+        if self._sent == 1:
+            _in_write_failpoint(
+                batch_id=self._batch_id,
+                first_attempt=self._first_attempt,
+                flush=lambda: flush_within(self._producer, settings=self.config.producer_settings),
+            )
 
     def finish(self) -> ProducedOutput:
         """Flush; the transaction stays open (kafka-python's ``close`` does not abort
@@ -144,6 +169,115 @@ class TransactionalProducer(KafkaPythonProducer):
         output = super().finish()
         output.transaction = (self.transactional_id, int(ids.producer_id), int(ids.epoch))
         return output
+
+
+class ConfluentTransactionalProducer(ConfluentProducer):
+    """:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` that produces one task
+    attempt's records inside an open Kafka transaction, with librdkafka."""
+
+    def __init__(
+        self,
+        *,
+        config: KafkaSinkConfig,
+        app_id: str,
+        batch_id: int | None,
+        task: int,
+        attempt_number: int,
+    ) -> None:
+        topic = _topic_of(config)
+        self.transactional_id = transactional_id(
+            app_id=app_id, topic=topic, partition=task, attempt=attempt_number
+        )
+        if attempt_number:
+            fence_earlier_attempts(config=config, app_id=app_id, task=task, attempt=attempt_number)
+        super().__init__(
+            config=config,
+            batch_id=batch_id,
+            task=task,
+            extra={"transactional.id": self.transactional_id},
+        )
+        self._batch_id = batch_id
+        self._sent = 0
+        self._first_attempt = task == 0 and attempt_number == 0
+        try:
+            self._producer.init_transactions(delivery_timeout_s(config.producer_settings))
+            self._producer.begin_transaction()
+        except self._ck.KafkaException as e:
+            self.close()
+            raise self._transaction_failed("opening", e) from e
+
+    def _transaction_failed(self, doing: str, error: Any) -> ChkptError:
+        cause = error.args[0] if getattr(error, "args", None) else error
+        return producing_failed(
+            f"{doing} the transaction of transactional id {self.transactional_id!r}: {cause}"
+        )
+
+    def send(self, batch: pa.RecordBatch) -> None:
+        """Produce ``batch`` into the open transaction (fail point ``in-write`` after the
+        first)."""
+        super().send(batch)
+        self._sent += 1
+        if self._sent == 1:
+            _in_write_failpoint(
+                batch_id=self._batch_id,
+                first_attempt=self._first_attempt,
+                flush=self._flush_and_count,
+            )
+
+    def finish(self) -> ProducedOutput:
+        """Flush; ask the coordinator for the transaction's producer id and epoch; let the
+        producer go without ``close()`` (which would abort the transaction), so the
+        transaction stays open for the driver. A task that produced nothing has no
+        transaction on the broker (``beginTransaction`` is local): its producer is closed
+        and its output names none."""
+        self._flush_and_count()
+        if not self.output.rows:
+            self._close()
+            return self.output
+        client = TransactionClient(
+            bootstrap_servers=self.config.bootstrap_servers,
+            settings=dict(self.config.producer_settings),
+        )
+        try:
+            state, producer_id, epoch = client.describe(transactional_id=self.transactional_id)
+        finally:
+            client.close()
+        if state != "Ongoing":  # fenced by a later holder of the id, or timed out
+            self.close()
+            raise self._transaction_failed(
+                "handing over", f"its coordinator says {state}, not Ongoing, after the flush"
+            )
+        self.output.transaction = (self.transactional_id, producer_id, epoch)
+        self._release()
+        return self.output
+
+    def _release(self) -> None:
+        """Destroy the producer, leaving its transaction open (librdkafka's destroy does
+        not end it; ``close()`` would abort it)."""
+        del self._producer
+
+
+def transactional_producer(
+    *,
+    config: KafkaSinkConfig,
+    app_id: str,
+    batch_id: int | None,
+    task: int,
+    attempt_number: int,
+) -> KafkaPythonTransactionalProducer | ConfluentTransactionalProducer:
+    """The write task's transactional producer on the sink's client."""
+    kind = (
+        ConfluentTransactionalProducer
+        if config.client == "confluent"
+        else KafkaPythonTransactionalProducer
+    )
+    return kind(
+        config=config,
+        app_id=app_id,
+        batch_id=batch_id,
+        task=task,
+        attempt_number=attempt_number,
+    )
 
 
 def _topic_of(config: KafkaSinkConfig) -> str:
