@@ -2,7 +2,7 @@
 downstream aligned read that counts the output.
 
 With ``delivery="exactly-once-transactions"`` the sink also commits each batch through
-Kafka transactions (kafka-python only), the row to compare with barrier mode.
+Kafka transactions, the row to compare with barrier mode on the same sink client.
 
 The upstream query copies the benchmark topic (key and value) into a new topic with
 ``Trigger.AvailableNow``: the sink's producers tag each record with its task attempt and

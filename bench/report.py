@@ -40,7 +40,7 @@ def _rates(result: Result) -> list[str]:
     for k2k in result.kafka_to_kafka:
         label = f"k2k chkpt-kafka -> chkpt-kafka, sink {k2k['sink_client']}"
         if k2k.get("delivery", "barriers") != "barriers":
-            label = "k2k chkpt-kafka -> chkpt-kafka, Kafka transactions"
+            label = f"k2k chkpt-kafka -> chkpt-kafka, transactions, {k2k['sink_client']}"
         rate = round(result.records / k2k["upstream_s"])
         lines.append(f"{label:<50}{k2k['upstream_s']:>9.2f}{rate:>12,}")
         label = f"    its aligned downstream read ({k2k['downstream_rows']:,} rows)"
@@ -75,9 +75,11 @@ def report(result: Result) -> str:
     lines.append(
         f"Kafka -> Kafka (fastest sink client) / Quix Streams = {k2k}: {_target(k2k, 5.0)}"
     )
+    txn = r.get("k2k transactions/barriers")
     lines.append(
-        "Kafka -> Kafka, Kafka transactions / barriers (kafka-python) = "
-        f"{r.get('k2k transactions/barriers', 'not measured')}; "
+        f"Kafka -> Kafka, Kafka transactions / barriers (librdkafka) = {txn}: "
+        f"{_target(txn, 0.9)}; on kafka-python "
+        f"{r.get('k2k transactions/barriers kafka-python', 'not measured')}; "
         f"/ Quix Streams exactly-once = {r.get('k2k transactions/quix', 'not measured')}"
     )
     lines.append(
