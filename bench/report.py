@@ -40,7 +40,7 @@ def _rates(result: Result) -> list[str]:
     for k2k in result.kafka_to_kafka:
         label = f"k2k chkpt-kafka -> chkpt-kafka, sink {k2k['sink_client']}"
         if k2k.get("delivery", "barriers") != "barriers":
-            label = f"k2k chkpt-kafka -> chkpt-kafka, transactions, {k2k['sink_client']}"
+            label = f"k2k Kafka transactions, sink {k2k['sink_client']}"
         rate = round(result.records / k2k["upstream_s"])
         lines.append(f"{label:<50}{k2k['upstream_s']:>9.2f}{rate:>12,}")
         label = f"    its aligned downstream read ({k2k['downstream_rows']:,} rows)"

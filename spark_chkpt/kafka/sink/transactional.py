@@ -199,8 +199,13 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         self._batch_id = batch_id
         self._sent = 0
         self._first_attempt = task == 0 and attempt_number == 0
+        seconds = delivery_timeout_s(config.producer_settings)
         try:
-            self._producer.init_transactions(delivery_timeout_s(config.producer_settings))
+            # A connection first: init_transactions called before librdkafka has one up
+            # finds "No brokers available for Transactions" and waits for its 500 ms
+            # coordinator query timer (one task in three here; 5-60 ms otherwise).
+            self._producer.list_topics(topic, timeout=seconds)
+            self._producer.init_transactions(seconds)
             self._producer.begin_transaction()
         except self._ck.KafkaException as e:
             self.close()
