@@ -324,37 +324,26 @@ def run(
                     result.seconds[key] = seconds
                     result.breakdown_ms[key] = phases
         result.worker_peak_rss_mb = _worker_peak_rss_mb()
-        for sink_client in _sink_clients():
-            print(f"[bench] Kafka -> Kafka, sink client {sink_client}", flush=True)
-            k2k = kafka_to_kafka.run(
-                spark=spark,
-                servers=servers,
-                topic=TOPIC,
-                records=records,
-                partitions=partitions,
-                per_trigger=per_trigger,
-                workdir=workdir,
-                name=f"k2k-{sink_client}",
-                source_client=client,
-                sink_client=sink_client,
-            )
-            result.kafka_to_kafka.append(asdict(k2k))
-        for sink_client in _sink_clients():
-            print(f"[bench] Kafka -> Kafka, Kafka transactions, sink {sink_client}", flush=True)
-            k2k = kafka_to_kafka.run(
-                spark=spark,
-                servers=servers,
-                topic=TOPIC,
-                records=records,
-                partitions=partitions,
-                per_trigger=per_trigger,
-                workdir=workdir,
-                name=f"k2k-transactions-{sink_client}",
-                source_client=client,
-                sink_client=sink_client,
-                delivery="exactly-once-transactions",
-            )
-            result.kafka_to_kafka.append(asdict(k2k))
+        for delivery, prefix in (
+            ("barriers", "k2k"),
+            ("exactly-once-transactions", "k2k-transactions"),
+        ):
+            for sink_client in _sink_clients():
+                print(f"[bench] Kafka -> Kafka, {delivery}, sink {sink_client}", flush=True)
+                k2k = kafka_to_kafka.run(
+                    spark=spark,
+                    servers=servers,
+                    topic=TOPIC,
+                    records=records,
+                    partitions=partitions,
+                    per_trigger=per_trigger,
+                    workdir=workdir,
+                    name=f"{prefix}-{sink_client}",
+                    source_client=client,
+                    sink_client=sink_client,
+                    delivery=delivery,
+                )
+                result.kafka_to_kafka.append(asdict(k2k))
         if native:
             print("[bench] Spark's own connectors: Kafka -> Delta, Kafka -> Kafka", flush=True)
             result.native = asdict(

@@ -37,6 +37,7 @@ keep working when ``barriers`` is on.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import ChkptError, ConfigError
@@ -108,15 +109,40 @@ def fence_earlier_attempts(
         client.close()
 
 
-def _in_write_failpoint(*, batch_id: int | None, first_attempt: bool, flush: Any) -> None:
-    """Fail point ``in-write``, after the first Arrow batch: when armed, ``flush()`` (its
-    records are then in the broker, in this attempt's open transaction) and the first
-    attempt of task 0 fails (or the driver is killed, or every task stalls)."""
-    if any(
-        armed(FaultPoint.IN_WRITE, batch_id or 0, env=env) for env in (ENV, FAIL_ENV, STALL_ENV)
-    ):
-        flush()
-        failpoint(FaultPoint.IN_WRITE, batch_id, can_fail=first_attempt)
+class TaskAttempt:
+    """What a transactional write task is on either client: its transactional id (the
+    attempts before it fenced, when it is a retry) and fail point ``in-write``."""
+
+    def __init__(
+        self,
+        *,
+        config: KafkaSinkConfig,
+        app_id: str,
+        batch_id: int | None,
+        task: int,
+        attempt_number: int,
+    ) -> None:
+        self.transactional_id = transactional_id(
+            app_id=app_id, topic=_topic_of(config), partition=task, attempt=attempt_number
+        )
+        if attempt_number:
+            fence_earlier_attempts(config=config, app_id=app_id, task=task, attempt=attempt_number)
+        self._batch_id = batch_id
+        self._first_attempt = task == 0 and attempt_number == 0
+        self._sent = 0
+
+    def sent(self, *, flush: Callable[[], object]) -> None:
+        """One Arrow batch produced. Fail point ``in-write``, after the first: when armed,
+        ``flush()`` (its records are then in the broker, in this attempt's open
+        transaction) and the first attempt of task 0 fails (or the driver is killed, or
+        every task stalls)."""
+        self._sent += 1
+        if self._sent == 1 and any(
+            armed(FaultPoint.IN_WRITE, self._batch_id or 0, env=env)
+            for env in (ENV, FAIL_ENV, STALL_ENV)
+        ):
+            flush()
+            failpoint(FaultPoint.IN_WRITE, self._batch_id, can_fail=self._first_attempt)
 
 
 class KafkaPythonTransactionalProducer(KafkaPythonProducer):
@@ -132,12 +158,14 @@ class KafkaPythonTransactionalProducer(KafkaPythonProducer):
         task: int,
         attempt_number: int,
     ) -> None:
-        topic = _topic_of(config)
-        self.transactional_id = transactional_id(
-            app_id=app_id, topic=topic, partition=task, attempt=attempt_number
+        self._attempt = TaskAttempt(
+            config=config,
+            app_id=app_id,
+            batch_id=batch_id,
+            task=task,
+            attempt_number=attempt_number,
         )
-        if attempt_number:
-            fence_earlier_attempts(config=config, app_id=app_id, task=task, attempt=attempt_number)
+        self.transactional_id = self._attempt.transactional_id
         super().__init__(
             config=config,
             batch_id=batch_id,
@@ -146,21 +174,13 @@ class KafkaPythonTransactionalProducer(KafkaPythonProducer):
         )
         self._producer.init_transactions()
         self._producer.begin_transaction()
-        self._batch_id = batch_id
-        self._sent = 0
-        self._first_attempt = task == 0 and attempt_number == 0
 
     def send(self, batch: pa.RecordBatch) -> None:
-        """Produce ``batch`` into the open transaction (fail point ``in-write`` after the
-        first)."""
+        """Produce ``batch`` into the open transaction."""
         super().send(batch)
-        self._sent += 1
-        if self._sent == 1:
-            _in_write_failpoint(
-                batch_id=self._batch_id,
-                first_attempt=self._first_attempt,
-                flush=lambda: flush_within(self._producer, settings=self.config.producer_settings),
-            )
+        self._attempt.sent(
+            flush=lambda: flush_within(self._producer, settings=self.config.producer_settings)
+        )
 
     def finish(self) -> ProducedOutput:
         """Flush; the transaction stays open (kafka-python's ``close`` does not abort
@@ -184,21 +204,21 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         task: int,
         attempt_number: int,
     ) -> None:
-        topic = _topic_of(config)
-        self.transactional_id = transactional_id(
-            app_id=app_id, topic=topic, partition=task, attempt=attempt_number
+        self._attempt = TaskAttempt(
+            config=config,
+            app_id=app_id,
+            batch_id=batch_id,
+            task=task,
+            attempt_number=attempt_number,
         )
-        if attempt_number:
-            fence_earlier_attempts(config=config, app_id=app_id, task=task, attempt=attempt_number)
+        self.transactional_id = self._attempt.transactional_id
         super().__init__(
             config=config,
             batch_id=batch_id,
             task=task,
             extra={"transactional.id": self.transactional_id},
         )
-        self._batch_id = batch_id
-        self._sent = 0
-        self._first_attempt = task == 0 and attempt_number == 0
+        topic = _topic_of(config)
         seconds = delivery_timeout_s(config.producer_settings)
         try:
             # A broker connection up first: init_transactions called while librdkafka
@@ -222,16 +242,9 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         )
 
     def send(self, batch: pa.RecordBatch) -> None:
-        """Produce ``batch`` into the open transaction (fail point ``in-write`` after the
-        first)."""
+        """Produce ``batch`` into the open transaction."""
         super().send(batch)
-        self._sent += 1
-        if self._sent == 1:
-            _in_write_failpoint(
-                batch_id=self._batch_id,
-                first_attempt=self._first_attempt,
-                flush=self._flush_and_count,
-            )
+        self._attempt.sent(flush=self._flush_and_count)
 
     def finish(self) -> ProducedOutput:
         """Flush; ask the coordinator for the transaction's producer id and epoch; let the
