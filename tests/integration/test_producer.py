@@ -152,3 +152,43 @@ def test_a_missing_topic_is_refused_naming_it_before_any_task_waits(
     assert "does not exist" in str(raised.value)
     assert time.monotonic() - started < 55  # kafka.max.block.ms is 60 s
     assert missing not in topic_names(bootstrap_servers=bootstrap_servers)
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_topic_deleted_under_the_query_fails_the_task_naming_the_option(
+    bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path, client: str
+) -> None:
+    """The driver checks the output topic once per process (it remembers finding it),
+    so a topic deleted under a running query, on a broker that does not create topics,
+    is met by the write tasks. They fail with one error naming option 'topic' and the
+    topic; on the old code librdkafka said "Message timed out" and kafka-python
+    "Failed to update metadata", which the sink reports as a broker outage."""
+    from spark_chkpt.errors import ConfigError
+    from spark_chkpt.kafka.client.topics import delete_topic, partition_count
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+    from spark_chkpt.kafka.sink.writer import build_producer, produce_all
+
+    topic = make_topic(partitions=2)
+    config = KafkaSinkConfig.from_options(
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "topic": topic,
+            "checkpointLocation": str(tmp_path),
+            "kafka.client": client,
+            "kafka.max.block.ms": "5000",
+            "kafka.request.timeout.ms": "3000",
+            "kafka.delivery.timeout.ms": "5000",
+        }
+    )
+    batch = pa.record_batch({"value": pa.array([b"x"] * 5)})
+    written = produce_all(build_producer(config=config, batch_id=0, task=0), iter([batch]))
+    assert written.rows == 5
+    delete_topic(bootstrap_servers=bootstrap_servers, name=topic)
+    while partition_count(bootstrap_servers=bootstrap_servers, name=topic):
+        pass
+    with pytest.raises(ConfigError) as raised:
+        produce_all(build_producer(config=config, batch_id=1, task=0), iter([batch]))
+    assert raised.value.option == "topic" and raised.value.value == topic
+    assert "does not exist" in str(raised.value) and "deleted while the query ran" in str(
+        raised.value
+    )

@@ -95,8 +95,9 @@ def require_output_topic(*, bootstrap_servers: str, name: str, option: str = "to
 
     Spark plans a sink's writer once per micro-batch, so a topic found is remembered for
     the process: each question costs a client and a metadata refresh (110 ms, measured).
-    A topic deleted under a running query is then met as it was before this check
-    existed: by the write tasks' producers, which fail the batch.
+    A topic deleted under a running query is then met by the write tasks, which fail
+    the batch with the same error naming the option
+    (:func:`spark_chkpt.kafka.sink.writer.produce_all`).
     """
     key = (bootstrap_servers, name)
     if key in _PRESENT:

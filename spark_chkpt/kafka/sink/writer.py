@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
+from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client.outage import flush_within
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
@@ -41,6 +42,7 @@ class RecordProducer(Protocol):
     headers) and counts acknowledged records per topic-partition."""
 
     output: ProducedOutput
+    config: KafkaSinkConfig
 
     def send(self, batch: pa.RecordBatch) -> None: ...
 
@@ -129,6 +131,79 @@ def produce_all(producer: RecordProducer, batches: Iterator[pa.RecordBatch]) -> 
         for batch in batches:
             producer.send(batch)
         return producer.finish()
-    except BaseException:
+    except BaseException as e:
         producer.close()
+        missing = _missing_output_topic(producer.config, e)
+        if missing is not None:
+            raise missing from e
         raise
+
+
+# What each client's failure says when its topic is not there: librdkafka's delivery
+# error (after topic.metadata.propagation.max.ms, 30 s) or its delivery timeout when that
+# is shorter, kafka-python's metadata wait (after kafka.max.block.ms); the timeouts also
+# end that way when the broker is down, which the question to the broker tells apart.
+_NO_TOPIC_SIGNS = (
+    "UNKNOWN_TOPIC",
+    "Unknown topic",
+    "Failed to update metadata",
+    "TIMED_OUT",
+    "timed out",
+    "not acknowledged within",
+)
+
+
+def _topic_present(config: KafkaSinkConfig, topic: str) -> bool | None:
+    """Whether the cluster lists ``topic``; ``None`` when it does not answer within a
+    few seconds (an outage: the caller keeps its own error, which says so)."""
+    from kafka import KafkaConsumer
+
+    secured = {
+        k: v
+        for k, v in config.producer_settings.items()
+        if k.startswith(("security_", "ssl_", "sasl_"))
+    }
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=config.bootstrap_servers.split(","),
+            enable_auto_commit=False,
+            request_timeout_ms=_ASK_TIMEOUT_MS,
+            bootstrap_timeout_ms=_ASK_TIMEOUT_MS,
+            **secured,
+        )
+    except Exception:
+        return None
+    try:
+        return topic in consumer.topics()
+    except Exception:
+        return None
+    finally:
+        consumer.close()
+
+
+_ASK_TIMEOUT_MS = 5_000
+
+
+def _missing_output_topic(config: KafkaSinkConfig, error: BaseException) -> ConfigError | None:
+    """The error naming the ``topic`` option when the write failed because that topic
+    is gone: deleted under a running query on a broker that does not create topics.
+    The driver checks the topic when a query starts and remembers it found it
+    (:func:`~spark_chkpt.kafka.client.topics.require_output_topic`), so this is where
+    a later deletion shows; without it the task failed as a timeout, or as an outage
+    on kafka-python. Asked of the broker only when the failure looks like it, and any
+    failure to ask keeps the original error."""
+    topic = config.topic
+    text = f"{type(error).__name__}: {error}"
+    if topic is None or not any(sign in text for sign in _NO_TOPIC_SIGNS):
+        return None
+    if _topic_present(config, topic) is not False:
+        return None
+    return ConfigError(
+        "topic",
+        topic,
+        f"topic {topic!r} does not exist on Kafka broker {config.bootstrap_servers} any "
+        "more (deleted while the query ran?), and the write tasks' producers cannot "
+        f"write to it ({text}). Nothing of this batch was committed. Create the topic "
+        "again (kafka-topics.sh --create) and restart the query, or point the "
+        "'topic' option at another one",
+    )
