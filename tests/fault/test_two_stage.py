@@ -5,7 +5,6 @@ consumer of the middle topic sees the duplicates A's replays wrote."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.kafka.source.offset_reader import OffsetReader
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.testing.generator import produce_page_views
+from spark_chkpt.testing.processes import kill_tree
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault
@@ -173,7 +173,7 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
         ):
             time.sleep(0.02)
         if a.poll() is None:
-            os.killpg(a.pid, signal.SIGKILL)
+            kill_tree(a.pid)
         a.wait(timeout=60)
         # Then stage A runs to the end.
         a = stage(tmp_path, "a", bootstrap_servers, topics, sink_options=client)
@@ -181,7 +181,7 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
 
         wait_for_every_event(tmp_path, b)
     finally:
-        os.killpg(b.pid, signal.SIGKILL)
+        kill_tree(b.pid)
         b.wait(timeout=60)
     assert_exactly_once(tmp_path, bootstrap_servers, middle)
 
@@ -281,7 +281,7 @@ def test_stage_a_killed_at_each_step_of_its_commit_stage_b_exactly_once(
         assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
         wait_for_every_event(tmp_path, b)
     finally:
-        os.killpg(b.pid, signal.SIGKILL)
+        kill_tree(b.pid)
         b.wait(timeout=60)
     assert_exactly_once(tmp_path, bootstrap_servers, middle)
 
@@ -369,7 +369,7 @@ def test_stage_b_killed_and_restarted_reading_with_confluent_and_grouped_partiti
         ):
             time.sleep(0.02)
         if b.poll() is None:
-            os.killpg(b.pid, signal.SIGKILL)
+            kill_tree(b.pid)
         b.wait(timeout=60)
         b = stage(
             tmp_path,
@@ -383,7 +383,7 @@ def test_stage_b_killed_and_restarted_reading_with_confluent_and_grouped_partiti
     finally:
         for process in (a, b):
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_tree(process.pid)
             process.wait(timeout=60)
     table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table(columns=["event_id"])
     counts = Counter(table.column("event_id").to_pylist())

@@ -10,10 +10,8 @@ delta-spark; the stateful variant's counts equal the topic's."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +24,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from spark_chkpt.testing.processes import kill_tree
 from tests.helpers import chkpt_cli, ok, user_env
 
 pytestmark = pytest.mark.integration
@@ -108,7 +107,7 @@ def kill_after(process: subprocess.Popen[str], commit: Path) -> None:
         assert process.poll() is None, process.communicate()[1][-4000:]
         assert time.monotonic() < deadline, f"{commit} never appeared"
         time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGKILL)
+    kill_tree(process.pid)
     process.communicate(timeout=60)
 
 
