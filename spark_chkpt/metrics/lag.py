@@ -20,10 +20,13 @@ Lag is ``latest - end`` per partition: what the batch left unread of what the br
 held when the batch was planned (Spark's own source computes it the same way). A
 partition absent from ``endOffset`` (added after the batch was planned) counts from 0.
 
-The figures are strings as Spark's are: ``avgOffsetsBehindLatest`` is a Java double
-printed by ``Double.toString`` (Spark 4.2's ``KafkaMicroBatchStream.metrics``), so 4
-partitions 18,001 offsets behind read ``4500.25``, not rounded to one decimal
-(:func:`java_double`).
+The figures are strings as Spark's are, to the digit: Spark 4.2's Kafka source
+computes ``avgOffsetsBehindLatest`` as a Java double printed by ``Double.toString``
+(``KafkaMicroBatchStream.metrics``), and the progress users see (its JSON: PySpark's
+``lastProgress``, ``recentProgress`` and listener events) rounds that text half up to
+one decimal (``SourceProgress``: ``BigDecimal(...).setScale(1, HALF_UP)``). So 4
+partitions 18,001 offsets behind read ``4500.3`` (Python's own rounding, half to even on
+the binary value, gave ``4500.2``): :func:`spark_average`.
 
 Each lag carries a stable ``source`` label for dashboards: the query's name (its id
 when it has none: the id stays with the checkpoint) and the topics read, e.g.
@@ -40,6 +43,7 @@ import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -76,6 +80,14 @@ def java_double(value: float) -> str:
     return f"{mantissa}E{int(exponent)}"
 
 
+def spark_average(value: float) -> str:
+    """``avgOffsetsBehindLatest`` as Spark's progress prints it: :func:`java_double`'s
+    text rounded half up to one decimal (``4500.25`` -> ``4500.3``)."""
+    if not math.isfinite(value):
+        return java_double(value)
+    return str(Decimal(java_double(value)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
 @dataclass(frozen=True)
 class SourceLag:
     """One source's lag in one progress: offsets behind the latest, per ``topic-partition``.
@@ -109,14 +121,14 @@ class SourceLag:
         worst = max(self.partitions, key=lambda tp: self.partitions[tp], default="-")
         return (
             f"lag {self.behind} offsets over {len(self.partitions)} partitions "
-            f"(max {self.max} at {worst}, avg {java_double(self.avg)}, min {self.min})"
+            f"(max {self.max} at {worst}, avg {spark_average(self.avg)}, min {self.min})"
         )
 
     def metrics(self) -> dict[str, str]:
         """The figures under Spark's own Kafka source's metric names (strings, as Spark
         reports ``sources[i].metrics``)."""
         return {
-            "avgOffsetsBehindLatest": java_double(self.avg),
+            "avgOffsetsBehindLatest": spark_average(self.avg),
             "maxOffsetsBehindLatest": str(self.max),
             "minOffsetsBehindLatest": str(self.min),
         }

@@ -9,7 +9,13 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from spark_chkpt.metrics.lag import LagReporter, describe, java_double, source_lags
+from spark_chkpt.metrics.lag import (
+    LagReporter,
+    describe,
+    java_double,
+    source_lags,
+    spark_average,
+)
 
 
 def _progress(*sources: dict[str, Any]) -> dict[str, Any]:
@@ -115,17 +121,36 @@ def test_not_on_a_terminal_there_is_no_bar() -> None:
     assert "\r" not in out.getvalue() and out.getvalue().startswith("chkpt events batch 3:")
 
 
-def test_the_average_is_printed_as_java_prints_a_double_as_spark_does() -> None:
-    """Spark 4.2's Kafka source prints avgOffsetsBehindLatest with Double.toString:
-    4 partitions 18,001 behind read 4500.25 (issue 51: ours printed 4500.2)."""
+def test_the_average_is_printed_as_sparks_progress_prints_it() -> None:
+    """Spark 4.2's Kafka source prints avgOffsetsBehindLatest with Double.toString, and
+    its progress JSON rounds that half up to one decimal: 4 partitions 18,001 behind read
+    4500.3 (issue 51: ours printed 4500.2, Python rounding half to even)."""
     end = {"t": {"0": 0, "1": 0, "2": 0, "3": 0}}
     latest = {"t": {"0": 4500, "1": 4500, "2": 4500, "3": 4501}}
     (lag,) = source_lags(_progress(_source(end, latest)))
-    assert lag.metrics()["avgOffsetsBehindLatest"] == "4500.25"
+    assert lag.metrics()["avgOffsetsBehindLatest"] == "4500.3"
     latest["t"]["2"] = 4502  # 18,003: a .75 average
     (lag,) = source_lags(_progress(_source(end, latest)))
-    assert lag.metrics()["avgOffsetsBehindLatest"] == "4500.75"
-    assert "avg 4500.75," in lag.describe()
+    assert lag.metrics()["avgOffsetsBehindLatest"] == "4500.8"
+    assert "avg 4500.8," in lag.describe()
+
+
+def test_spark_average_matches_big_decimal_half_up_of_double_to_string() -> None:
+    """Java 17's ``new BigDecimal(Double.toString(x)).setScale(1, HALF_UP)`` (run once,
+    pasted here): what SourceProgress's JSON holds."""
+    java = {
+        4500.25: "4500.3",
+        2.25: "2.3",
+        0.0: "0.0",
+        1e7: "10000000.0",
+        0.0005: "0.0",
+        1 / 3: "0.3",
+        0.15: "0.2",
+        0.05: "0.1",
+        12345678.25: "12345678.3",
+        7.5: "7.5",
+    }
+    assert {v: spark_average(v) for v in java} == java
 
 
 def test_java_double_matches_double_to_string() -> None:
