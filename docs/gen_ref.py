@@ -115,6 +115,10 @@ PROGRAM_LOADER = "spark_chkpt.cli.programs:load"
 # The Python API pages: mkdocstrings renders each object (``::: path``).
 API: dict[str, tuple[str, ...]] = {
     "Registering the formats": ("spark_chkpt.register",),
+    "Sessions": (
+        "spark_chkpt.session.build_session",
+        "spark_chkpt.session.connector_settings",
+    ),
     "Upserts from foreachBatch": ("spark_chkpt.delta.upsert.committer.DeltaUpsert",),
     "Watching snapshots": (
         "spark_chkpt.metrics.reporter.SnapshotReporter",

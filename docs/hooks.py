@@ -4,7 +4,9 @@ A page asks for a generated part with an HTML comment on a line of its own:
 
     <!-- gen:options chkpt-delta sink -->    the options table of a format
     <!-- gen:arguments DeltaUpsert -->        keyword arguments of a class
-    <!-- gen:cli -->                          every command's --help
+    <!-- gen:cli -->                          every command's --help (not used by a page:
+                                              docs/reference/cli.md holds the text,
+                                              written by ``python docs/hooks.py --write-cli``)
     <!-- gen:api -->                          the Python API (mkdocstrings)
 
 Names, types and defaults come from the code (what ``docs/gen_ref.py`` points at): a
@@ -265,3 +267,20 @@ def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
     """Docstrings use Sphinx roles (``:class:`X```), which mkdocstrings leaves as text:
     keep the code, drop the role."""
     return ROLE.sub(r"\1", html)
+
+
+CLI_PAGE = Path(__file__).resolve().parent / "reference" / "cli.md"
+CLI_GENERATED = "<!-- generated: python docs/hooks.py --write-cli (tests/unit/test_docs.py) -->"
+
+
+def cli_page() -> str:
+    """docs/reference/cli.md as it should read: its text up to the generated part's line,
+    then every command's --help (so a reader of the repository finds the reference too)."""
+    head = CLI_PAGE.read_text().split(CLI_GENERATED)[0]
+    return f"{head}{CLI_GENERATED}\n\n{cli_reference()}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write-cli"]:
+        sys.exit("usage: python docs/hooks.py --write-cli")
+    CLI_PAGE.write_text(cli_page())

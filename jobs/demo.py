@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -141,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_chkpt.offsets import to_json
     from spark_chkpt.testing.embedded_broker import EmbeddedBroker
     from spark_chkpt.testing.generator import produce_page_views
+    from spark_chkpt.testing.processes import kill_tree
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-demo-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{workdir / log_name}"
                 )
                 return 1
-            os.killpg(job.pid, signal.SIGKILL)
+            kill_tree(job.pid)
             job.wait()
             if in_flight is not None:
                 break

@@ -64,13 +64,14 @@ def register(spark: SparkSession) -> list[str]:
     run cannot import this package, naming the interpreter, the setting and the fix.
     """
     from spark_chkpt.interpreter import choose_worker_python
-    from spark_chkpt.report import install_excepthook
+    from spark_chkpt.report import explain_stopped_commit, install_excepthook
 
     choose_worker_python(spark)
     from spark_chkpt.session_defaults import apply_register_defaults
 
     apply_register_defaults(spark)
     install_excepthook()  # Spark's "failed to connect back" explained first
+    explain_stopped_commit(spark)  # query.stop() during a commit: one line, no traceback
     from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
 
     slots = _task_slots(spark)

@@ -228,8 +228,8 @@ class SavepointError(ChkptError):
 
 class PathNotFoundError(ChkptError):
     """A folder a command was given (a checkpoint, a savepoint or the folder that keeps
-    savepoints) does not exist; the message names the command's argument and the path,
-    instead of reporting what the missing folder lacks."""
+    savepoints) does not exist, or is a file; the message names the command's argument and
+    the path, instead of reporting what the missing folder lacks."""
 
 
 class NoKeyedStateError(ChkptError):

@@ -12,6 +12,14 @@ One failure is Spark's own and common on a loaded machine: ``Python worker faile
 connect back``. :func:`explain` turns it into what happened and what to do; the
 restart supervisor's lines and, through :func:`install_excepthook` (installed by
 ``register()``), an uncaught error in the user's script start with that explanation.
+
+Another is Spark's noise when ``query.stop()`` comes while a batch commits (issue 51):
+the stop closes the JVM's accumulator connection to the driver mid-update, so PySpark's
+accumulator server printed an ``EOFError`` traceback in the user's script, and once the
+Python commit returns, Spark logs that the batch's write ``is aborting`` and ``failed to
+abort`` (its abort cannot run on the stopped thread). :func:`explain_stopped_commit`
+(installed by ``register()``) prints :data:`STOPPED_MID_COMMIT`, one line, instead of the
+traceback.
 """
 
 from __future__ import annotations
@@ -90,3 +98,33 @@ def install_excepthook() -> None:
 
     hook._spark_chkpt = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+STOPPED_MID_COMMIT = (
+    "Spark closed its accumulator connection to this driver mid-update: a query was "
+    "stopped (query.stop()) while a batch was committing. If Spark then logs that the "
+    "batch's write 'is aborting' and 'failed to abort', nothing is lost or doubled: a "
+    "chkpt sink's commit either completed (the next start finds the batch in the sink "
+    "and skips it) or made nothing visible (the batch runs again)."
+)
+
+
+def explain_stopped_commit(spark: object) -> None:
+    """PySpark's accumulator server (``spark.sparkContext._accumulatorServer``) reports
+    an ``EOFError`` from the JVM's connection as :data:`STOPPED_MID_COMMIT`, one line on
+    standard error, instead of a traceback; any other error as before. Nothing on Spark
+    Connect, which has no such server. Installed once per server."""
+    context = getattr(spark, "_sc", None)
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None or getattr(server, "_spark_chkpt", False):
+        return
+    previous = server.handle_error
+
+    def handle_error(request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], EOFError):
+            print(PREFIX + STOPPED_MID_COMMIT, file=sys.stderr, flush=True)
+            return
+        previous(request, client_address)
+
+    server.handle_error = handle_error
+    server._spark_chkpt = True

@@ -290,3 +290,89 @@ def run_stage(
         except Exception as e:
             if "failed to connect back" not in str(e) or attempt == retries:
                 raise
+
+
+def process_tree(pid: int) -> dict[int, str]:
+    """``pid``'s descendants and their command lines, from /proc."""
+    children: dict[int, list[int]] = {}
+    lines: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            lines[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = lines.get(child, "")
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+# PySpark's daemon hangs its workers up (SIGHUP) within milliseconds of its JVM's death,
+# in which a commit can still land; without the daemon (spark.python.use.daemon=false,
+# a simple worker per runner) nothing stops a worker when its JVM dies. The jobs of the
+# JVM-only kill tests run so: their commit worker outlives the JVM.
+NO_DAEMON = {"PYSPARK_SUBMIT_ARGS": "--conf spark.python.use.daemon=false pyspark-shell"}
+
+
+def kill_jvm_alone(job: Any) -> list[int]:
+    """The OOM killer's kill of a job (a ``Popen`` started in a session of its own): its
+    JVM alone, SIGKILL, while its Python processes live on; returns those processes
+    (:func:`end_held` ends them). Prints the job's processes and which outlived the JVM."""
+    import os
+    import signal
+    import time
+
+    tree = process_tree(job.pid)
+    jvms = [p for p, line in tree.items() if line.split(" ")[0].endswith("java")]
+    assert len(jvms) == 1, tree
+    os.kill(jvms[0], signal.SIGKILL)
+    job.wait(timeout=120)  # the Python driver loses its gateway and ends
+    time.sleep(1)
+    print("the job's processes, its JVM killed:")
+    for pid, line in tree.items():
+        print(f"  {pid} {'alive' if alive(pid) else 'gone '} {line[:120]}")
+    return [p for p in tree if p not in jvms]
+
+
+def commit_worker(pids: Sequence[int]) -> int | None:
+    """Of ``pids``, the live Python worker that runs a sink's driver-side commits."""
+    for pid in pids:
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"python_streaming_sink_runner" in line and alive(pid):
+            return pid
+    return None
+
+
+def end_held(pids: Sequence[int], *, timeout_s: float = 120) -> None:
+    """Wait for ``pids`` to end (a released worker finishes its commit), then kill what
+    is left of them."""
+    import time
+
+    from spark_chkpt.testing.processes import kill_tree
+
+    deadline = time.monotonic() + timeout_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        if alive(pid):
+            kill_tree(pid)

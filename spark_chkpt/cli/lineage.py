@@ -6,6 +6,26 @@ import argparse
 import os
 from typing import Any
 
+ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+def bootstrap_servers(given: str | None) -> str | None:
+    """``--bootstrap-servers``, else ``$KAFKA_BOOTSTRAP_SERVERS``, else None; either one
+    given but blank is refused (kafka-python would try to bootstrap from ``['']``)."""
+    from spark_chkpt.errors import ChkptError
+
+    if given is not None:
+        if not given.strip():
+            raise ChkptError("--bootstrap-servers is empty: give host:port[,host:port...]")
+        return given
+    found = os.environ.get(ENV)
+    if found is not None and not found.strip():
+        raise ChkptError(
+            f"${ENV} is set but empty: give host:port[,host:port...] in it or with "
+            f"--bootstrap-servers, or unset it to stop the walk at the table's writer"
+        )
+    return found
+
 
 def run(args: argparse.Namespace) -> int:
     from spark_chkpt.fs import qualify
@@ -14,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     lineage = trace(
         table=qualify(args.table),
         version=args.version,
-        bootstrap_servers=args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        bootstrap_servers=bootstrap_servers(args.bootstrap_servers),
         upstream=[qualify(c) for c in args.upstream],
     )
     print(lineage.to_json() if args.json else lineage.to_text())

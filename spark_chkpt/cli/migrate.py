@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
             table=args.table, job_plan=job_plan(args.job, shlex.split(args.job_args))
         )
     plan = plan_migration(options=options, check_state=check)
+    if args.job:
+        stop_planning_session()
     print("found:")
     for line in plan.found():
         print(f"  {line}")
@@ -64,6 +66,22 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def stop_planning_session() -> None:
+    """Stop the session the ``--job`` script started to plan its query, its log at ERROR
+    first: left to the interpreter's exit, Spark's log4j warnings of the shutdown came
+    after the command's last line (``migrated: ...``)."""
+    import contextlib
+
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return
+    with contextlib.suppress(Exception):  # a context half gone: nothing to quiet
+        context.setLogLevel("ERROR")
+    context.stop()
 
 
 def add_parser(sub: Any) -> None:

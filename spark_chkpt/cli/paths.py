@@ -9,11 +9,18 @@ from spark_chkpt.errors import PathNotFoundError, SavepointError
 
 def require_folder(path: str, *, what: str) -> None:
     """:class:`PathNotFoundError` if ``path`` (local or any ``pyarrow.fs`` URI) does not
-    exist; ``what`` is the argument's name in the message (``checkpoint``)."""
+    exist or is a file, not a folder; ``what`` is the argument's name in the message
+    (``checkpoint``)."""
+    import pyarrow.fs as pafs
+
     from spark_chkpt.fs import qualify, resolve
 
-    if not resolve(qualify(path)).exists():
+    location = resolve(qualify(path))
+    kind = location.fs.get_file_info(location.path).type
+    if kind == pafs.FileType.NotFound:
         raise PathNotFoundError(f"{what} {path} does not exist")
+    if kind == pafs.FileType.File:
+        raise PathNotFoundError(f"{what} {path} is a file, not a folder: give the {what}'s folder")
 
 
 def require_savepoint(path: str) -> None:

@@ -100,7 +100,9 @@ class DeltaTarget:
         try:
             return DeltaTable(self.uri, storage_options=dict(self.storage_options))
         except TableNotFoundError as e:
-            raise NotADeltaTableError(str(e)) from e
+            # delta-rs adds its Rust error's debug form on a second line
+            # ("Error: Os { code: 2, ... }"): one line is enough.
+            raise NotADeltaTableError((str(e).strip().splitlines() or [repr(e)])[0]) from e
 
     def open_at(self, version: int) -> Any:
         """The ``DeltaTable`` as of ``version`` (time travel; its files must be there)."""

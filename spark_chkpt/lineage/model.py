@@ -213,6 +213,4 @@ def check_version(version: int, versions: Sequence[int], *, table: str) -> None:
     """Refuse a version the table's history does not hold, naming the ones it does."""
     if version not in versions:
         shown = f"{min(versions)}..{max(versions)}" if versions else "none"
-        raise ChkptError(
-            f"lineage: {table} has no version {version} in its history (versions {shown})"
-        )
+        raise ChkptError(f"{table} has no version {version} in its history (versions {shown})")

@@ -103,14 +103,14 @@ def _table_node(
     try:
         delta = DeltaTarget(uri=table, storage_options=storage_options).require()
     except NotADeltaTableError as e:
-        raise ChkptError(f"lineage: {table} is not a Delta table: {e}") from e
+        raise ChkptError(f"{table} is not a Delta table: {e}") from e
     history = {e.version: e.info for e in commit_history(delta)}
     check_version(version, sorted(history), table=table)
     info = history[version]
     text = info.get(SNAPSHOT_KEY)
     if not text:
         raise ChkptError(
-            f"lineage: {table} version {version} ({info.get('operation')}) carries no "
+            f"{table} version {version} ({info.get('operation')}) carries no "
             "snapshot record: no spark-chkpt sink wrote it"
         )
     record = SnapshotRecord.from_json(text)

@@ -19,15 +19,31 @@ Python source no metrics hook of its own, only ``reportLatestOffset`` (which
 Lag is ``latest - end`` per partition: what the batch left unread of what the broker
 held when the batch was planned (Spark's own source computes it the same way). A
 partition absent from ``endOffset`` (added after the batch was planned) counts from 0.
+
+The figures are strings as Spark's are, to the digit: Spark 4.2's Kafka source
+computes ``avgOffsetsBehindLatest`` as a Java double printed by ``Double.toString``
+(``KafkaMicroBatchStream.metrics``), and the progress users see (its JSON: PySpark's
+``lastProgress``, ``recentProgress`` and listener events) rounds that text half up to
+one decimal (``SourceProgress``: ``BigDecimal(...).setScale(1, HALF_UP)``). So 4
+partitions 18,001 offsets behind read ``4500.3`` (Python's own rounding, half to even on
+the binary value, gave ``4500.2``): :func:`spark_average`.
+
+Each lag carries a stable ``source`` label for dashboards: the query's name (its id
+when it has none: the id stays with the checkpoint) and the topics read, e.g.
+``events_to_delta[events]``. Spark's own ``description`` of a Python source is an object
+name with a new hash every run (``...PythonMicroBatchStreamWithTriggerAvailableNow@1bdfa468``);
+it stays in ``description``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -42,12 +58,46 @@ log = logging.getLogger("spark_chkpt.progress")
 PROGRESS_LOG_CONF = "spark.chkpt.progressLog"
 
 
+def java_double(value: float) -> str:
+    """``value`` as Java's ``Double.toString`` prints it (how Spark's Kafka source prints
+    ``avgOffsetsBehindLatest``): the shortest digits that read back as ``value``, plain
+    from 10^-3 up to 10^7 (always a digit after the point: ``5.0``), else computerized
+    scientific notation (``1.25E7``)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        return repr(value)  # Python's repr: the same shortest digits, plain in this range
+    digits = next(
+        text for precision in range(17) if float(text := f"{value:.{precision}e}") == value
+    )
+    mantissa, _, exponent = digits.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}E{int(exponent)}"
+
+
+def spark_average(value: float) -> str:
+    """``avgOffsetsBehindLatest`` as Spark's progress prints it: :func:`java_double`'s
+    text rounded half up to one decimal (``4500.25`` -> ``4500.3``)."""
+    if not math.isfinite(value):
+        return java_double(value)
+    return str(Decimal(java_double(value)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
 @dataclass(frozen=True)
 class SourceLag:
-    """One source's lag in one progress: offsets behind the latest, per ``topic-partition``."""
+    """One source's lag in one progress: offsets behind the latest, per ``topic-partition``.
+
+    ``source``: a label that stays the same across batches and runs (the query's name or
+    id, and the topics); ``description``: Spark's own description of the source."""
 
     source: str
     partitions: Mapping[str, int]
+    description: str = ""
 
     @property
     def max(self) -> int:
@@ -71,14 +121,14 @@ class SourceLag:
         worst = max(self.partitions, key=lambda tp: self.partitions[tp], default="-")
         return (
             f"lag {self.behind} offsets over {len(self.partitions)} partitions "
-            f"(max {self.max} at {worst}, avg {self.avg:.1f}, min {self.min})"
+            f"(max {self.max} at {worst}, avg {spark_average(self.avg)}, min {self.min})"
         )
 
     def metrics(self) -> dict[str, str]:
         """The figures under Spark's own Kafka source's metric names (strings, as Spark
         reports ``sources[i].metrics``)."""
         return {
-            "avgOffsetsBehindLatest": f"{self.avg:.1f}",
+            "avgOffsetsBehindLatest": spark_average(self.avg),
             "maxOffsetsBehindLatest": str(self.max),
             "minOffsetsBehindLatest": str(self.min),
         }
@@ -109,10 +159,26 @@ def _partition_offsets(text: Any) -> dict[str, int] | None:
     return found
 
 
+def _topics(text: Any) -> list[str]:
+    try:
+        doc = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return []
+    return sorted(t for t in doc if t != META_KEY) if isinstance(doc, Mapping) else []
+
+
+def source_label(progress: Any, topics: list[str]) -> str:
+    """A label for one source of ``progress`` that dashboards can keep: the query's name
+    (its id if it has none) and the topics it read, ``name[topic,topic]``."""
+    query = _field(progress, "name") or _field(progress, "id") or "query"
+    return f"{query}[{','.join(topics)}]"
+
+
 def source_lags(progress: Any) -> list[SourceLag]:
     """Each Kafka-shaped source's lag in ``progress`` (sources without a ``latestOffset``
     or with other offsets are left out)."""
     lags = []
+    labels: dict[str, int] = {}
     for source in _field(progress, "sources") or ():
         latest = _partition_offsets(_field(source, "latestOffset"))
         if not latest:
@@ -120,7 +186,17 @@ def source_lags(progress: Any) -> list[SourceLag]:
         end = _partition_offsets(_field(source, "endOffset")) or {}
         # Spark's offsets for "earliest"/"latest" are negative sentinels: no lag known.
         behind = {tp: max(0, off - max(0, end.get(tp, 0))) for tp, off in latest.items()}
-        lags.append(SourceLag(source=str(_field(source, "description")), partitions=behind))
+        label = source_label(progress, _topics(_field(source, "latestOffset")))
+        labels[label] = labels.get(label, 0) + 1
+        if labels[label] > 1:  # two sources of one query on the same topics
+            label = f"{label}#{labels[label]}"
+        lags.append(
+            SourceLag(
+                source=label,
+                partitions=behind,
+                description=str(_field(source, "description")),
+            )
+        )
     return lags
 
 

@@ -7,9 +7,10 @@ switched on, by a test in this process (:func:`enable`, :func:`enabled`) or by t
 environment, which reaches Spark's Python workers and the driver of a job a fault test
 starts:
 
-- ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]``: SIGKILL the process group of the session
-  (the driver started with ``start_new_session=True``: the Python driver and its JVM),
-  then this process, like ``kill -9`` of the driver.
+- ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]``: SIGKILL every process of the session
+  (the driver started with ``start_new_session=True``: the Python driver, its JVM and
+  PySpark's Python processes, whatever their process group), then this process, like
+  ``kill -9`` of the whole job.
 - ``SPARK_CHKPT_FAIL_AT=<point>@<batchId>``: raise :class:`InjectedFailureError` (only at
   the points that can fail a task or a commit: ``in-write``, ``in-commit``), so Spark
   aborts the batch.
@@ -30,7 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from enum import Enum
 from typing import Literal
 
@@ -158,6 +159,31 @@ def _run(action: Action, point: FaultPoint, batch_id: int) -> None:
         )
         sys.stderr.flush()
         try:
-            os.killpg(os.getsid(0), signal.SIGKILL)
+            _kill_session()
         finally:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_session() -> None:
+    """SIGKILL every process of this process's session but this one (killed last by the
+    caller): the driver, its JVM, and PySpark's daemon and workers, which moved to process
+    groups of their own (``os.setpgid(0, 0)``), so a kill of the session's process group
+    would miss a commit worker. Stopped first (SIGSTOP), so none goes on meanwhile.
+    (:func:`spark_chkpt.testing.processes.kill_tree` does the same from outside a job.)"""
+    session, me = os.getsid(0), os.getpid()
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                text = stat.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()  # state ppid pgrp session ...
+        if len(fields) > 3 and int(fields[3]) == session:
+            members.append(int(entry))
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in members:
+            with suppress(OSError):
+                os.kill(pid, sig)

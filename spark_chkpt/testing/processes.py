@@ -1,13 +1,17 @@
 """The servers the project starts for tests and local use (the Kafka broker, Tansu, the S3
-server) as child processes: a free loopback port, the launch with its log, the stop."""
+server) as child processes: a free loopback port, the launch with its log, the stop; and
+:func:`kill_tree`, the ``kill -9`` of a whole job (its Python, its JVM, PySpark's daemon
+and workers, which leave the job's process group)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -55,6 +59,72 @@ def halt(process: subprocess.Popen[bytes] | None, *, timeout_s: float = 10.0, wh
         log.warning("%s did not stop in %ss: killed", what, timeout_s)
         process.kill()
         process.wait(timeout=10)
+
+
+def _children() -> dict[int, list[int]]:
+    """Every live process's children, from ``/proc/<pid>/stat`` (field 4, the parent)."""
+    found: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                text = stat.read().decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 1:
+            found.setdefault(int(fields[1]), []).append(int(entry))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    children = _children()
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process descended from it, as a machine crash kills a
+    whole job.
+
+    ``os.killpg`` of a job's process group is not enough: PySpark's daemon and its
+    workers call ``os.setpgid(0, 0)``, and a Python sink's driver-side commit runs in such
+    a worker, which would go on committing after the "kill". The tree is found by
+    walking ``/proc``; each process is stopped (SIGSTOP) before its children are looked
+    for, so none forks a child the walk misses, until a walk finds nothing new; then all
+    are killed. The calling process, if it is in the tree, is neither stopped nor
+    spared: it is killed last."""
+    me = os.getpid()
+    stopped: list[int] = []
+    if pid != me:
+        _signal(pid, signal.SIGSTOP)
+    stopped.append(pid)
+    while True:
+        new = [p for p in _descendants(pid) if p not in stopped]
+        if not new:
+            break
+        for child in new:
+            if child != me:
+                _signal(child, signal.SIGSTOP)
+            stopped.append(child)
+        time.sleep(0.001)  # a stop is delivered asynchronously; a fork may be under way
+    for victim in stopped:
+        if victim != me:
+            _signal(victim, signal.SIGKILL)
+    if me in stopped:
+        os.kill(me, signal.SIGKILL)
 
 
 class ServerProcess:

@@ -6,8 +6,6 @@ broker is back goes on. Every event ends in the Delta table exactly once."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ from spark_chkpt.kafka.client.topics import create_topic
 from spark_chkpt.testing.embedded_broker import EmbeddedBroker
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+from spark_chkpt.testing.processes import kill_tree
 from tests.helpers import embedded_broker, user_env
 
 pytestmark = pytest.mark.fault
@@ -217,7 +216,7 @@ def test_an_outage_between_the_data_and_the_barriers_confirms_each_snapshot_once
         wait_for_every_event(tmp_path, b)
     finally:
         broker.resume()
-        os.killpg(b.pid, signal.SIGKILL)
+        kill_tree(b.pid)
         b.wait(timeout=60)
     assert_two_stage_exactly_once(tmp_path, servers, "enriched")
     completes = [n for kind, n in index_entries(servers, "enriched") if kind == "complete"]

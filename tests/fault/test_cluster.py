@@ -19,6 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.testing.generator import produce_page_views
+from spark_chkpt.testing.processes import kill_tree
 from tests.fault.test_exactly_once import (
     EVENTS,
     _killed,
@@ -110,7 +111,7 @@ def test_an_executor_jvm_killed_mid_batch_is_replaced(
         assert job.wait(timeout=400) == 0, (tmp_path / "job.log").read_text()[-4000:]
     finally:
         if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
+            kill_tree(job.pid)
     assert killed is not None, "batch 1 finished before an executor could be killed"
     ids = table_ids(tmp_path)
     assert ids == list(range(EVENTS)), f"{len(ids)} rows, {len(set(ids))} distinct"
@@ -183,7 +184,7 @@ def standalone(tmp_path: Path) -> Iterator[str]:
     finally:
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_tree(process.pid)
             process.wait(timeout=30)
 
 

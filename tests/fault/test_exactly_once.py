@@ -13,7 +13,8 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +25,8 @@ from spark_chkpt.delta.staging import STAGED_NAME
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
-from tests.helpers import user_env
+from spark_chkpt.testing.processes import kill_tree
+from tests.helpers import NO_DAEMON, commit_worker, end_held, kill_jvm_alone, user_env
 
 pytestmark = pytest.mark.fault
 
@@ -39,8 +41,10 @@ def job_command(
     *,
     orphan_retention: str | None = "0ms",
     master: str = "local[2]",
+    extra: Sequence[str] = (),
 ) -> list[str]:
-    """The job's command line; ``orphan_retention=None`` keeps the sink's default (1 hour)."""
+    """The job's command line; ``orphan_retention=None`` keeps the sink's default (1 hour);
+    ``extra``: more of its arguments."""
     command = [
         sys.executable,
         "-m",
@@ -68,7 +72,7 @@ def job_command(
     ]
     if orphan_retention is not None:
         command += ["--set", f"sink.orphanRetention={orphan_retention}"]
-    return command
+    return command + list(extra)
 
 
 def run_job(
@@ -81,6 +85,7 @@ def run_job(
     orphan_retention: str | None = "0ms",
     master: str = "local[2]",
     extra_env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
 ) -> subprocess.CompletedProcess:
     """Run the job once as a driver process in its own session, to its end or its kill."""
     env = user_env(**(extra_env or {}))
@@ -90,7 +95,12 @@ def run_job(
         env["SPARK_CHKPT_FAIL_AT"] = fail_at
     return subprocess.run(
         job_command(
-            tmp_path, bootstrap_servers, topic, orphan_retention=orphan_retention, master=master
+            tmp_path,
+            bootstrap_servers,
+            topic,
+            orphan_retention=orphan_retention,
+            master=master,
+            extra=extra,
         ),
         cwd=tmp_path,
         env=env,
@@ -284,3 +294,67 @@ def test_failed_batch_is_aborted_and_retried_on_restart(
     result = run_job(tmp_path, bootstrap_servers, topic)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_exactly_once(tmp_path)
+
+
+def test_the_jvm_killed_alone_while_its_commit_worker_is_in_the_commit(
+    tmp_path: Path, bootstrap_servers: str, topic: str
+) -> None:
+    """The OOM killer's case (issue 51): only the driver's JVM dies, while the Python
+    worker running the sink's driver-side commit of batch 1 is inside it, past its
+    checks (batch 1 not in the table yet; its dead letters committed) and before its
+    Delta commit, held there by a stall; without PySpark's daemon (``NO_DAEMON``), which
+    would hang it up within milliseconds, it outlives the JVM. The job is restarted and
+    runs to the end (its start deletes the old worker's staged files); then the old
+    worker is let go, on the table as it read it before. Every event once, batch 1
+    committed once, and nothing committed after the new driver's commits."""
+    stalled, release = tmp_path / "stalled", tmp_path / "release"
+    dead = [
+        "--set",
+        "job.badRecords=deadLetter",
+        "--set",
+        f"sink.deadLetterPath={tmp_path / 'dead'}",
+    ]
+    env = user_env(
+        **NO_DAEMON,
+        SPARK_CHKPT_STALL_AT="after-dead-letters@1",
+        SPARK_CHKPT_STALL_SIGNAL=str(stalled),
+        SPARK_CHKPT_STALL_RELEASE=str(release),
+        SPARK_CHKPT_STALL_SECONDS="600",
+    )
+    with open(tmp_path / "run1.log", "w") as out:
+        job = subprocess.Popen(
+            job_command(tmp_path, bootstrap_servers, topic, extra=dead),
+            cwd=tmp_path,
+            env=env,
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    left: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not stalled.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stalled.exists(), (tmp_path / "run1.log").read_text()[-3000:]
+        left = kill_jvm_alone(job)
+        assert commit_worker(left) is not None, "the commit worker did not outlive the JVM"
+
+        result = run_job(tmp_path, bootstrap_servers, topic, extra=dead, extra_env=NO_DAEMON)
+        assert result.returncode == 0, result.stderr[-3000:]
+        version_after_restart = DeltaTable(str(tmp_path / "table")).version()
+    finally:
+        release.write_text("go\n")  # the old worker, if it lives, goes on with its commit
+        end_held(left)
+        if job.poll() is None:
+            kill_tree(job.pid)
+    table = DeltaTable(str(tmp_path / "table"))
+    assert table.version() == version_after_restart, "a stale commit landed after the restart"
+    assert_exactly_once(tmp_path)
+    app_id = json.loads((tmp_path / "chk" / "metadata").read_text())["id"]
+    target = DeltaTarget(uri=str(tmp_path / "table"))
+    batch_1 = [
+        v
+        for v in range(table.version() + 1)
+        if (c := target.commit_at(v)) is not None and c.txns.get(app_id) == 1
+    ]
+    assert len(batch_1) == 1, batch_1

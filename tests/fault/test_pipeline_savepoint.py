@@ -39,6 +39,7 @@ from deltalake import DeltaTable
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.kafka.client.topics import create_topic, partition_count, topic_names
 from spark_chkpt.testing.generator import produce_page_views
+from spark_chkpt.testing.processes import kill_tree
 from tests.helpers import chkpt_cli, ok, run_stage, user_env
 
 pytestmark = pytest.mark.fault
@@ -130,7 +131,7 @@ class Pipeline:
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait(timeout=30)
 
 
@@ -228,7 +229,7 @@ def test_rewind_after_kill_interrupted_restore_fenced_job_exactly_once(
         "A and B past the savepoint",
         lambda: commits(p.chk("a"))[-1] > a["batch_id"] and commits(p.chk("b"))[-1] > b["batch_id"],
     )
-    os.killpg(p.procs["b"].pid, signal.SIGKILL)
+    kill_tree(p.procs["b"].pid)
     assert p.procs["b"].wait(timeout=30) == -signal.SIGKILL
     now = DeltaTable(str(p.table)).version()
     sp_table = json.loads(

@@ -15,7 +15,6 @@ outside the repository, and the tables are read back with ``deltalake``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -29,6 +28,7 @@ from deltalake import DeltaTable
 
 from spark_chkpt.savepoint.manifest import list_savepoints
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
+from spark_chkpt.testing.processes import kill_tree
 from tests.fault.test_stateful import counts_below, table_counts
 from tests.helpers import user_env
 
@@ -45,7 +45,7 @@ def _no_job_left_running() -> Iterator[None]:
     while _STARTED:
         process = _STARTED.pop()
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_tree(process.pid)
             process.wait()
 
 

@@ -5,7 +5,6 @@ consumer of the middle topic sees the duplicates A's replays wrote."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,7 +22,8 @@ from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.kafka.source.offset_reader import OffsetReader
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.testing.generator import produce_page_views
-from tests.helpers import user_env
+from spark_chkpt.testing.processes import kill_tree
+from tests.helpers import NO_DAEMON, commit_worker, end_held, kill_jvm_alone, user_env
 
 pytestmark = pytest.mark.fault
 
@@ -173,7 +173,7 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
         ):
             time.sleep(0.02)
         if a.poll() is None:
-            os.killpg(a.pid, signal.SIGKILL)
+            kill_tree(a.pid)
         a.wait(timeout=60)
         # Then stage A runs to the end.
         a = stage(tmp_path, "a", bootstrap_servers, topics, sink_options=client)
@@ -181,7 +181,7 @@ def test_stage_a_killed_repeatedly_stage_b_exactly_once(
 
         wait_for_every_event(tmp_path, b)
     finally:
-        os.killpg(b.pid, signal.SIGKILL)
+        kill_tree(b.pid)
         b.wait(timeout=60)
     assert_exactly_once(tmp_path, bootstrap_servers, middle)
 
@@ -281,7 +281,7 @@ def test_stage_a_killed_at_each_step_of_its_commit_stage_b_exactly_once(
         assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
         wait_for_every_event(tmp_path, b)
     finally:
-        os.killpg(b.pid, signal.SIGKILL)
+        kill_tree(b.pid)
         b.wait(timeout=60)
     assert_exactly_once(tmp_path, bootstrap_servers, middle)
 
@@ -369,7 +369,7 @@ def test_stage_b_killed_and_restarted_reading_with_confluent_and_grouped_partiti
         ):
             time.sleep(0.02)
         if b.poll() is None:
-            os.killpg(b.pid, signal.SIGKILL)
+            kill_tree(b.pid)
         b.wait(timeout=60)
         b = stage(
             tmp_path,
@@ -383,8 +383,76 @@ def test_stage_b_killed_and_restarted_reading_with_confluent_and_grouped_partiti
     finally:
         for process in (a, b):
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_tree(process.pid)
             process.wait(timeout=60)
     table = DeltaTable(str(tmp_path / "table")).to_pyarrow_table(columns=["event_id"])
     counts = Counter(table.column("event_id").to_pylist())
     assert sorted(counts) == list(range(EVENTS)) and max(counts.values()) == 1
+
+
+def test_the_jvm_of_stage_a_killed_alone_while_its_commit_worker_is_in_the_commit(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """The OOM killer's case (issue 51) on the chkpt-kafka sink: only stage A's JVM dies
+    while the Python worker running its commit of batch 1 is inside it, after the intent
+    entry and before any barrier (held there by a stall; without PySpark's daemon,
+    ``NO_DAEMON``, it outlives the JVM). A is restarted and runs to the end (it resumes
+    batch 1's intent); then the old worker is let go. It must add nothing after the new
+    driver's commits: no barrier, no entry; and the confirmed records hold every event
+    once."""
+    events = 2 * PER_BATCH
+    source = make_topic(partitions=3, suffix="in")
+    middle = make_topic(partitions=3, suffix="mid")
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=events)
+    topics = (source, middle)
+    stalled, release = tmp_path / "stalled", tmp_path / "release"
+    a = stage(
+        tmp_path,
+        "a",
+        bootstrap_servers,
+        topics,
+        env={
+            **NO_DAEMON,
+            "SPARK_CHKPT_STALL_AT": "after-intent@1",
+            "SPARK_CHKPT_STALL_SIGNAL": str(stalled),
+            "SPARK_CHKPT_STALL_RELEASE": str(release),
+            "SPARK_CHKPT_STALL_SECONDS": "600",
+        },
+    )
+    log = tmp_path / "stage-a.log"
+    left: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not stalled.exists() and a.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stalled.exists(), log.read_text()[-3000:]
+        left = kill_jvm_alone(a)
+        assert commit_worker(left) is not None, "the commit worker did not outlive the JVM"
+        a = stage(tmp_path, "a", bootstrap_servers, topics, env=NO_DAEMON)
+        assert a.wait(timeout=300) == 0, log.read_text()[-3000:]
+        entries = index_entries(bootstrap_servers, middle)
+        assert entries[-1] == ("complete", 1), entries
+    finally:
+        release.write_text("go\n")  # the old worker goes on with its commit of batch 1
+        end_held(left)
+        if a.poll() is None:
+            kill_tree(a.pid)
+    assert index_entries(bootstrap_servers, middle) == entries, "a stale entry after the restart"
+    assert barriers_in(bootstrap_servers, middle) == Counter(
+        {(p, n): 1 for p in range(3) for n in range(2)}
+    )
+    records = read_middle(bootstrap_servers, middle)
+    confirmed = {
+        attempt
+        for _, r in records
+        if is_barrier(r.headers)
+        for attempt in Barrier.parse(
+            r.value, topic=middle, partition=r.partition, offset=r.offset
+        ).attempts
+    }
+    kept = Counter(
+        json.loads(r.value)["event_id"]
+        for _, r in records
+        if not is_barrier(r.headers) and attempt_of(r.headers) in confirmed
+    )
+    assert sorted(kept) == list(range(events)) and max(kept.values()) == 1

@@ -88,6 +88,38 @@ def test_script_exits_0_every_time_with_and_without_spark_stop(
         assert f"rows {EVENTS} ids {EVENTS}" in out
 
 
+def test_query_stop_during_a_commit_says_what_happened_in_one_line(
+    tmp_path: Path, bootstrap_servers: str, events_topic: str
+) -> None:
+    """Issue 51: ``query.stop()`` right after batch 1's Delta commit (the commit held
+    there): PySpark's accumulator server printed an ``EOFError`` traceback in the script
+    and Spark logs that the write is aborting and failed to abort. The script now says
+    in one line that nothing is lost, and the table holds both batches."""
+    from deltalake import DeltaTable
+
+    from spark_chkpt.report import STOPPED_MID_COMMIT
+
+    folder = tmp_path / "my-project"
+    folder.mkdir()
+    shutil.copy(SCRIPT.with_name("stop_mid_commit.py"), folder / "my_job.py")
+    stalled = tmp_path / "stalled"
+    rc, out, err = finish(
+        start_script(
+            folder,
+            bootstrap_servers,
+            events_topic,
+            str(tmp_path / "work"),
+            SPARK_CHKPT_STALL_AT="after-snapshot@1",
+            SPARK_CHKPT_STALL_SIGNAL=str(stalled),
+            SPARK_CHKPT_STALL_SECONDS="3",
+        )
+    )
+    assert rc == 0 and "stopped" in out, err[-3000:]
+    assert "Traceback" not in err and "EOFError" not in err, err[-3000:]
+    assert "spark-chkpt: " + STOPPED_MID_COMMIT in err, err[-3000:]
+    assert DeltaTable(str(tmp_path / "work" / "table")).to_pyarrow_table().num_rows == 400
+
+
 def test_local_cluster_executors_run_the_script_interpreter(
     job_folder: Path, bootstrap_servers: str, events_topic: str
 ) -> None:

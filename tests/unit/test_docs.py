@@ -115,3 +115,19 @@ def test_readme_commands_are_make_targets() -> None:
 
 def test_readme_stays_short() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def test_the_command_line_page_holds_every_commands_help_as_the_parsers_print_it() -> None:
+    """docs/reference/cli.md is read on GitHub too, where no hook runs: the generated
+    reference is committed, and must be what the parsers print now (regenerate with
+    ``python docs/hooks.py --write-cli``)."""
+    import sys
+
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+    page = (DOCS / "reference" / "cli.md").read_text()
+    assert "### `spark-chkpt lineage`" in page and "### `spark-chkpt status`" in page
+    assert page == hooks.cli_page(), "run: python docs/hooks.py --write-cli"

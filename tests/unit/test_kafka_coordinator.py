@@ -334,6 +334,32 @@ def test_commit_that_finds_an_intent_resumes_with_the_intents_attempts_not_its_o
     assert (record.outcome, record.rows, record.attempts) == ("committed", 5, ["t0-first"])
 
 
+def test_a_commit_held_after_its_intent_while_another_run_completed_it_writes_nothing_more(
+    tmp_path: Path, producer: FakeProducer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 51: the driver's JVM killed while its Python commit worker, held after the
+    intent of batch 1, lived on; a new driver resumed that intent and completed batch 1.
+    Let go, the old worker reads the control topic again (it was held past HELD_S) and
+    stops with FencedError: no second barrier, no second complete entry."""
+    from spark_chkpt.errors import FencedError
+
+    query = Query(tmp_path)
+    query.plan(1)
+    old = produced(producer, 1, "t0-old", {0: 2, 1: 1})
+    new = produced(producer, 1, "t0-new", {0: 2, 1: 1})
+    monkeypatch.setattr(kafka_coordinator, "HELD_S", 0.0)  # every commit counts as held
+
+    def new_driver_meanwhile(point: fault.FaultPoint, batch_id: int) -> None:
+        if point is fault.FaultPoint.AFTER_INTENT:
+            query.commit(1, new)  # resumes the old intent: its attempts, barriers, complete
+
+    monkeypatch.setattr(kafka_coordinator, "failpoint", new_driver_meanwhile)
+    with pytest.raises(FencedError, match=r"held .* another run of the query completed"):
+        query.commit(1, old)
+    assert kinds(producer) == [("intent", 1), ("complete", 1)]
+    assert {p: len(found) for p, found in producer.barriers().items()} == {0: 1, 1: 1, 2: 1}
+
+
 def test_commit_that_finds_complete_is_a_duplicate_and_writes_no_barrier(
     tmp_path: Path, producer: FakeProducer
 ) -> None:

@@ -9,7 +9,13 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from spark_chkpt.metrics.lag import LagReporter, describe, source_lags
+from spark_chkpt.metrics.lag import (
+    LagReporter,
+    describe,
+    java_double,
+    source_lags,
+    spark_average,
+)
 
 
 def _progress(*sources: dict[str, Any]) -> dict[str, Any]:
@@ -113,3 +119,68 @@ def test_not_on_a_terminal_there_is_no_bar() -> None:
         SimpleNamespace(progress=_progress(_source({"t": {"0": 1}}, {"t": {"0": 2}})))
     )
     assert "\r" not in out.getvalue() and out.getvalue().startswith("chkpt events batch 3:")
+
+
+def test_the_average_is_printed_as_sparks_progress_prints_it() -> None:
+    """Spark 4.2's Kafka source prints avgOffsetsBehindLatest with Double.toString, and
+    its progress JSON rounds that half up to one decimal: 4 partitions 18,001 behind read
+    4500.3 (issue 51: ours printed 4500.2, Python rounding half to even)."""
+    end = {"t": {"0": 0, "1": 0, "2": 0, "3": 0}}
+    latest = {"t": {"0": 4500, "1": 4500, "2": 4500, "3": 4501}}
+    (lag,) = source_lags(_progress(_source(end, latest)))
+    assert lag.metrics()["avgOffsetsBehindLatest"] == "4500.3"
+    latest["t"]["2"] = 4502  # 18,003: a .75 average
+    (lag,) = source_lags(_progress(_source(end, latest)))
+    assert lag.metrics()["avgOffsetsBehindLatest"] == "4500.8"
+    assert "avg 4500.8," in lag.describe()
+
+
+def test_spark_average_matches_big_decimal_half_up_of_double_to_string() -> None:
+    """Java 17's ``new BigDecimal(Double.toString(x)).setScale(1, HALF_UP)`` (run once,
+    pasted here): what SourceProgress's JSON holds."""
+    java = {
+        4500.25: "4500.3",
+        2.25: "2.3",
+        0.0: "0.0",
+        1e7: "10000000.0",
+        0.0005: "0.0",
+        1 / 3: "0.3",
+        0.15: "0.2",
+        0.05: "0.1",
+        12345678.25: "12345678.3",
+        7.5: "7.5",
+    }
+    assert {v: spark_average(v) for v in java} == java
+
+
+def test_java_double_matches_double_to_string() -> None:
+    """Values printed by Java 17's Double.toString (run once, pasted here)."""
+    java = {
+        18001 / 4: "4500.25",
+        0.0: "0.0",
+        5.0: "5.0",
+        1e7: "1.0E7",
+        12345678.5: "1.23456785E7",
+        0.001: "0.001",
+        0.0005: "5.0E-4",
+        1 / 3: "0.3333333333333333",
+        1e21: "1.0E21",
+        7 / 3: "2.3333333333333335",
+        123456.789: "123456.789",
+    }
+    assert {v: java_double(v) for v in java} == java
+
+
+def test_the_source_label_is_the_query_and_its_topics_not_sparks_object_name() -> None:
+    """Spark describes a Python source by its object, a new hash every run; the label a
+    dashboard keeps is the query's name and the topics."""
+    spark_name = "org.apache.spark.sql.execution.python.PythonMicroBatchStream@1bdfa468"
+    end = {"b": {"0": 1}, "a": {"0": 1}}
+    latest = {"b": {"0": 2}, "a": {"0": 3}}
+    (lag,) = source_lags(_progress(_source(end, latest, description=spark_name)))
+    assert lag.source == "events[a,b]" and lag.description == spark_name
+    nameless = _progress(_source(end, latest, description=spark_name))
+    nameless["name"] = None
+    assert source_lags(nameless)[0].source == "q1[a,b]"  # the query's id: kept by restarts
+    twice = _progress(_source(end, latest), _source(end, latest))
+    assert [lag.source for lag in source_lags(twice)] == ["events[a,b]", "events[a,b]#2"]

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError, QueryIdentityError
+from spark_chkpt.errors import ChkptError, FencedError, QueryIdentityError
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
@@ -58,6 +58,11 @@ _INDEXES: ClientCache[ControlTopic] = ClientCache(close=lambda index: index.clos
 _BARRIER_PRODUCERS: ClientCache[Any] = ClientCache(close=lambda p: p.close(timeout=0))
 
 
+# A commit held this long between finding its batch not committed and its barriers reads
+# the control topic again before writing them (KafkaCoordinator._refuse_if_taken_over).
+HELD_S = 1.0
+
+
 @dataclass
 class KafkaBatch(Batch):
     """One commit call of the Kafka sink."""
@@ -71,6 +76,7 @@ class KafkaBatch(Batch):
     completed: dict[str, IndexEntry] = field(default_factory=dict)  # topic -> complete entry
     transactions: Any = None  # the TransactionClient of this commit (transactions only)
     indexes: dict[str, ControlTopic] = field(default_factory=dict)  # read in this commit
+    checked_at: float = 0.0  # when step 3 found the batch not committed (time.monotonic)
 
 
 class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
@@ -201,6 +207,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             )
             if complete is not None:
                 batch.completed[topic] = complete
+        batch.checked_at = time.monotonic()
         if not batch.topics or batch.pending:
             return None
         return Committed(
@@ -223,6 +230,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                     ", ".join(intent.attempts),
                     topic,
                 )
+            self._refuse_if_taken_over(batch, topic=topic)
             if self.config.transactional:
                 self.transactions.commit(batch, intent)
                 self.transactions.abort_unrecorded(batch, keep=intent.transactions)
@@ -241,6 +249,29 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             )
             failpoint(FaultPoint.AFTER_COMPLETE, batch.batch_id)
         return self._record_of(batch, plan.sources)
+
+    def _refuse_if_taken_over(self, batch: KafkaBatch, *, topic: str) -> None:
+        """A commit held between step 3 and its barriers longer than :data:`HELD_S`
+        (its driver's JVM killed while this Python worker lived on, issue 51) reads the
+        control topic again: if another run of the query completed this snapshot or a
+        later one meanwhile, this stale writer writes nothing more (no barrier, no
+        ``complete`` entry). A new driver needs far longer than that to start and commit,
+        so a commit that was not held skips the read."""
+        if time.monotonic() - batch.checked_at <= HELD_S:
+            return
+        index = self._index(topic, batch)  # read to its end again
+        app, batch_id = self.app_id, batch.batch_id
+        complete = index.first(app_id=app, snapshot_id=batch_id, kind="complete")
+        latest = index.latest_snapshot(app_id=app)
+        if complete is None and (latest is None or latest <= batch_id):
+            return
+        raise FencedError(
+            f"chkpt-kafka {topic}: this commit of snapshot {batch_id} of app id '{app}' was "
+            f"held {time.monotonic() - batch.checked_at:.0f} s after its intent, and another "
+            f"run of the query completed snapshot {latest if latest is not None else batch_id} "
+            f"in {index.control_topic} meanwhile (a driver whose JVM died while this Python "
+            "worker went on?): this stale writer stops, writing no barrier and no entry."
+        )
 
     def discard(self, batch: KafkaBatch) -> None:
         """Step 3, the batch already committed: abort this attempt's transactions."""

@@ -108,6 +108,7 @@ class SourcePlanner:
         self._last_trigger = time.monotonic()
         self._latest: PartitionOffsets = {}
         self._waiting_since: dict[str, float] = {}
+        self._group_at: PartitionOffsets | None = None  # what the group was last committed to
 
     @property
     def client_id(self) -> str:
@@ -292,7 +293,14 @@ class SourcePlanner:
         self, start: dict[str, Any], *, max_rows: int | None, read_all: bool
     ) -> dict[str, Any]:
         """The end of the next batch from ``start``: capped at ``max_rows`` records, cut
-        at a barrier on topics that carry them; ``start`` itself to skip the trigger."""
+        at a barrier on topics that carry them; ``start`` itself to skip the trigger.
+
+        ``start`` is where the last completed batch ended (Spark plans a batch only once
+        the one before it committed): the consumer group is committed there first, so
+        lag tools see a caught-up or stopped query where it is. Spark's own
+        ``commit(end)`` of a batch comes only when the next batch is planned, which left
+        the group one batch behind for as long as no new record came."""
+        self.commit_group(start)
         begin = from_json(start)
         tps = self.offsets.partitions()
         if self._available_now is not None:
@@ -535,11 +543,19 @@ class SourcePlanner:
         return self.plan(from_json(start), planned, modes=modes, fan_in=fan_in)
 
     def commit_group(self, end: dict[str, Any]) -> None:
-        """Spark finished the batch ending at ``end``: make it visible to lag tools."""
+        """Spark finished the batch ending at ``end``: make it visible to lag tools
+        (``kafka.group.id``; once per end: the next trigger's ``start`` is the same).
+
+        Informational only: the query restarts from its checkpoint's offsets, never from
+        the group's, so the group's offsets take no part in exactly-once."""
         if self.config.group_id is None:
             return
+        offsets = {tp: off for tp, off in from_json(end).items() if off >= 0}
+        if not offsets or offsets == self._group_at:
+            return
         try:
-            self.offsets.commit_group(group_id=self.config.group_id, offsets=from_json(end))
+            self.offsets.commit_group(group_id=self.config.group_id, offsets=offsets)
+            self._group_at = offsets
         except Exception as e:  # progress reporting must not fail a committed batch
             log.warning(
                 "chkpt-kafka could not commit offsets for group %s: %s", self.config.group_id, e
