@@ -161,6 +161,11 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         (after every check that may refuse the batch: a refused batch commits none),
         then one Delta commit."""
         schema, table, files = batch.schema, batch.table, batch.files
+        # The table as this attempt found it: a feature another writer turned on since
+        # the start is refused here, by name, not retried as a conflict.
+        self.target.check_features(
+            table, writer="chkpt-delta", operation="overwrite" if self.complete else "append"
+        )
         if table is not None:
             schema_plan = self.target.check_schema(table, schema, merge=self.config.merge_schema)
             if schema_plan.new_columns:
@@ -201,6 +206,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
                 version=batch.batch_id,
                 metadata=self.commit_metadata(record, batch.batch_id),
                 overwrite=self.complete,
+                configuration=self.config.table_properties,
             )
         return record
 
