@@ -163,6 +163,9 @@ class GeneratedColumns:
     def __bool__(self) -> bool:
         return bool(self.columns)
 
+    def names(self) -> set[str]:
+        return {f"generated column {c.name}" for c in self.columns}
+
     def schema(self, schema: pa.Schema) -> pa.Schema:
         """The staged files' schema: ``schema`` (the query's) and every generated column
         it lacks."""

@@ -175,3 +175,19 @@ def test_a_feature_turned_on_while_a_batch_is_staged_fails_at_commit_naming_it(
     assert str(q.table) in str(raised.value)
     assert "commit conflict" not in caplog.text
     assert DeltaTable(str(q.table)).version() == 1  # nothing committed
+
+
+def test_a_constraint_added_while_a_batch_is_staged_fails_the_commit_naming_it(
+    tmp_path: Path,
+) -> None:
+    q = Query(tmp_path)
+    write_deltalake(str(q.table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
+    staged = q.stage(0, [1, 2])  # checked against no rule
+    DeltaTable(str(q.table)).alter.add_constraint({"small": "id < 150"})
+    q.plan(0)
+    coordinator = q.coordinator()
+    coordinator.staged_rules = frozenset()
+    with pytest.raises(TableFeatureError, match="CHECK constraint small") as raised:
+        coordinator.commit(messages=[staged], batch_id=0, schema=SCHEMA)
+    assert "Nothing was committed" in str(raised.value)
+    assert DeltaTable(str(q.table)).version() == 1

@@ -114,7 +114,15 @@ class DeltaSink:
 
     def committer(self) -> DeltaCoordinator:
         """Phase 2: the coordinator of the driver's ``commit`` and ``abort``."""
-        return DeltaCoordinator(config=self.config, snapshot=self.snapshot, complete=self.complete)
+        return DeltaCoordinator(
+            config=self.config,
+            snapshot=self.snapshot,
+            complete=self.complete,
+            staged_rules=frozenset(
+                (self.rules.names() if self.rules else set())
+                | (self.generated.names() if self.generated else set())
+            ),
+        )
 
     def commit(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> SnapshotRecord:
         """Complete snapshot ``batch_id`` from the tasks' staged output (driver)."""
