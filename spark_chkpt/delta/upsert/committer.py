@@ -78,7 +78,7 @@ from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
-from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
+from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError, TableFeatureError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
@@ -344,6 +344,8 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         # Step 4: the table this attempt found (a feature another writer turned on
         # since step 2 is refused by name, not retried as a conflict)
         self.target.check_features(batch.table, writer=WRITER, operation="merge")
+        if batch.table is not None:
+            self._refuse_new_rules(batch.table, batch.batch_id)
         create = batch.table is None
         staged = batch.staged
         if staged is None or staged.create != create:
@@ -397,6 +399,25 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         staged = batch.staged
         if staged is not None and not (staged.create and batch.committed):
             self._discard(staged)
+
+    def _refuse_new_rules(self, table: Any, batch_id: int) -> None:
+        """A CHECK constraint, NOT NULL column, invariant or generated column another
+        writer added after step 2 read the table's: the batch would be staged without
+        it, so it fails naming it (the next attempt reads it)."""
+        rules, generated = self.target.row_rules(table, writer=WRITER)
+        known = (self.upsert.rules.names() if self.upsert.rules else set()) | (
+            self.upsert.generated.names() if self.upsert.generated else set()
+        )
+        new = sorted((rules.names() | generated.names()) - known)
+        if new:
+            raise TableFeatureError(
+                f"{WRITER}: Delta table {self.upsert.path} got {', '.join(new)} after "
+                f"batch {batch_id} was checked; its rows were not checked against it. "
+                "Way forward: restart the query (the batch is checked again). Nothing was "
+                "committed.",
+                feature="checkConstraints",
+                table=self.upsert.path,
+            )
 
     # -- step 3 --------------------------------------------------------------------------
 
