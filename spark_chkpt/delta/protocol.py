@@ -72,7 +72,9 @@ class TableProtocol:
             names += sorted(self.reader_features)
         elif self.min_reader_version == 2:
             names.append("columnMapping")
-        return list(dict.fromkeys(names))
+        # domainMetadata last: rowTracking and clustering require it, and the feature a
+        # user turned on is the one to name
+        return sorted(dict.fromkeys(names), key=lambda n: n == "domainMetadata")
 
 
 _LEGACY_WRITER: tuple[tuple[int, tuple[str, ...]], ...] = (
