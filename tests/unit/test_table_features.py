@@ -191,3 +191,14 @@ def test_a_constraint_added_while_a_batch_is_staged_fails_the_commit_naming_it(
         coordinator.commit(messages=[staged], batch_id=0, schema=SCHEMA)
     assert "Nothing was committed" in str(raised.value)
     assert DeltaTable(str(q.table)).version() == 1
+
+
+def test_delta_rs_refusing_a_feature_is_no_commit_conflict() -> None:
+    from deltalake.exceptions import CommitFailedError
+
+    from spark_chkpt.delta.table import is_conflict
+
+    assert not is_conflict(
+        CommitFailedError("Unsupported table features required: [InCommitTimestamp]")
+    )
+    assert is_conflict(CommitFailedError("Transaction failed: version already exists"))
