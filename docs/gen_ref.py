@@ -85,13 +85,14 @@ OPTIONS: tuple[OptionsRef, ...] = (
         config="spark_chkpt.delta.sink.options:DeltaSinkConfig",
         known="spark_chkpt.delta.sink.options:_KNOWN_DELTA_OPTIONS",
         required={"path": "/data/events", "checkpointLocation": "/chk/events"},
-        prefixes=("storage.",),
+        prefixes=("storage.", "delta."),
         fields={
             "targetFileSize": "target_file_bytes",
             "orphanRetention": "orphan_retention_ms",
             "snapshotTimeout": "timing.timeout_ms",
             "minPauseBetweenSnapshots": "timing.min_pause_ms",
             "storage.*": "storage_options",
+            "delta.*": "table_properties",
         },
     ),
 )

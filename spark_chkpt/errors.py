@@ -147,6 +147,33 @@ class SchemaMismatchError(ChkptError):
     """The batch's columns disagree with the table's; the message names them."""
 
 
+class TableFeatureError(ChkptError):
+    """A Delta table requires a table feature the project's writers do not honour (or
+    an option would create one that does), or an operation its features forbid
+    (``delta.appendOnly``): refused before anything is staged, and again at the commit
+    if another writer turned the feature on meanwhile. ``feature`` is the feature's
+    name in the Delta protocol, ``table`` the table's URI; the message says the way
+    forward (:mod:`spark_chkpt.delta.protocol`)."""
+
+    def __init__(self, message: str, *, feature: str, table: str) -> None:
+        super().__init__(message)
+        self.feature = feature
+        self.table = table
+
+
+class ConstraintViolationError(ChkptError):
+    """Rows of a batch break a rule of the Delta table (a CHECK constraint, an
+    invariant, a NOT NULL column, a generated column's value): the write task fails
+    before staging, naming the rule, its expression and sample rows; nothing of the
+    batch is committed."""
+
+
+class UnsupportedExpressionError(ChkptError, ValueError):
+    """A Spark SQL expression of a table's rule (a CHECK constraint, an invariant, a
+    generated column) that spark-chkpt does not evaluate; the Delta writers turn it into
+    the :class:`TableFeatureError` that names the rule, at the start."""
+
+
 class DuplicateKeyError(ChkptError):
     """A batch holds one key more than once; the MERGE cannot tell which row wins."""
 

@@ -36,6 +36,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
+from spark_chkpt.delta.constraints import (
+    GeneratedColumns,
+    TableRules,
+    generated_columns,
+    table_rules,
+)
+from spark_chkpt.delta.protocol import Operation, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import (
     ChkptError,
@@ -104,6 +111,29 @@ class DeltaTarget:
             # ("Error: Os { code: 2, ... }"): one line is enough.
             raise NotADeltaTableError((str(e).strip().splitlines() or [repr(e)])[0]) from e
 
+    def check_features(self, table: Any, *, writer: str, operation: Operation) -> None:
+        """Raise :class:`~spark_chkpt.errors.TableFeatureError` unless ``writer`` can
+        honour every feature ``table`` (a ``DeltaTable``; None: none yet) requires for
+        ``operation`` (:mod:`spark_chkpt.delta.protocol`)."""
+        if table is not None:
+            check_table(read_protocol(table, uri=self.uri), writer=writer, operation=operation)
+
+    def row_rules(self, table: Any, *, writer: str) -> tuple[TableRules, GeneratedColumns]:
+        """The rules each row written to ``table`` must keep (CHECK constraints, NOT NULL
+        columns, invariants) and its generated columns, parsed on the driver (an
+        expression that cannot be evaluated is refused naming it)."""
+        found = read_protocol(table, uri=self.uri)
+        rules = table_rules(
+            uri=self.uri, configuration=found.configuration, columns=found.columns, writer=writer
+        )
+        generated = generated_columns(
+            uri=self.uri,
+            columns=found.columns,
+            arrow_schema=self.arrow_schema(table),
+            writer=writer,
+        )
+        return rules, generated
+
     def open_at(self, version: int) -> Any:
         """The ``DeltaTable`` as of ``version`` (time travel; its files must be there)."""
         from deltalake import DeltaTable
@@ -169,11 +199,13 @@ class DeltaTarget:
         version: int,
         metadata: Mapping[str, Any],
         overwrite: bool = False,
+        configuration: Mapping[str, str] | None = None,
     ) -> None:
         """One atomic Delta commit: the add actions, ``txn(app_id, version)`` and
         ``metadata`` in commitInfo. Creates the table when ``table`` is None. With
         ``overwrite`` the commit also removes every file of the table's current version
-        (delta-rs writes the remove actions: the table is replaced, not appended to)."""
+        (delta-rs writes the remove actions: the table is replaced, not appended to).
+        ``configuration``: the table properties of a table this commit creates."""
         from deltalake import Schema
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
@@ -197,6 +229,7 @@ class DeltaTarget:
                 mode="error",
                 partition_by=list(partition_by) or None,
                 storage_options=self.storage_options or None,
+                configuration=dict(configuration) if configuration else None,
                 commit_properties=props,
             )
             return
@@ -390,6 +423,8 @@ def is_conflict(error: Exception) -> bool:
     """Whether a failed delta-rs commit lost a race with another commit (worth retrying
     on a freshly opened table)."""
     text = str(error).lower()
+    if "unsupported table features" in text:  # delta-rs's protocol check: never a race
+        return False
     return type(error).__name__ == "CommitFailedError" or any(
         word in text for word in ("conflict", "concurrent", "already exists")
     )

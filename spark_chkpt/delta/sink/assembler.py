@@ -15,15 +15,17 @@ module that knows both sides: the writer's module imports no committer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.sink.dead_letter_rows import pa_schema_of
 from spark_chkpt.delta.sink.dead_letters import check_dead_letters
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.sink.writer import DeltaWriter
 from spark_chkpt.delta.staging import StagedOutput
+from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
 
@@ -43,6 +45,8 @@ class DeltaSink:
     arrow_schema: pa.Schema
     dead_letter_schema: pa.Schema | None = None
     complete: bool = False
+    rules: TableRules | None = None  # the table's CHECK / NOT NULL / invariants
+    generated: GeneratedColumns | None = None
 
     @classmethod
     def assemble(
@@ -53,7 +57,35 @@ class DeltaSink:
         config = DeltaSinkConfig.from_options(options)
         config.check_columns(schema.fieldNames())
         check_dead_letters(schema, config, complete=complete)
-        return cls.of(config=config, schema=_arrow(schema), complete=complete)
+        sink = cls.of(config=config, schema=_arrow(schema), complete=complete)
+        return sink.checked()
+
+    def checked(self) -> DeltaSink:
+        """This sink once the table's features (and the dead-letter table's) are found
+        honoured, with the table's row rules and generated columns for the write tasks,
+        before any file is staged; :class:`~spark_chkpt.errors.TableFeatureError` naming
+        a feature that is not. Spark asks for the writer at each batch's planning, so
+        this runs at the start and before every batch."""
+        config = self.config
+        if config.dead_letter_path:
+            letters = DeltaTarget(
+                uri=config.dead_letter_path, storage_options=config.storage_options
+            )
+            letters.check_features(letters.open(), writer="chkpt-delta", operation="append")
+        target = DeltaTarget(uri=config.path, storage_options=config.storage_options)
+        table = target.open()
+        if table is None:
+            return self
+        target.check_features(
+            table, writer="chkpt-delta", operation="overwrite" if self.complete else "append"
+        )
+        rules, generated = target.row_rules(table, writer="chkpt-delta")
+        return replace(
+            self,
+            arrow_schema=generated.schema(self.arrow_schema),
+            rules=rules,
+            generated=generated,
+        )
 
     @classmethod
     def of(cls, *, config: DeltaSinkConfig, schema: pa.Schema, complete: bool = False) -> DeltaSink:
@@ -76,11 +108,21 @@ class DeltaSink:
             app_id=self.snapshot.app_id,
             arrow_schema=self.arrow_schema,
             dead_letter_schema=self.dead_letter_schema,
+            rules=self.rules,
+            generated=self.generated,
         )
 
     def committer(self) -> DeltaCoordinator:
         """Phase 2: the coordinator of the driver's ``commit`` and ``abort``."""
-        return DeltaCoordinator(config=self.config, snapshot=self.snapshot, complete=self.complete)
+        return DeltaCoordinator(
+            config=self.config,
+            snapshot=self.snapshot,
+            complete=self.complete,
+            staged_rules=frozenset(
+                (self.rules.names() if self.rules else set())
+                | (self.generated.names() if self.generated else set())
+            ),
+        )
 
     def commit(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> SnapshotRecord:
         """Complete snapshot ``batch_id`` from the tasks' staged output (driver)."""

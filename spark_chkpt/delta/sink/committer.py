@@ -26,7 +26,7 @@ from spark_chkpt.delta.sink.dead_letters import DeadLetters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, committing
-from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.errors import QueryIdentityError, TableFeatureError
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
@@ -76,13 +76,21 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
     visible_point = FaultPoint.AFTER_DELTA_COMMIT
 
     def __init__(
-        self, *, config: DeltaSinkConfig, snapshot: SnapshotSettings, complete: bool = False
+        self,
+        *,
+        config: DeltaSinkConfig,
+        snapshot: SnapshotSettings,
+        complete: bool = False,
+        staged_rules: frozenset[str] | None = None,
     ) -> None:
         """``config``: the sink's options; ``snapshot``: the protocol's settings it
         produced (:meth:`DeltaSinkConfig.snapshot_settings`); ``complete``:
         outputMode("complete"), each snapshot's commit replaces all the table's files with
-        the batch's (remove actions for every file, add actions for the batch's)."""
+        the batch's (remove actions for every file, add actions for the batch's);
+        ``staged_rules``: the table's row rules and generated columns the write tasks
+        applied (None: not known, not compared at the commit)."""
         super().__init__(snapshot=snapshot, target=config.path)
+        self.staged_rules = staged_rules
         self.config = config
         self.complete = complete
         self.target = DeltaTarget(uri=config.path, storage_options=config.storage_options)
@@ -161,6 +169,13 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         (after every check that may refuse the batch: a refused batch commits none),
         then one Delta commit."""
         schema, table, files = batch.schema, batch.table, batch.files
+        # The table as this attempt found it: a feature another writer turned on since
+        # the start is refused here, by name, not retried as a conflict.
+        self.target.check_features(
+            table, writer="chkpt-delta", operation="overwrite" if self.complete else "append"
+        )
+        if table is not None and self.staged_rules is not None:
+            self._refuse_new_rules(table, batch.batch_id)
         if table is not None:
             schema_plan = self.target.check_schema(table, schema, merge=self.config.merge_schema)
             if schema_plan.new_columns:
@@ -201,6 +216,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
                 version=batch.batch_id,
                 metadata=self.commit_metadata(record, batch.batch_id),
                 overwrite=self.complete,
+                configuration=self.config.table_properties,
             )
         return record
 
@@ -223,6 +239,22 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         return record
 
     # -- the rest ----------------------------------------------------------------------------
+
+    def _refuse_new_rules(self, table: Any, batch_id: int) -> None:
+        """A CHECK constraint, NOT NULL column, invariant or generated column another
+        writer added after the write tasks applied the table's rules: the batch was not
+        checked against it, so it is not committed (the next attempt checks it)."""
+        rules, generated = self.target.row_rules(table, writer="chkpt-delta")
+        new = sorted((rules.names() | generated.names()) - (self.staged_rules or frozenset()))
+        if new:
+            raise TableFeatureError(
+                f"chkpt-delta: Delta table {self.config.path} got {', '.join(new)} after "
+                f"batch {batch_id} was staged; its rows were not checked against it. "
+                "Way forward: restart the query (the batch is staged and checked again). "
+                "Nothing was committed.",
+                feature="checkConstraints",
+                table=self.config.path,
+            )
 
     def _refuse_complete_over_others(self, table: Any) -> None:
         """outputMode("complete") replaces every file of the table on each commit: on a

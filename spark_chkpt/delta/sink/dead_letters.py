@@ -103,8 +103,11 @@ class DeadLetters:
             with committing(
                 f"chkpt-delta could not commit batch {batch_id}'s dead letters to {target.uri}"
             ):
+                current = table if retry == 0 else target.open()
+                # another writer may have turned a feature on since the start
+                target.check_features(current, writer="chkpt-delta", operation="append")
                 target.commit(
-                    table=table if retry == 0 else target.open(),
+                    table=current,
                     schema=schema,
                     partition_by=(),
                     files=letters,

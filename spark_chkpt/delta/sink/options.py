@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spark_chkpt.delta.commit_safety import commit_storage_options
+from spark_chkpt.delta.protocol import CREATION_PREFIX, check_creation_properties
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import (
@@ -59,6 +60,8 @@ class DeltaSinkConfig(SnapshotConfig):
     storage_options: Mapping[str, str]
     other_writers: str = "refuse"
     dead_letter_path: str | None = None
+    # delta.* options: the table properties of the table the first batch creates
+    table_properties: Mapping[str, str] = field(default_factory=dict)
     # snapshotTimeout, minPauseBetweenSnapshots
     timing: SnapshotTiming = field(default_factory=SnapshotTiming)
 
@@ -66,7 +69,10 @@ class DeltaSinkConfig(SnapshotConfig):
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
         # First: a misspelled name must be named as such, not as the option it missed.
         check_option_names(
-            options, known=_KNOWN_DELTA_OPTIONS, connector="chkpt-delta", prefixes=("storage.",)
+            options,
+            known=_KNOWN_DELTA_OPTIONS,
+            connector="chkpt-delta",
+            prefixes=("storage.", CREATION_PREFIX),
         )
         opts = lowercase(options)
         path = opts.get("path", "").strip()
@@ -126,6 +132,7 @@ class DeltaSinkConfig(SnapshotConfig):
             dead_letter_path=qualify(opts["deadletterpath"].strip())
             if opts.get("deadletterpath", "").strip()
             else None,
+            table_properties=check_creation_properties(options),
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:

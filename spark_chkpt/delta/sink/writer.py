@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
 
 class DeltaWriter:
     """One write task's staging: the sink's options, the table's columns
-    (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without)."""
+    (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without), the
+    table's row rules (``rules``) and generated columns (``generated``), applied to each
+    batch before it is staged."""
 
     def __init__(
         self,
@@ -34,11 +37,15 @@ class DeltaWriter:
         app_id: str,
         arrow_schema: pa.Schema,
         dead_letter_schema: pa.Schema | None = None,
+        rules: TableRules | None = None,
+        generated: GeneratedColumns | None = None,
     ) -> None:
         self.config = config
         self.app_id = app_id
         self.arrow_schema = arrow_schema
         self.dead_letter_schema = dead_letter_schema
+        self.rules = rules
+        self.generated = generated
 
     def write(
         self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int
@@ -54,6 +61,11 @@ class DeltaWriter:
             for batch in batches:
                 if dead is not None:
                     batch = split_dead_letters(batch, dead)
+                # the table's rules, before a row of the batch is staged
+                if self.generated:
+                    batch = self.generated.apply(batch)
+                if self.rules:
+                    self.rules.check(batch)
                 stager.add(batch)
                 # tests: the first task of the batch fails, or the driver dies while a
                 # task with rows runs (a stateful stage's state stores half written)

@@ -15,9 +15,10 @@ The protocol of one call (``# Step N`` in the body):
    whose ``checkpoint_location`` was given; the app id is that query id (or ``app_id``);
    Spark's plan for the batch is read from ``offsets/N``; a checkpoint of an older
    generation than the table's (:mod:`spark_chkpt.snapshot.epoch`) is fenced.
-2. **validate** before anything is written: the keys and the delete column are in the
-   batch, and the batch's columns and types are the table's (a changed key type is
-   named as such).
+2. **validate** before anything is written: the table's features are ones this project
+   honours for a MERGE (:mod:`spark_chkpt.delta.protocol`; checked again on the table
+   the commit writes), the keys and the delete column are in the batch, and the batch's
+   columns and types are the table's (a changed key type is named as such).
 3. **idempotency**: a first commit of the app id to a table that holds another query's
    snapshots of the same topic-partitions is refused (``chkpt-delta``'s identity rule);
    ``txn(appId) >= N`` means an earlier attempt committed the batch: if
@@ -71,12 +72,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.commit_safety import commit_storage_options
+from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
-from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
+from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError, TableFeatureError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
@@ -200,6 +202,9 @@ class DeltaUpsert:
         # Read at the first batch: the checkpoint's metadata exists once the query runs.
         self._snapshots: UpsertCommitter | None = None
         self._query_id: str | None = None
+        # The table's rules as step 2 of the current batch read them (None: no table).
+        self.rules: TableRules | None = None
+        self.generated: GeneratedColumns | None = None
 
     def snapshot_settings(self, *, app_id: str) -> SnapshotSettings:
         """The snapshot protocol's settings of these arguments (``app_id``: ``app_id``,
@@ -279,7 +284,13 @@ class DeltaUpsert:
                 )
         schema = to_arrow_schema(batch_schema, timezone="UTC")
         table = self.target.open()
+        self.rules, self.generated = None, None
         if table is not None:
+            # every feature the table requires, before anything is staged; the table's
+            # row rules and generated columns go to the staging tasks
+            self.target.check_features(table, writer=WRITER, operation="merge")
+            self.rules, self.generated = self.target.row_rules(table, writer=WRITER)
+            schema = self.generated.schema(schema)
             self.merger.check_schema(table, schema)
         return schema
 
@@ -330,7 +341,11 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
             batch.batch_df.write.format("noop").mode("overwrite").save()
 
     def make_visible(self, batch: UpsertBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
-        # Step 4
+        # Step 4: the table this attempt found (a feature another writer turned on
+        # since step 2 is refused by name, not retried as a conflict)
+        self.target.check_features(batch.table, writer=WRITER, operation="merge")
+        if batch.table is not None:
+            self._refuse_new_rules(batch.table, batch.batch_id)
         create = batch.table is None
         staged = batch.staged
         if staged is None or staged.create != create:
@@ -384,6 +399,25 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         staged = batch.staged
         if staged is not None and not (staged.create and batch.committed):
             self._discard(staged)
+
+    def _refuse_new_rules(self, table: Any, batch_id: int) -> None:
+        """A CHECK constraint, NOT NULL column, invariant or generated column another
+        writer added after step 2 read the table's: the batch would be staged without
+        it, so it fails naming it (the next attempt reads it)."""
+        rules, generated = self.target.row_rules(table, writer=WRITER)
+        known = (self.upsert.rules.names() if self.upsert.rules else set()) | (
+            self.upsert.generated.names() if self.upsert.generated else set()
+        )
+        new = sorted((rules.names() | generated.names()) - known)
+        if new:
+            raise TableFeatureError(
+                f"{WRITER}: Delta table {self.upsert.path} got {', '.join(new)} after "
+                f"batch {batch_id} was checked; its rows were not checked against it. "
+                "Way forward: restart the query (the batch is checked again). Nothing was "
+                "committed.",
+                feature="checkConstraints",
+                table=self.upsert.path,
+            )
 
     # -- step 3 --------------------------------------------------------------------------
 
@@ -451,6 +485,9 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
                 max_records_per_file=self.upsert.max_records_per_file,
                 target_file_bytes=self.upsert.target_file_bytes,
                 storage_options=tuple(sorted(self.upsert.storage_options.items())),
+                rules=None if create else self.upsert.rules,
+                generated=None if create else self.upsert.generated,
+                delete_column=self.upsert.delete_column,
             ),
         )
 

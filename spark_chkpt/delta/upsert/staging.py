@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, normalize_schema
 from spark_chkpt.delta.upsert.merge import without_column
 from spark_chkpt.fs import resolve
@@ -51,6 +52,10 @@ class StagingTask:
     # The table's storage options: an executor's Python worker has no other way to the
     # table's store (no SparkContext, nothing remembered in its process).
     storage_options: tuple[tuple[str, str], ...] = ()
+    # The table's row rules and generated columns (a MERGE into an existing table)
+    rules: TableRules | None = None
+    generated: GeneratedColumns | None = None
+    delete_column: str | None = None  # rows it marks true are not checked (they delete)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -77,6 +82,10 @@ class StagingTask:
         try:
             for batch in batches:
                 seen += batch.num_rows
+                if self.generated:
+                    batch = self.generated.apply(batch)
+                if self.rules:  # the rows that stay (a true delete column deletes)
+                    self.rules.check(_kept(batch, self.delete_column))
                 if self.drop_deleted is not None:
                     index = batch.schema.get_field_index(self.drop_deleted)
                     deleted = pc.fill_null(batch.column(index), False)
@@ -103,6 +112,16 @@ class StagingTask:
         ]
         rows.append({"kind": "task", "rows": seen})
         yield pa.RecordBatch.from_pylist(rows, schema=staged_schema())
+
+
+def _kept(batch: pa.RecordBatch, flag: str | None) -> pa.RecordBatch:
+    """The rows of ``batch`` whose delete column ``flag`` is not true."""
+    import pyarrow.compute as pc
+
+    index = batch.schema.get_field_index(flag) if flag else -1
+    if index < 0:
+        return batch
+    return batch.filter(pc.invert(pc.fill_null(batch.column(index), False)))
 
 
 def staged_schema() -> pa.Schema:

@@ -1,0 +1,429 @@
+"""Delta table features: the one table of what spark-chkpt's Delta writers honour, and
+the check of a table's protocol and metadata against it (driver side).
+
+Every writer feature a table requires (its ``writerFeatures``, or those its legacy
+``minWriterVersion`` implies: 2 appendOnly, invariants; 3 + checkConstraints; 4 +
+changeDataFeed, generatedColumns; 5 + columnMapping; 6 + identityColumns; and its
+reader features, which a writer must support too) is looked up in :data:`FEATURES`:
+implemented (what implementing means here), or refused (why, and the way forward). A
+feature the table does not list is never refused; one it lists that :data:`FEATURES`
+does not know is refused ("unknown to this version of spark-chkpt"), never ignored.
+
+The commits themselves are delta-rs's (``create_write_transaction``, ``merge``), which
+enforces its own list: ``deltalake`` 1.x refuses to commit to a table that requires
+rowTracking, domainMetadata, clustering, inCommitTimestamp, typeWidening,
+identityColumns, allowColumnDefaults or vacuumProtocolCheck ("Unsupported table
+features required: [...]", checked by ``tests/integration/test_delta_features.py``),
+and it commits to a table with column mapping, constraints or generated columns
+without applying them (its ``create_write_transaction`` takes the add actions as
+given). So the check runs before any file is staged (at a query's start, then each
+batch: :meth:`DeltaSink.assemble`, ``DeltaUpsert``'s step 2) and again on the table the
+commit is about to write (a feature another writer turned on meanwhile fails with the
+same error, not as a commit conflict).
+
+Only this module and :mod:`spark_chkpt.delta.table` read a table's protocol; the
+table is read through :func:`read_protocol` (delta-rs ``protocol()``, ``metadata()``,
+``schema()``), the rest is pure.
+
+(Over 400 lines: :data:`FEATURES` is the one table of features, each entry with its
+reason and way forward in full, kept together with the check that reads it and the
+``delta.*`` creation properties that turn features on.)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from spark_chkpt.errors import ConfigError, TableFeatureError
+
+Operation = Literal["append", "overwrite", "merge"]
+# (name, nullable, metadata) of each top-level column
+Column = tuple[str, bool, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class TableProtocol:
+    """What a writer must know of a table: its protocol, configuration and columns."""
+
+    uri: str
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: frozenset[str]
+    writer_features: frozenset[str]
+    configuration: Mapping[str, str] = field(default_factory=dict)
+    columns: tuple[Column, ...] = ()
+
+    def flag(self, key: str) -> bool:
+        return str(self.configuration.get(key, "false")).strip().lower() == "true"
+
+    def required(self) -> list[str]:
+        """Every feature the table requires of a writer, in the protocol's order."""
+        names: list[str] = []
+        if self.min_writer_version >= 7:
+            names += sorted(self.writer_features)
+        else:
+            for version, implied in _LEGACY_WRITER:
+                if self.min_writer_version >= version:
+                    names += implied
+        if self.min_reader_version >= 3:
+            names += sorted(self.reader_features)
+        elif self.min_reader_version == 2:
+            names.append("columnMapping")
+        # domainMetadata last: rowTracking and clustering require it, and the feature a
+        # user turned on is the one to name
+        return sorted(dict.fromkeys(names), key=lambda n: n == "domainMetadata")
+
+
+_LEGACY_WRITER: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (2, ("appendOnly", "invariants")),
+    (3, ("checkConstraints",)),
+    (4, ("changeDataFeed", "generatedColumns")),
+    (5, ("columnMapping",)),
+    (6, ("identityColumns",)),
+)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One Delta table feature: ``implemented`` (``meaning``: what spark-chkpt does for
+    it) or refused (``meaning``: why; ``way_forward``: what a user can do).
+    ``in_use``: for a refused feature that matters only when the table uses it (column
+    mapping with a mode set): the test; None: refused whenever the table lists it.
+    ``refuses``: for an implemented one, the operations it forbids on the table
+    (``appendOnly``: those that remove rows), when ``in_use`` holds."""
+
+    name: str
+    implemented: bool
+    meaning: str
+    way_forward: str = ""
+    in_use: Callable[[TableProtocol], bool] | None = None
+    refuses: frozenset[str] = frozenset()
+
+
+def _append_only(t: TableProtocol) -> bool:
+    return t.flag("delta.appendOnly")
+
+
+def _column_mapping(t: TableProtocol) -> bool:
+    return str(t.configuration.get("delta.columnMapping.mode", "none")).lower() != "none"
+
+
+_DELTA_SPARK = "write this table with format('delta') (delta-spark)"
+
+FEATURES: dict[str, Feature] = {
+    f.name: f
+    for f in (
+        Feature(
+            "appendOnly",
+            True,
+            "appends are written as ever; with delta.appendOnly=true, what removes rows "
+            "(outputMode('complete'), DeltaUpsert's updates and deletes) is refused",
+            way_forward="write the table with chkpt-delta in append mode, or unset "
+            "delta.appendOnly on it (ALTER TABLE ... SET TBLPROPERTIES "
+            "('delta.appendOnly'='false'))",
+            in_use=_append_only,
+            refuses=frozenset({"overwrite", "merge"}),
+        ),
+        Feature(
+            "invariants",
+            True,
+            "a column's delta.invariants expression is checked on the executors before a "
+            "file is staged: a violating batch fails naming it and sample rows; an "
+            "expression spark-chkpt cannot evaluate is refused at the start",
+        ),
+        Feature(
+            "checkConstraints",
+            True,
+            "the table's CHECK constraints (delta.constraints.*) and NOT NULL columns are "
+            "checked on the executors before a file is staged: a violating batch fails "
+            "naming the constraint, its expression and sample rows; an expression "
+            "spark-chkpt cannot evaluate is refused at the start",
+        ),
+        Feature(
+            "changeDataFeed",
+            True,
+            "appends and complete-mode replacements need no change files (delta-spark "
+            "reads their add and remove actions as inserts and deletes); DeltaUpsert's "
+            "MERGE, delta-rs's, writes _change_data files as delta-spark's MERGE does",
+        ),
+        Feature(
+            "generatedColumns",
+            True,
+            "a generated column (delta.generationExpression) the batch lacks is computed "
+            "on the executors; one the batch gives must equal its expression, else the "
+            "batch fails naming the column; an expression spark-chkpt cannot evaluate is "
+            "refused at the start",
+        ),
+        Feature(
+            "columnMapping",
+            False,
+            "with column mapping (delta.columnMapping.mode name or id), staged files "
+            "must use the columns' physical names and field ids, which this version's "
+            "writers do not write yet (delta-spark would read the rows' columns as NULL)",
+            way_forward=f"{_DELTA_SPARK}, or write to a table without column mapping",
+            in_use=_column_mapping,
+        ),
+        Feature(
+            "identityColumns",
+            False,
+            "delta-rs 1.x commits to no table whose protocol has identity columns (used "
+            "or not), and this version does not assign identity values or advance their "
+            "high-water mark",
+            way_forward=f"{_DELTA_SPARK}, or use a table without an identity column",
+        ),
+        Feature(
+            "deletionVectors",
+            True,
+            "new files carry no deletion vector; the table's are kept as they are "
+            "(appends), and delta-rs's MERGE applies them to the files it rewrites",
+        ),
+        Feature(
+            "timestampNtz",
+            True,
+            "TIMESTAMP_NTZ columns are staged as Parquet timestamps without a time zone",
+        ),
+        Feature(
+            "v2Checkpoint",
+            True,
+            "delta-rs commits to and checkpoints such tables (it supports the feature)",
+        ),
+        Feature(
+            "domainMetadata",
+            False,
+            "delta-rs 1.x refuses to commit to a table with domain metadata",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+        Feature(
+            "clustering",
+            False,
+            "liquid clustering (CLUSTER BY) keeps its columns in domain metadata, which "
+            "delta-rs 1.x cannot commit next to",
+            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... CLUSTER BY NONE and drop "
+            "the domainMetadata feature",
+        ),
+        Feature(
+            "rowTracking",
+            False,
+            "row ids (base row ids, row commit versions, the row-id high-water mark) are "
+            "not assigned by delta-rs 1.x, which refuses such tables",
+            way_forward=f"{_DELTA_SPARK}, or turn row tracking off (ALTER TABLE ... "
+            "DROP FEATURE rowTracking)",
+        ),
+        Feature(
+            "inCommitTimestamp",
+            False,
+            "delta-rs 1.x does not write in-commit timestamps and refuses such tables",
+            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... DROP FEATURE inCommitTimestamp",
+        ),
+        Feature(
+            "typeWidening",
+            False,
+            "delta-rs 1.x refuses to commit to a table with type widening",
+            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... DROP FEATURE typeWidening",
+        ),
+        Feature(
+            "typeWidening-preview",
+            False,
+            "delta-rs 1.x refuses to commit to a table with type widening",
+            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... DROP FEATURE 'typeWidening-preview'",
+        ),
+        Feature(
+            "allowColumnDefaults",
+            False,
+            "column defaults are not filled in by this version, and delta-rs 1.x refuses "
+            "such tables",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+        Feature(
+            "vacuumProtocolCheck",
+            False,
+            "delta-rs 1.x refuses to commit to a table with this feature",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+        Feature(
+            "icebergCompatV1",
+            False,
+            "Iceberg compatibility (UniForm) needs column mapping and Iceberg metadata "
+            "this version does not write",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+        Feature(
+            "icebergCompatV2",
+            False,
+            "Iceberg compatibility (UniForm) needs column mapping and Iceberg metadata "
+            "this version does not write",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+        Feature(
+            "variantType",
+            False,
+            "VARIANT columns do not reach a Python sink as Delta's variant encoding; not "
+            "written by this version",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+        Feature(
+            "variantType-preview",
+            False,
+            "VARIANT columns do not reach a Python sink as Delta's variant encoding; not "
+            "written by this version",
+            way_forward=f"{_DELTA_SPARK}",
+        ),
+    )
+}
+
+_UNKNOWN_WAY = (
+    f"{_DELTA_SPARK}, or use a version of spark-chkpt that lists the feature on its "
+    "docs' Delta table features page"
+)
+
+
+def _message(*, writer: str, uri: str, name: str, reason: str, way: str) -> str:
+    return (
+        f"{writer}: Delta table {uri} requires table feature '{name}': {reason}. "
+        f"Way forward: {way}. Nothing was staged."
+    )
+
+
+def check_table(table: TableProtocol, *, writer: str, operation: Operation) -> None:
+    """Raise :class:`TableFeatureError` for the first feature ``table`` requires that
+    ``writer`` (``chkpt-delta``, ``DeltaUpsert``) cannot honour for ``operation``."""
+    for name in table.required():
+        feature = FEATURES.get(name)
+        if feature is None:
+            raise TableFeatureError(
+                _message(
+                    writer=writer,
+                    uri=table.uri,
+                    name=name,
+                    reason="unknown to this version of spark-chkpt (a feature may change "
+                    "what a writer must do, so it is refused, never ignored)",
+                    way=_UNKNOWN_WAY,
+                ),
+                feature=name,
+                table=table.uri,
+            )
+        used = feature.in_use is None or feature.in_use(table)
+        if not feature.implemented and used:
+            raise TableFeatureError(
+                _message(
+                    writer=writer,
+                    uri=table.uri,
+                    name=name,
+                    reason=feature.meaning,
+                    way=feature.way_forward,
+                ),
+                feature=name,
+                table=table.uri,
+            )
+        if feature.implemented and used and operation in feature.refuses:
+            what = {
+                "overwrite": "outputMode('complete') removes every row of the table on each batch",
+                "merge": "its MERGE updates and deletes rows",
+            }[operation]
+            raise TableFeatureError(
+                _message(
+                    writer=writer,
+                    uri=table.uri,
+                    name=name,
+                    reason=f"the table is append-only (delta.appendOnly=true) and {what}",
+                    way=feature.way_forward,
+                ),
+                feature=name,
+                table=table.uri,
+            )
+
+
+def read_protocol(table: Any, *, uri: str) -> TableProtocol:
+    """The :class:`TableProtocol` of a delta-rs ``DeltaTable`` at its loaded version."""
+    proto = table.protocol()
+    metadata = table.metadata()
+    return TableProtocol(
+        uri=uri,
+        min_reader_version=int(proto.min_reader_version),
+        min_writer_version=int(proto.min_writer_version),
+        reader_features=frozenset(proto.reader_features or ()),
+        writer_features=frozenset(proto.writer_features or ()),
+        configuration={k: v for k, v in (metadata.configuration or {}).items() if v is not None},
+        columns=tuple(
+            (f.name, bool(f.nullable), dict(f.metadata or {})) for f in table.schema().fields
+        ),
+    )
+
+
+# -- table properties on creation ---------------------------------------------------------
+
+# The Delta table properties a writer may set when its first batch creates the table
+# (delta-spark's names; Spark hands a Python sink its option names lower-cased) and the
+# feature each turns on when "true" (or, for columnMapping.mode, when not "none").
+CREATION_PROPERTIES: dict[str, str | None] = {
+    "delta.appendOnly": "appendOnly",
+    "delta.enableChangeDataFeed": "changeDataFeed",
+    "delta.enableDeletionVectors": "deletionVectors",
+    "delta.enableRowTracking": "rowTracking",
+    "delta.enableInCommitTimestamps": "inCommitTimestamp",
+    "delta.enableTypeWidening": "typeWidening",
+    "delta.columnMapping.mode": "columnMapping",
+    "delta.checkpointPolicy": "v2Checkpoint",
+    "delta.checkpointInterval": None,
+    "delta.logRetentionDuration": None,
+    "delta.deletedFileRetentionDuration": None,
+    "delta.setTransactionRetentionDuration": None,
+    "delta.dataSkippingNumIndexedCols": None,
+    "delta.dataSkippingStatsColumns": None,
+    "delta.targetFileSize": None,
+    "delta.checkpoint.writeStatsAsJson": None,
+    "delta.checkpoint.writeStatsAsStruct": None,
+    "delta.isolationLevel": None,
+    "delta.randomizeFilePrefixes": None,
+}
+CREATION_PREFIX = "delta."
+
+
+def _turns_on(name: str, value: str) -> str | None:
+    feature = CREATION_PROPERTIES[name]
+    if feature is None:
+        return None
+    v = value.strip().lower()
+    if name == "delta.columnMapping.mode":
+        return feature if v != "none" else None
+    if name == "delta.checkpointPolicy":
+        return feature if v == "v2" else None
+    return feature if v == "true" else None
+
+
+def check_creation_properties(
+    options: Mapping[str, str], *, writer: str = "chkpt-delta"
+) -> dict[str, str]:
+    """The table properties among ``options`` (names starting ``delta.``, any case) by
+    delta-spark's names; :class:`ConfigError` for a name Delta does not know (naming the
+    closest), :class:`TableFeatureError` for one that turns on a refused feature."""
+    known = {name.lower(): name for name in CREATION_PROPERTIES}
+    props: dict[str, str] = {}
+    for raw, value in options.items():
+        if not raw.lower().startswith(CREATION_PREFIX):
+            continue
+        name = known.get(raw.lower())
+        if name is None:
+            close = difflib.get_close_matches(raw.lower(), list(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {known[close[0]]}?)" if close else ""
+            raise ConfigError(
+                raw,
+                value,
+                f"not a Delta table property this sink sets on the table it creates{hint}; "
+                f"those it takes: {', '.join(CREATION_PROPERTIES)}",
+            )
+        feature_name = _turns_on(name, str(value))
+        feature = FEATURES.get(feature_name) if feature_name else None
+        if feature is not None and not feature.implemented:
+            raise TableFeatureError(
+                f"{writer}: option {name}={value} would create the table with table feature "
+                f"'{feature.name}': {feature.meaning}. Way forward: leave the option out. "
+                "Nothing was staged.",
+                feature=feature.name,
+                table="",
+            )
+        props[name] = str(value)
+    return props

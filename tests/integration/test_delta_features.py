@@ -1,0 +1,288 @@
+"""Delta table features (issue 47): tables delta-spark creates, one per feature, written
+by ``chkpt-delta`` (and ``DeltaUpsert`` where it matters) and read back by delta-spark.
+
+A supported table reads back exactly what ``format("delta")`` writes for the same input
+into a twin table; a refused one fails at the query's start with the feature's named
+error (``TableFeatureError``) and no Parquet file staged in its folder; a constraint or
+generated-column violation fails naming it and commits nothing. One SparkSession, small
+data, availableNow queries over a folder of JSON files (no broker needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_chkpt import DeltaUpsert
+
+pytestmark = pytest.mark.integration
+
+INPUT_DDL = "id BIGINT, v STRING"
+
+
+def create(
+    spark: SparkSession, table: Path, ddl: str = "id BIGINT, v STRING", tail: str = ""
+) -> None:
+    spark.sql(f"CREATE TABLE delta.`{table}` ({ddl}) USING delta {tail}")
+
+
+def rows_stream(
+    spark: SparkSession, folder: Path, rows: list[dict[str, Any]], ddl: str = INPUT_DDL
+) -> DataFrame:
+    """A stream over one JSON file of ``rows`` (availableNow reads it in one batch)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{uuid.uuid4().hex}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return spark.readStream.schema(ddl).json(str(folder))
+
+
+def run(df: DataFrame, table: Path, chk: Path, **options: str) -> BaseException | None:
+    writer = (
+        df.writeStream.format("chkpt-delta")
+        .option("path", str(table))
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.start()
+    with contextlib.suppress(Exception):
+        query.awaitTermination(240)
+    return query.exception()
+
+
+def upsert(df: DataFrame, table: Path, chk: Path, keys: list[str]) -> BaseException | None:
+    query = (
+        df.writeStream.foreachBatch(
+            DeltaUpsert(path=str(table), keys=keys, checkpoint_location=str(chk))
+        )
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with contextlib.suppress(Exception):
+        query.awaitTermination(240)
+    return query.exception()
+
+
+def parquet_files(table: Path) -> set[str]:
+    """Every Parquet file under the table's folder but the log."""
+    return {
+        p.relative_to(table).as_posix()
+        for p in table.rglob("*.parquet")
+        if "_delta_log" not in p.parts
+    }
+
+
+def delta(spark: SparkSession, table: Path) -> DataFrame:
+    return spark.read.format("delta").load(str(table))
+
+
+def assert_same(actual: DataFrame, expected: DataFrame) -> None:
+    assert_df_equality(
+        actual.select(*sorted(expected.columns)),
+        expected.select(*sorted(expected.columns)),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+ROWS = [{"id": i, "v": f"v{i}"} for i in range(20)]
+
+# feature -> how delta-spark creates a table that requires it
+REFUSED = {
+    "rowTracking": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.enableRowTracking'='true')"),
+    "inCommitTimestamp": (
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableInCommitTimestamps'='true')",
+    ),
+    "typeWidening": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.enableTypeWidening'='true')"),
+    "clustering": ("id BIGINT, v STRING", "CLUSTER BY (id)"),
+    "identityColumns": ("id BIGINT, v STRING, sk BIGINT GENERATED ALWAYS AS IDENTITY", ""),
+    "columnMapping": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.columnMapping.mode'='name')"),
+}
+
+
+@pytest.mark.parametrize("feature", sorted(REFUSED))
+def test_a_refused_feature_fails_at_start_naming_it_with_nothing_staged(
+    spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str], feature: str
+) -> None:
+    table = tmp_path / "table"
+    create(spark, table, *REFUSED[feature])
+    before = parquet_files(table)
+    error = run(rows_stream(spark, tmp_path / "in", ROWS), table, tmp_path / "chk")
+    assert error is not None
+    text = str(error)
+    assert "TableFeatureError" in text and str(table) in text, text[:2000]
+    assert f"requires table feature '{feature}'" in text
+    assert parquet_files(table) == before  # nothing staged
+    assert "commit conflict" not in capfd.readouterr().err
+
+
+def test_delta_upsert_refuses_a_feature_before_staging(spark: SparkSession, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    create(spark, table, *REFUSED["inCommitTimestamp"])
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'old')")
+    before = parquet_files(table)
+    error = upsert(rows_stream(spark, tmp_path / "in", ROWS), table, tmp_path / "chk", ["id"])
+    assert error is not None and "'inCommitTimestamp'" in str(error)
+    assert parquet_files(table) == before
+
+
+def twin_write(spark: SparkSession, folder: Path, twin: Path, ddl: str = INPUT_DDL) -> None:
+    """What ``format("delta")`` writes for the same input (a batch append)."""
+    spark.read.schema(ddl).json(str(folder)).write.format("delta").mode("append").save(str(twin))
+
+
+# name -> (columns, the rest of CREATE TABLE): tables chkpt-delta writes as delta-spark does
+SUPPORTED = {
+    "plain": ("id BIGINT, v STRING", ""),
+    "partitioned": ("id BIGINT, v STRING", "PARTITIONED BY (v)"),
+    "deletionVectors": (
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableDeletionVectors'='true')",
+    ),
+    "changeDataFeed": (
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableChangeDataFeed'='true')",
+    ),
+    "v2Checkpoint": (
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.checkpointPolicy'='v2', 'delta.checkpointInterval'='1')",
+    ),
+    "appendOnly": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.appendOnly'='true')"),
+    "notNull": ("id BIGINT NOT NULL, v STRING", ""),
+    "check": ("id BIGINT, v STRING", "CHECK"),
+    "generated": ("id BIGINT, v STRING, id2 BIGINT GENERATED ALWAYS AS (id * 2)", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUPPORTED))
+def test_a_supported_table_reads_back_as_format_delta_writes_it(
+    spark: SparkSession, tmp_path: Path, name: str
+) -> None:
+    ddl, tail = SUPPORTED[name]
+    table, twin = tmp_path / "table", tmp_path / "twin"
+    for path in (table, twin):
+        create(spark, path, ddl, "" if tail == "CHECK" else tail)
+        if tail == "CHECK":
+            spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT small CHECK (id < 150)")
+        if name == "deletionVectors":  # rows delta-spark deleted with a deletion vector
+            spark.sql(f"INSERT INTO delta.`{path}` VALUES (-1, 'x'), (-2, 'y')")
+            spark.sql(f"DELETE FROM delta.`{path}` WHERE id = -1")
+    folder = tmp_path / "in"
+    options = {"partitionBy": "v"} if name == "partitioned" else {}
+    error = run(rows_stream(spark, folder, ROWS), table, tmp_path / "chk", **options)
+    assert error is None, str(error)[:3000]
+    twin_write(spark, folder, twin)
+    got = delta(spark, table)
+    assert_same(got, delta(spark, twin))
+    assert got.count() == len(ROWS) + (1 if name == "deletionVectors" else 0)
+    if name == "changeDataFeed":
+        changes = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", 1)
+            .load(str(table))
+        )
+        assert changes.where("_change_type = 'insert'").count() == len(ROWS)
+
+
+def test_a_check_constraint_violation_fails_naming_it_and_commits_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    table = tmp_path / "table"
+    create(spark, table)
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT small CHECK (id < 150)")
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").count()
+    rows = [{"id": i, "v": f"v{i}"} for i in range(140, 160)]
+    folder = tmp_path / "in"
+    error = run(rows_stream(spark, folder, rows), table, tmp_path / "chk")
+    assert error is not None
+    text = str(error)
+    assert "ConstraintViolationError" in text and "CHECK constraint small: id < 150" in text
+    assert "10 row(s)" in text and "id=150" in text
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{table}`").count() == version  # no commit
+    assert parquet_files(table) == set()  # the failed task staged nothing
+    # delta-spark refuses the same rows
+    with pytest.raises(Exception, match="DELTA_VIOLATE_CONSTRAINT"):
+        twin_write(spark, folder, table)
+
+
+def test_a_generated_column_given_another_value_fails_naming_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    table = tmp_path / "table"
+    create(spark, table, "id BIGINT, v STRING, id2 BIGINT GENERATED ALWAYS AS (id * 2)")
+    rows = [{"id": i, "v": "v", "id2": i * 3} for i in range(1, 5)]
+    error = run(
+        rows_stream(spark, tmp_path / "in", rows, "id BIGINT, v STRING, id2 BIGINT"),
+        table,
+        tmp_path / "chk",
+    )
+    assert error is not None
+    text = str(error)
+    assert "generated column id2" in text and "id2=3 (expected 2)" in text
+    assert delta(spark, table).count() == 0
+
+
+def test_delta_upsert_writes_the_change_feed_and_refuses_append_only(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    table = tmp_path / "cdf"
+    create(spark, table, tail="TBLPROPERTIES ('delta.enableChangeDataFeed'='true')")
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'old'), (2, 'old')")
+    rows = [{"id": 1, "v": "new"}, {"id": 3, "v": "new"}]
+    assert (
+        upsert(rows_stream(spark, tmp_path / "in", rows), table, tmp_path / "chk", ["id"]) is None
+    )
+    changes = {
+        (r.id, r.v, r._change_type)
+        for r in spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 2)
+        .load(str(table))
+        .collect()
+    }
+    assert changes == {
+        (1, "old", "update_preimage"),
+        (1, "new", "update_postimage"),
+        (3, "new", "insert"),
+    }
+
+    frozen = tmp_path / "frozen"
+    create(spark, frozen, tail="TBLPROPERTIES ('delta.appendOnly'='true')")
+    spark.sql(f"INSERT INTO delta.`{frozen}` VALUES (1, 'old')")
+    before = parquet_files(frozen)
+    error = upsert(rows_stream(spark, tmp_path / "in2", rows), frozen, tmp_path / "chk2", ["id"])
+    assert error is not None and "'appendOnly'" in str(error) and "TableFeatureError" in str(error)
+    assert parquet_files(frozen) == before
+
+
+def test_delta_options_set_table_properties_on_creation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    table = tmp_path / "table"
+    error = run(
+        rows_stream(spark, tmp_path / "in", ROWS),
+        table,
+        tmp_path / "chk",
+        **{"delta.enableChangeDataFeed": "true", "delta.appendOnly": "true"},
+    )
+    assert error is None, str(error)[:3000]
+    props = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{table}`").collect()}
+    assert props.get("delta.enableChangeDataFeed") == "true"
+    assert props.get("delta.appendOnly") == "true"
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(str(table))
+    )
+    assert changes.where("_change_type = 'insert'").count() == len(ROWS)
