@@ -217,3 +217,61 @@ def test_the_cli_runs_the_server_until_stopped(no_aws_env: None) -> None:
     assert server.returncode == 0, err[-2000:]
     assert "storage.AWS_ENDPOINT_URL=" + endpoint in err
     assert "moto" in err
+
+
+_WRITE_THROUGH = """
+import sys
+import boto3
+from spark_chkpt.fs import resolve
+endpoint, bucket = sys.argv[1], sys.argv[2]
+options = {"aws_endpoint_url": endpoint, "aws_access_key_id": "k", "aws_secret_access_key": "s",
+           "aws_region": "us-east-1", "aws_allow_http": "true"}
+for name, write in (
+    ("pyarrow", lambda: resolve(f"s3a://{bucket}/chk", storage_options=options)
+        .child("chkpt", "snapshots", "0.json").write_atomic("{}")),
+    ("boto3", lambda: boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k",
+        aws_secret_access_key="s", region_name="us-east-1").put_object(
+        Bucket=bucket, Key="b", Body=b"x")),
+):
+    try:
+        write()
+        print(name, "ok")
+    except Exception as e:
+        print(name, "failed:", str(e).splitlines()[0])
+"""
+
+
+def test_the_checksum_settings_get_past_a_store_that_refuses_checksums(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # What the explanation of the checksum wall tells a user to set is what gets pyarrow
+    # and boto3 past a store that answers 400 to the newer SDKs' checksum headers (the
+    # proxy's REJECT_CHECKSUMS): without the two settings both fail, with them both write.
+    import os
+    import subprocess
+    import sys
+
+    from spark_chkpt.report import explain
+
+    def write(**env: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITE_THROUGH, proxy.endpoint, s3_bucket],
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.splitlines()
+
+    with S3Proxy(upstream=s3_server.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as proxy:
+        refused = write()
+        assert [line.split(" ")[:2] for line in refused] == [
+            ["pyarrow", "failed:"],
+            ["boto3", "failed:"],
+        ], refused
+        assert all("AWS_REQUEST_CHECKSUM_CALCULATION" in (explain(x) or "") for x in refused)
+        assert proxy.counts["refused"] == 2
+        settings = {
+            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+        }
+        assert write(**settings) == ["pyarrow ok", "boto3 ok"]
+        assert proxy.counts["refused"] == 2
