@@ -52,10 +52,10 @@ CONNECT_BACK_EXPLAINED = (
 
 
 # What an S3 client says when the store refused the newer SDKs' checksums: the headers
-# and the chunked upload they ride in, the codes stores answer them with, and pyarrow's
+# and the trailer they ride in, the codes stores answer them with, and pyarrow's
 # (the AWS C++ SDK's) failed read of a response it could not validate.
 _CHECKSUM_WALL = re.compile(
-    r"x-amz-checksum-|x-amz-sdk-checksum-algorithm|x-amz-trailer|aws-chunked"
+    r"x-amz-checksum-|x-amz-sdk-checksum-algorithm|x-amz-trailer"
     r"|STREAMING-UNSIGNED-PAYLOAD-TRAILER|XAmzContentSHA256Mismatch|MissingContentLength"
     r"|x-amz-content-sha256 must be|AWS Error [A-Z_]+ during \w+ operation: Failed to flush"
     r" response stream",

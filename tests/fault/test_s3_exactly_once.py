@@ -175,7 +175,9 @@ def test_a_store_that_refuses_checksums_is_named_on_the_first_line(
     assert store.counts["refused"] > 0, store.counts
     lines = failed.stderr.splitlines()
     first = next(line for line in lines if "Error" in line or "spark-chkpt:" in line)
-    assert first.startswith("spark-chkpt: S3 checksums (x-amz-checksum-"), failed.stderr[-4000:]
+    # (pyarrow's first read of the checkpoint fails as it did on s3proxy 2.6.0: "AWS Error
+    # INTERNAL_FAILURE during GetObject operation: Failed to flush response stream")
+    assert first.startswith("spark-chkpt: S3 checksums ("), failed.stderr[-4000:]
     for setting in (
         "AWS_REQUEST_CHECKSUM_CALCULATION=when_required",
         "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
