@@ -12,12 +12,12 @@ purpose, for the tests that must see a store's fault:
   stores that do not support them answer (Backblaze B2's words: "Unsupported header
   'x-amz-sdk-checksum-algorithm' received for this API call."); others are forwarded.
 
-    with S3Server() as s3, S3Proxy(upstream=s3.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as p:
+    with S3Server() as s3, StoreProxy(upstream=s3.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as p:
         ...  # clients given p.endpoint
 
 It runs in the test process (a thread per connection): each request is read whole, sent
 to the upstream server on a connection of its own, and its answer returned whole.
-:attr:`S3Proxy.counts` counts what it saw (requests, stripped headers, refusals).
+:attr:`StoreProxy.counts` counts what it saw (requests, stripped headers, refusals).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def checksum_header(headers: dict[str, str]) -> str | None:
     return None
 
 
-class S3Proxy:
+class StoreProxy:
     """The proxy on a free loopback port, forwarding to ``upstream`` (``http://h:p``)."""
 
     def __init__(self, *, upstream: str, mode: ProxyMode, host: str = "127.0.0.1") -> None:
@@ -79,7 +79,7 @@ class S3Proxy:
         with self._lock:
             self.counts[what] += 1
 
-    def start(self) -> S3Proxy:
+    def start(self) -> StoreProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -177,7 +177,7 @@ class S3Proxy:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def __enter__(self) -> S3Proxy:
+    def __enter__(self) -> StoreProxy:
         return self.start()
 
     def __exit__(

@@ -22,7 +22,7 @@ from spark_chkpt.fs import resolve
 from spark_chkpt.jars import s3a_jars
 from spark_chkpt.session import load_properties
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-from spark_chkpt.testing.s3_proxy import ProxyMode, S3Proxy
+from spark_chkpt.testing.s3_proxy import ProxyMode, StoreProxy
 from spark_chkpt.testing.s3_server import S3Server
 from tests.helpers import user_env
 
@@ -167,7 +167,7 @@ def test_a_store_that_refuses_checksums_is_named_on_the_first_line(
     # The job against a store that answers 400 to the newer AWS SDKs' request checksums
     # (the proxy in front of moto), without the two settings: the failure's first line
     # says what refused it and names the settings, before Spark's report of it.
-    with S3Proxy(upstream=s3_server.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as store:
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as store:
         failed = run_job(
             tmp_path, s3_server, s3_bucket, bootstrap_servers, topic, endpoint=store.endpoint
         )

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.s3_proxy import ProxyMode, S3Proxy
+from spark_chkpt.testing.s3_proxy import ProxyMode, StoreProxy
 from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 pytestmark = pytest.mark.integration
@@ -96,7 +96,7 @@ def test_a_server_that_ignores_if_none_match_lets_every_racer_win(
 ) -> None:
     # The negative control of the test above: through the proxy that strips the header
     # (as s3proxy 2.6.0 ignored it), every PUT "wins" and the last one replaces the rest.
-    with S3Proxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
         client = _boto3(proxy.endpoint)
         client.put_object(Bucket=s3_bucket, Key="once", Body=b"first", IfNoneMatch="*")
         client.put_object(Bucket=s3_bucket, Key="once", Body=b"second", IfNoneMatch="*")
@@ -161,7 +161,7 @@ def test_racing_delta_rs_commits_lose_appends_where_if_none_match_is_ignored(
     # Writers of one version each "commit" it, the last PUT replaces the others: appends
     # that returned are missing from the table, and no 412 was answered.
     uri = f"s3://{s3_bucket}/race"
-    with S3Proxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
         options = {**s3_server.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
         committed = _racing_appends(uri, options)
         found = DeltaTable(uri, storage_options=options)
@@ -261,7 +261,7 @@ def test_the_checksum_settings_get_past_a_store_that_refuses_checksums(
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout.splitlines()
 
-    with S3Proxy(upstream=s3_server.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as proxy:
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as proxy:
         refused = write()
         assert [line.split(" ")[:2] for line in refused] == [
             ["pyarrow", "failed:"],
