@@ -5,8 +5,6 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
-GO          ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
-WEED        := .cache/seaweedfs/weed
 
 .PHONY: setup test unit demo bench lint format broker clean docs docs-serve docs-shots wheel
 
@@ -14,19 +12,6 @@ WEED        := .cache/seaweedfs/weed
 # `make setup` finds them there and fetches nothing.
 setup: $(STAMP)
 	$(BIN)/python -m spark_chkpt.jars fetch
-
-# SeaweedFS's `weed`, the S3-compatible server of the two-writer race tests (`make test`
-# only: the demo and the formats do without it; it enforces
-# If-None-Match on PUT; s3proxy does not), built from the Go module pinned in
-# go/seaweedfs (go.mod, go.sum) into .cache/seaweedfs. Go's own caches (GOMODCACHE,
-# GOCACHE) keep the modules and compiled packages: a cold build downloads ~3.7 GB of
-# modules and compiles for ~10 min on two cores, a rebuild with warm caches takes ~15 s.
-$(WEED): go/seaweedfs/go.mod go/seaweedfs/go.sum
-	@command -v $(GO) >/dev/null || { echo "Go >= 1.26.6 is required (set GO=/path/to/go)"; exit 1; }
-	@mkdir -p $(dir $@)
-	cd go/seaweedfs && GOTOOLCHAIN=local $(GO) build -trimpath \
-	  -o $(CURDIR)/$@.part github.com/seaweedfs/seaweedfs/weed
-	mv $@.part $@
 
 $(STAMP): setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'
@@ -59,7 +44,7 @@ OTHER_CLIENT_TESTS := tests/integration/test_kafka_source.py tests/integration/t
 PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-test: setup $(WEED)
+test: setup
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 	SPARK_CHKPT_KAFKA_SOURCE_CLIENT=confluent SPARK_CHKPT_KAFKA_SINK_CLIENT=kafka-python \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)

@@ -121,7 +121,7 @@ class BrokerError(ChkptError):
 
 
 class S3ServerError(ChkptError):
-    """The test S3 server (s3proxy) could not be started or did not answer."""
+    """The test S3 server (moto) could not be started or did not answer."""
 
 
 class WorkerPythonError(ChkptError):

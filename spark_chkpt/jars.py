@@ -11,8 +11,6 @@ pom as it is now (a stamp records the pom's hash) is not fetched again.
 - ``spark-connectors``: Spark's own Kafka connector and delta-spark, handed to Spark
   through ``spark.jars`` (:func:`spark_jars`). Artifacts pyspark already ships are left
   out, so Spark's own versions are the ones loaded.
-- ``s3proxy``: ``org.gaul:s3proxy``, an S3-compatible server the tests start in its own
-  JVM (:mod:`spark_chkpt.testing.s3_server`).
 - ``hadoop-aws``: Hadoop's S3A filesystem and its AWS SDK bundle, so Spark's
   ``checkpointLocation`` can be ``s3a://`` (:func:`s3a_jars`; the same pick-out as
   ``spark-connectors``).
@@ -39,7 +37,7 @@ from typing import TextIO
 
 from spark_chkpt.errors import JvmArtifactError
 
-SETS = ("kafka-broker", "spark-connectors", "s3proxy", "hadoop-aws")
+SETS = ("kafka-broker", "spark-connectors", "hadoop-aws")
 # The sets handed to Spark: artifacts pyspark ships are left out of them.
 _SPARK_SETS = ("spark-connectors", "hadoop-aws")
 ENV = "SPARK_CHKPT_JARS_DIR"

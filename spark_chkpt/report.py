@@ -8,23 +8,23 @@ the middle. Spark runs those methods in a Python worker whose stderr is the driv
 :func:`reported` writes the project's message there, one line, the moment the error is
 raised, so it comes before Spark's report of it.
 
-One failure is Spark's own and common on a loaded machine: ``Python worker failed to
-connect back``. :func:`explain` turns it into what happened and what to do; the
-restart supervisor's lines and, through :func:`install_excepthook` (installed by
-``register()``), an uncaught error in the user's script start with that explanation.
-
-Another is Spark's noise when ``query.stop()`` comes while a batch commits (issue 51):
-the stop closes the JVM's accumulator connection to the driver mid-update, so PySpark's
-accumulator server printed an ``EOFError`` traceback in the user's script, and once the
-Python commit returns, Spark logs that the batch's write ``is aborting`` and ``failed to
-abort`` (its abort cannot run on the stopped thread). :func:`explain_stopped_commit`
-(installed by ``register()``) prints :data:`STOPPED_MID_COMMIT`, one line, instead of the
-traceback.
+Two failures are not the project's and need saying what they mean. Spark's own, common
+on a loaded machine: ``Python worker failed to connect back``. And an S3 request refused
+by a store that does not take the newer AWS SDKs' request checksums (the SDKs send them
+by default since early 2025; pyarrow's and boto3's fail on such stores, naming a header
+or a failed stream, never the settings). :func:`explain` turns each into what happened
+and what to do; :func:`reported` writes it first where a format's driver-side method
+fails with it, and the restart supervisor's lines and, through
+:func:`install_excepthook` (installed by ``register()``), an uncaught error in the
+user's script start with that explanation. A ``query.stop()`` while a batch commits makes
+PySpark print an accumulator ``EOFError`` traceback: :func:`explain_stopped_commit`
+(installed by ``register()``) prints :data:`STOPPED_MID_COMMIT`, one line, instead.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from types import TracebackType
@@ -53,6 +53,28 @@ CONNECT_BACK_EXPLAINED = (
 )
 
 
+# What an S3 client says when the store refused the newer SDKs' checksums: the headers
+# and the trailer they ride in, the codes stores answer them with, and pyarrow's
+# (the AWS C++ SDK's) failed read of a response it could not validate.
+_CHECKSUM_WALL = re.compile(
+    r"x-amz-checksum-|x-amz-sdk-checksum-algorithm|x-amz-trailer"
+    r"|STREAMING-UNSIGNED-PAYLOAD-TRAILER|XAmzContentSHA256Mismatch|MissingContentLength"
+    r"|x-amz-content-sha256 must be|AWS Error [A-Z_]+ during \w+ operation: Failed to flush"
+    r" response stream",
+    re.IGNORECASE,
+)
+CHECKSUMS_EXPLAINED = (
+    "the S3 store refused a request the way stores that do not take the newer AWS SDKs' "
+    "request checksums refuse it (Backblaze B2, older Ceph RGW, s3proxy 2.6.0: see the "
+    "cluster how-to): set AWS_REQUEST_CHECKSUM_CALCULATION=when_required and "
+    "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required in the environment of the driver and "
+    "of the executors (spark.executorEnv.*): pyarrow's and boto3's AWS SDKs read them. "
+    "Hadoop's s3a:// takes spark.hadoop.fs.s3a.checksum.generation=false and "
+    "spark.hadoop.fs.s3a.checksum.validation=false (its defaults); delta-rs sends none "
+    "unless storage.aws_checksum_algorithm is set: leave it unset"
+)
+
+
 def one_line(error: BaseException) -> str:
     """``spark-chkpt: <Class>: <the message's first line>``."""
     first = (str(error).strip().splitlines() or [""])[0]
@@ -63,19 +85,28 @@ def explain(text: str) -> str | None:
     """What to tell a user about an error of Spark's own (by its text), or None."""
     if any(marker in text for marker in _CONNECT_BACK):
         return f"Python worker failed to connect back: {CONNECT_BACK_EXPLAINED}"
+    wall = _CHECKSUM_WALL.search(text)
+    if wall is not None:
+        return f"S3 checksums ({wall.group(0).strip()}): {CHECKSUMS_EXPLAINED}"
     return None
 
 
 def reported(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """A driver-side DataSource method whose project error is written to stderr, one
-    line, before it propagates to Spark (which reports it after its own dump)."""
+    line, before it propagates to Spark (which reports it after its own dump); an error
+    :func:`explain` knows (an S3 store refusing checksums) is written as its
+    explanation first."""
 
     @functools.wraps(method)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(*args, **kwargs)
-        except ChkptError as e:
-            print(one_line(e), file=sys.stderr, flush=True)
+        except Exception as e:
+            said = explain(str(e))
+            if said is not None:
+                print(PREFIX + said, file=sys.stderr, flush=True)
+            if isinstance(e, ChkptError):
+                print(one_line(e), file=sys.stderr, flush=True)
             raise
 
     return call

@@ -51,11 +51,11 @@ def spark():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[object]:
-    """An S3-compatible server on loopback for the session: s3proxy, objects in its
-    heap (spark_chkpt.testing.s3_server says why not on disk)."""
-    from spark_chkpt.testing.s3_server import S3Proxy
+    """An S3-compatible server on loopback for the session: moto's, in a child process,
+    enforcing conditional writes (spark_chkpt.testing.s3_server)."""
+    from spark_chkpt.testing.s3_server import S3Server
 
-    with S3Proxy() as server:
+    with S3Server() as server:
         yield server
 
 
@@ -65,25 +65,6 @@ def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
     name = f"{base}-{uuid.uuid4().hex[:6]}".strip("-")
     s3_server.create_bucket(name)  # type: ignore[attr-defined]
-    return name
-
-
-@pytest.fixture(scope="session")
-def weed_s3() -> Iterator[object]:
-    """An S3-compatible server that enforces conditional writes (If-None-Match on PUT),
-    for writers racing on one table version: SeaweedFS (``make test`` builds it)."""
-    from spark_chkpt.testing.seaweedfs import SeaweedS3
-
-    with SeaweedS3() as server:
-        yield server
-
-
-@pytest.fixture
-def weed_bucket(weed_s3: object, request: pytest.FixtureRequest) -> str:
-    """A new bucket on :func:`weed_s3` named after the test."""
-    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
-    name = f"{base}-{uuid.uuid4().hex[:6]}".strip("-")
-    weed_s3.create_bucket(name)  # type: ignore[attr-defined]
     return name
 
 

@@ -1,43 +1,46 @@
-"""An S3-compatible server on loopback: s3proxy, started by the project.
+"""An S3-compatible server on loopback: moto's S3, started by the project.
 
-    with S3Proxy() as s3:
+    with S3Server() as s3:
         s3.create_bucket("chkpt")
         write_deltalake("s3://chkpt/t", data, storage_options=s3.storage_options)
 
-The server runs in its own JVM, ``java -cp <jars> org.gaul.s3proxy.Main --properties F``,
-from the jars ``make setup`` fetched (``spark_chkpt.jars.jars("s3proxy")``), with AWS
-v2/v4 signatures checked against a fixed test key (:data:`ACCESS_KEY`, :data:`SECRET_KEY`).
-Its jclouds backend is ``transient`` (objects in the server's heap) by default, not
-``filesystem`` (objects in a temporary folder, ``backend="filesystem"``): the
-``filesystem`` backend keeps an empty folder marker (``chk/offsets/``) as a folder and
-leaves it out of a listing of its own prefix, so Hadoop's S3A, which probes directories
-by listing, finds no ``offsets`` folder right after creating it and Spark's checkpoint
-fails (FileNotFoundException). S3 itself lists the marker, as ``transient`` does.
+The server is moto's (``moto[server]``, pure Python, installed by ``make setup`` with
+the dev extras), run as a child process, ``python -m spark_chkpt.testing.s3_server
+--host H --port P``, objects in its memory. A child process, not moto's
+``ThreadedMotoServer`` in the test process: Spark's JVM (Hadoop's S3A), delta-rs and
+pyarrow hit it at once, and in the test process its request threads would share one GIL
+with the test's own Python (the Spark driver's Python, delta-rs's callers).
 
-The settings each client needs:
-:attr:`S3Proxy.storage_options` (delta-rs and ``chkpt-delta``'s ``storage.*``),
-:meth:`S3Proxy.hadoop_settings` (Spark's ``s3a://``), :attr:`S3Proxy.env` (the AWS SDKs of
-pyarrow and boto3).
+It enforces conditional writes as S3 does: a ``PUT`` (or a multipart completion) with
+``If-None-Match: *`` of a key that exists is answered ``412 PreconditionFailed``, which
+delta-rs's commits (put-if-absent) rest on. moto checks the key and then writes it in two
+steps; this module runs those two steps under one lock for every conditional write, so
+that of N concurrent conditional PUTs of one key exactly one wins (moto alone relies on
+the GIL not switching threads between them).
 
-What it is not: s3proxy 2.6.0 ignores ``If-None-Match: *`` on PUT (a second put of a key
-replaces the first; tests/integration/test_s3_store.py checks it), so it cannot show that
-delta-rs's conditional commits are safe between writers. Real S3 honours the header, and
-so does SeaweedFS (:mod:`spark_chkpt.testing.seaweedfs`), where the racing-writer tests run.
+The settings each client needs: :attr:`S3Server.storage_options` (delta-rs and
+``chkpt-delta``'s ``storage.*``), :meth:`S3Server.hadoop_settings` (Spark's ``s3a://``),
+:attr:`S3Server.env` (the AWS SDKs of pyarrow and boto3). moto accepts the newer AWS
+SDKs' request checksums, so none of them turns checksums off.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import logging
-import os
-import shutil
+import re
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import S3ServerError
-from spark_chkpt.testing.kafka_broker import _java
 from spark_chkpt.testing.processes import ServerProcess, free_port, halt, launch
 
 log = logging.getLogger(__name__)
@@ -45,23 +48,23 @@ log = logging.getLogger(__name__)
 ACCESS_KEY = "chkpt-test-key"
 SECRET_KEY = "chkpt-test-secret"
 REGION = "us-east-1"
-_LOGBACK = """\
-<configuration>
-  <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">
-    <encoder><pattern>[%d] %level %logger{20} %msg%n</pattern></encoder>
-  </appender>
-  <root level="WARN"><appender-ref ref="OUT"/></root>
-  <logger name="org.gaul.s3proxy" level="INFO"/>
-</configuration>
-"""
 
 
 class S3Server(ServerProcess):
-    """An S3-compatible server on ``host:port`` with the project's test key: its endpoint
-    and the options delta-rs is given for it (s3proxy and SeaweedFS share them)."""
+    """moto's S3 on ``host:port`` (a free port unless given) as a context manager."""
 
-    host: str
-    port: int
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(tempfile.gettempdir()) / f"spark-chkpt-s3-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -78,45 +81,19 @@ class S3Server(ServerProcess):
             "AWS_ALLOW_HTTP": "true",
         }
 
-
-class S3Proxy(S3Server):
-    """s3proxy (the ``transient`` backend unless ``backend`` names another) as a context
-    manager."""
-
-    def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        port: int | None = None,
-        heap: str = "512m",
-        startup_timeout_s: float = 60.0,
-        backend: str = "transient",
-    ) -> None:
-        self.host = host
-        self.backend = backend
-        self.port = port or free_port(host)
-        self.heap = heap
-        self.startup_timeout_s = startup_timeout_s
-        self.data_dir = Path(tempfile.mkdtemp(prefix=f"spark-chkpt-s3-{self.port}-"))
-        self.log_path = Path(tempfile.gettempdir()) / f"spark-chkpt-s3-{self.port}.log"
-        self._process: subprocess.Popen[bytes] | None = None
-
     @property
     def env(self) -> dict[str, str]:
-        """Environment for the AWS SDKs (pyarrow, boto3): the endpoint and the key, and
-        checksums only where S3 requires them (s3proxy rejects the newer SDKs' default
-        CRC checksums: XAmzContentSHA256Mismatch, NotImplemented)."""
+        """Environment for the AWS SDKs (pyarrow, boto3): the endpoint and the key."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_REGION": REGION,
-            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
         }
 
     def hadoop_settings(self) -> dict[str, str]:
-        """``spark.hadoop.fs.s3a.*`` for a SparkSession that reads and writes ``s3a://``."""
+        """``spark.hadoop.fs.s3a.*`` for a SparkSession that reads and writes ``s3a://``
+        (path-style: the bucket in the path, as a server on an IP address needs)."""
         return {
             "spark.hadoop.fs.s3a.endpoint": self.endpoint,
             "spark.hadoop.fs.s3a.endpoint.region": REGION,
@@ -127,51 +104,45 @@ class S3Proxy(S3Server):
             "spark.hadoop.fs.s3a.aws.credentials.provider": (
                 "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
             ),
-            "spark.hadoop.fs.s3a.checksum.validation": "false",
-            "spark.hadoop.fs.s3a.create.checksum.algorithm": "NONE",
         }
 
-    def properties(self) -> dict[str, str]:
-        return {
-            "s3proxy.endpoint": self.endpoint,
-            "s3proxy.authorization": "aws-v2-or-v4",
-            "s3proxy.identity": ACCESS_KEY,
-            "s3proxy.credential": SECRET_KEY,
-            "jclouds.provider": self.backend,
-            "jclouds.identity": "unused",
-            "jclouds.credential": "unused",
-            "jclouds.filesystem.basedir": str(self.data_dir / "blobs"),
-        }
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "spark_chkpt.testing.s3_server",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
 
-    def start(self) -> S3Proxy:
+    def start(self) -> S3Server:
         if self._process is not None:
             return self
-        from spark_chkpt.jars import jars
-
-        (self.data_dir / "blobs").mkdir(parents=True, exist_ok=True)
-        config = self.data_dir / "s3proxy.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
-        (self.data_dir / "logback.xml").write_text(_LOGBACK)
-        command = [
-            _java(),
-            f"-Xmx{self.heap}",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            f"-Dlogback.configurationFile={self.data_dir / 'logback.xml'}",
-            "-cp",
-            os.pathsep.join(jars("s3proxy")),
-            "org.gaul.s3proxy.Main",
-            "--properties",
-            str(config),
-        ]
-        self._process = launch(command, log_path=self.log_path)
+        self.log_path.unlink(missing_ok=True)  # the request log of this server only
+        self._process = launch(self.command(), log_path=self.log_path)
         try:
             self._wait_ready(Deadline.after(seconds=self.startup_timeout_s))
         except BaseException:
             self._halt()
             raise
-        log.info("s3proxy ready at %s (log: %s)", self.endpoint, self.log_path)
+        log.info("moto S3 ready at %s (log: %s)", self.endpoint, self.log_path)
         return self
+
+    def client(self) -> Any:
+        """A boto3 S3 client of this server (one attempt per call: no retries)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+            config=Config(retries={"max_attempts": 1}, max_pool_connections=16),
+        )
 
     def _wait_ready(self, deadline: Deadline) -> None:
         import urllib.error
@@ -181,39 +152,80 @@ class S3Proxy(S3Server):
             assert self._process is not None
             if self._process.poll() is not None:
                 raise S3ServerError(
-                    f"s3proxy exited with code {self._process.returncode}; log "
-                    f"{self.log_path}:\n{self.log_tail()}"
+                    f"the S3 server (moto) exited with code {self._process.returncode}; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
                 )
             try:
-                urllib.request.urlopen(self.endpoint, timeout=1.0).close()
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1.0).close()
                 return
             except urllib.error.HTTPError:
-                return  # it answers (403: an unsigned request)
+                return  # it answers
             except OSError:
                 time.sleep(0.1)
         raise S3ServerError(
-            f"s3proxy at {self.endpoint} did not answer within {self.startup_timeout_s}s; "
-            f"log {self.log_path}:\n{self.log_tail()}"
+            f"the S3 server (moto) at {self.endpoint} did not answer within "
+            f"{self.startup_timeout_s}s; log {self.log_path}:\n{self.log_tail()}"
         )
 
     def create_bucket(self, name: str) -> None:
-        """A bucket (a folder of the backend, created as s3proxy's filesystem store does)."""
-        import pyarrow.fs as pafs
+        self.client().create_bucket(Bucket=name)
 
-        fs = pafs.S3FileSystem(
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
-            endpoint_override=self.endpoint,
-            region=REGION,
-            allow_bucket_creation=True,
-        )
-        fs.create_dir(name)
+    def answers(self, *, method: str, status: int, under: str) -> int:
+        """How many ``method`` requests of a path under ``under`` (``/bucket/key-prefix``)
+        the server answered with ``status`` so far, from its request log (one line per
+        request: ``"PUT /bucket/key HTTP/1.1" 412 -``)."""
+        pattern = re.compile(rf'"{re.escape(method)} {re.escape(under)}\S* HTTP/[\d.]+" {status} ')
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return 0
+        return len(pattern.findall(text))
 
     def _halt(self) -> None:
         process, self._process = self._process, None
-        halt(process, what="s3proxy")
+        halt(process, what="the S3 server (moto)")
 
     def stop(self) -> None:
-        """Stop the server and delete its objects."""
+        """Stop the server (its objects were in its memory: they are gone)."""
         self._halt()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def _atomic_conditional_writes() -> None:
+    """moto's S3 handlers of a PUT and of a multipart completion, each under one lock
+    when the request is conditional (``If-None-Match`` or ``If-Match``): the check of
+    the key and the write are then one step, as on S3."""
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+
+    def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(handler)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            headers = self.headers
+            if headers.get("If-None-Match") is None and headers.get("If-Match") is None:
+                return handler(self, *args, **kwargs)
+            with lock:
+                return handler(self, *args, **kwargs)
+
+        return call
+
+    S3Response.put_object = guarded(S3Response.put_object)  # type: ignore[method-assign]
+    S3Response._key_response_post = guarded(  # type: ignore[method-assign]
+        S3Response._key_response_post
+    )
+
+
+def serve(argv: Sequence[str] | None = None) -> None:
+    """Run moto's server on ``--host``/``--port`` until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(prog="python -m spark_chkpt.testing.s3_server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    _atomic_conditional_writes()
+    from moto.server import main
+
+    main(["--host", args.host, "--port", str(args.port)])
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,15 +1,16 @@
 """Other writers on the same table, on S3: two streaming queries (different topics,
 different query ids), an outside delta-rs writer, and OPTIMIZE (compaction) plus VACUUM
 with the default retention, all at once, each committing Delta versions against the
-others many times. No failed batch, no duplicate, no lost row; conflict retries are
+others many times. Commits of one version conflicted (the server answered 412 to some
+of them), and still: no failed batch, no duplicate, no lost row; conflict retries are
 bounded and recorded in each snapshot record.
 
-The table is on SeaweedFS (tests/conftest.py's ``weed_s3``), an S3 server that enforces
-``If-None-Match: *`` as S3 does: where two commits of one version race, one gets 412
-and retries. (This ran on a local folder, rename-if-absent, until issue 37 moved it:
-s3proxy, the other S3 test server, would let both commits of a version "succeed".)
-Checkpoints stay local: the race is the table's. Then delta-rs's own answer to the
-settings that would give put-if-absent up."""
+The table is on the project's S3 server (moto, tests/conftest.py's ``s3_server``), which
+enforces ``If-None-Match: *`` as S3 does: where two commits of one version race, one
+gets 412 and retries. That the assertions can fail where the header is ignored,
+tests/integration/test_s3_store.py shows with delta-rs's racing commits through a proxy
+that strips it. Checkpoints stay local: the race is the table's. Then delta-rs's own
+answer to the settings that would give put-if-absent up."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from spark_chkpt.recovery.rebuild import table_snapshots
-from spark_chkpt.testing.seaweedfs import SeaweedS3
+from spark_chkpt.testing.s3_server import S3Server
 from tests.helpers import kafka_stream, produce
 
 pytestmark = pytest.mark.fault
@@ -39,11 +40,11 @@ def test_two_queries_an_outside_writer_optimize_and_vacuum_at_once_on_s3(
     make_topic: Callable[..., str],
     producer: Any,
     tmp_path: Path,
-    weed_s3: SeaweedS3,
-    weed_bucket: str,
+    s3_server: S3Server,
+    s3_bucket: str,
 ) -> None:
-    table = f"s3://{weed_bucket}/table"
-    options = weed_s3.storage_options  # the outside writers: delta-rs's own defaults
+    table = f"s3://{s3_bucket}/table"
+    options = s3_server.storage_options  # the outside writers: delta-rs's own defaults
     write_deltalake(
         table,
         pa.table({"n": pa.array([-1], pa.int64()), "writer": ["outside"]}),
@@ -109,6 +110,10 @@ def test_two_queries_an_outside_writer_optimize_and_vacuum_at_once_on_s3(
     for query in queries:
         assert query.exception() is None, query.exception()
     assert done["optimize"] > 0 and done["vacuum"] > 0 and done["outside"] > 0, done
+    # The writers raced for versions: the server refused some commits of a version
+    # another writer had taken (412 on a _delta_log file), and they retried.
+    conflicts = s3_server.answers(method="PUT", status=412, under=f"/{s3_bucket}/table/_delta_log/")
+    assert conflicts > 0
 
     rows = DeltaTable(table, storage_options=options).to_pyarrow_table().to_pylist()
     for name, offset in (("a", 0), ("b", 100_000)):
@@ -122,15 +127,15 @@ def test_two_queries_an_outside_writer_optimize_and_vacuum_at_once_on_s3(
     assert all(0 <= s.record.retries < 10 for s in snapshots.values())
 
 
-def test_delta_rs_gives_up_no_put_if_absent_on_s3(weed_s3: SeaweedS3, weed_bucket: str) -> None:
+def test_delta_rs_gives_up_no_put_if_absent_on_s3(s3_server: S3Server, s3_bucket: str) -> None:
     # The settings chkpt-delta refuses (UnsafeCommitError, commit_safety.py), given to
     # delta-rs 1.x directly: with conditional put disabled it cannot commit on S3 at all
     # (no lock configured) and says so; AWS_S3_ALLOW_UNSAFE_RENAME alone still commits
     # put-if-absent: of 8 threads appending at once, every commit that succeeded is there.
     import concurrent.futures
 
-    table = f"s3://{weed_bucket}/unsafe"
-    unsafe = {**weed_s3.storage_options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    table = f"s3://{s3_bucket}/unsafe"
+    unsafe = {**s3_server.storage_options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
     disabled = {**unsafe, "aws_conditional_put": "disabled"}
     with pytest.raises(OSError, match="conditional put is disabled"):
         write_deltalake(f"{table}-disabled", pa.table({"n": [0]}), storage_options=disabled)

@@ -1,6 +1,6 @@
 """Savepoint create / rewind / fork, ``recover`` from the table, the dead-letter table and
 ``DeltaUpsert`` on object storage: tables on ``s3://``, checkpoints and savepoints on
-``s3a://``, all on the project's S3 server (s3proxy), in one user script
+``s3a://``, all on the project's S3 server (moto), in one user script
 (``tests/user_scripts/s3_chain.py``) started from a folder outside the repo, ``spark-chkpt
 recover`` run from it as from a shell. Every id in
 once, every malformed record in its dead-letter table once, read back with delta-rs here
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.testing.s3_server import S3Proxy
+from spark_chkpt.testing.s3_server import S3Server
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ def bad(*parts: int) -> list[int]:  # one partition: a record's offset is its nu
 
 def test_savepoints_recovery_dead_letters_and_upserts_on_s3(
     tmp_path: Path,
-    s3_server: S3Proxy,
+    s3_server: S3Server,
     s3_bucket: str,
     bootstrap_servers: str,
     make_topic: Callable[..., str],
@@ -54,14 +54,13 @@ def test_savepoints_recovery_dead_letters_and_upserts_on_s3(
         "storage": s3_server.storage_options,
         "hadoop": s3_server.hadoop_settings(),
     }
-    # Where the server is, the script learns from its options alone; only the SDK's
-    # checksum switches are in the environment (s3proxy rejects the newer defaults).
-    env = user_env(
-        AWS_REQUEST_CHECKSUM_CALCULATION="when_required",
-        AWS_RESPONSE_CHECKSUM_VALIDATION="when_required",
-        AWS_EC2_METADATA_DISABLED="true",
-    )
-    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+    # Where the server is, the script learns from its options alone; the SDKs keep
+    # their default checksums (moto takes them).
+    env = user_env(AWS_EC2_METADATA_DISABLED="true")
+    for name in (
+        "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE",
+        "AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION",
+    ):  # fmt: skip
         env.pop(name, None)
     done = subprocess.run(
         [sys.executable, "my_job.py", json.dumps(config)],

@@ -1,10 +1,12 @@
-"""The project's S3-compatible servers (s3proxy, tests/conftest.py's ``s3_server``; and
-SeaweedFS, ``weed_s3``, for racing writers) and what each client does on them: a plain
-S3 client's conditional PUT, delta-rs's commits,
-and the project's own pyarrow.fs files, given only delta-rs's ``storage.*`` options."""
+"""The project's S3-compatible server (moto, tests/conftest.py's ``s3_server``) and what
+each client does on it: a plain S3 client's conditional PUT, delta-rs's commits, and the
+project's own pyarrow.fs files, given only delta-rs's ``storage.*`` options. And the same
+races through a proxy that strips ``If-None-Match`` (a server that ignores conditional
+writes), where the assertions that hold on moto fail: they can."""
 
 from __future__ import annotations
 
+import concurrent.futures
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,8 +14,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Proxy
-from spark_chkpt.testing.seaweedfs import SeaweedS3
+from spark_chkpt.testing.s3_proxy import ProxyMode, StoreProxy
+from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -26,75 +28,87 @@ _AWS_ENV = (
     "AWS_REGION",
     "AWS_DEFAULT_REGION",
     "AWS_PROFILE",
+    "AWS_REQUEST_CHECKSUM_CALCULATION",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION",
 )
 
 
 @pytest.fixture
 def no_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing about the server in the environment: only the options say where it is
-    (the SDK's checksum switches stay: s3proxy needs them, they name no endpoint)."""
+    """Nothing about the server in the environment, and the SDKs' default checksums:
+    only the options say where it is."""
     for name in _AWS_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
-    monkeypatch.setenv("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
-def test_s3proxy_ignores_if_none_match_on_put(
-    s3_server: S3Proxy, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The answer docs/how-to/cluster.md gives: s3proxy 2.6.0 does NOT honour S3's
-    # conditional write (If-None-Match: * on PUT): a second put of one key succeeds and
-    # replaces the first, where S3 answers 412 PreconditionFailed. So the racing writers
-    # run on SeaweedFS (test_s3_other_writers.py, and the test below). A newer s3proxy
-    # that honours it fails this test: then update the docs.
+def _boto3(endpoint: str):  # type: ignore[no-untyped-def]
     import boto3
+    from botocore.config import Config
 
-    for key, value in s3_server.env.items():
-        monkeypatch.setenv(key, value)
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    client.put_object(Bucket=s3_bucket, Key="once", Body=b"first", IfNoneMatch="*")
-    second = client.put_object(Bucket=s3_bucket, Key="once", Body=b"second", IfNoneMatch="*")
-    assert second["ResponseMetadata"]["HTTPStatusCode"] == 200
-    assert client.get_object(Bucket=s3_bucket, Key="once")["Body"].read() == b"second"
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY, region_name=REGION,
+        config=Config(retries={"max_attempts": 1}, max_pool_connections=16),
+    )  # fmt: skip
 
 
-def test_seaweedfs_honours_if_none_match_on_put(
-    weed_s3: SeaweedS3, weed_bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The server the racing-writer tests run on: a second conditional PUT of a key is
-    # refused (412), and of 8 racing for one new key, 5 times over, exactly one wins.
-    import concurrent.futures
-
-    import boto3
+def _race(endpoint: str, bucket: str, *, races: int, writers: int = 8) -> list[int]:
+    """``races`` times, ``writers`` conditional PUTs of one new key at once: the number
+    of winners of each race."""
     from botocore.exceptions import ClientError
 
-    client = boto3.client(
-        "s3", endpoint_url=weed_s3.endpoint, aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY, region_name=REGION,
-    )  # fmt: skip
-    client.put_object(Bucket=weed_bucket, Key="once", Body=b"first", IfNoneMatch="*")
-    with pytest.raises(ClientError, match="PreconditionFailed"):
-        client.put_object(Bucket=weed_bucket, Key="once", Body=b"second", IfNoneMatch="*")
-    assert client.get_object(Bucket=weed_bucket, Key="once")["Body"].read() == b"first"
+    client = _boto3(endpoint)
 
     def put(key: str, writer: int) -> bool:
         try:
-            client.put_object(Bucket=weed_bucket, Key=key, Body=b"%d" % writer, IfNoneMatch="*")
+            client.put_object(Bucket=bucket, Key=key, Body=b"%d" % writer, IfNoneMatch="*")
         except ClientError as e:
-            assert e.response["Error"]["Code"] in (
-                "PreconditionFailed",
-                "ConditionalRequestConflict",
-            )
+            assert e.response["Error"]["Code"] == "PreconditionFailed", e
             return False
         return True
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        for race in range(5):
-            assert sum(pool.map(lambda w, k=f"race-{race}": put(k, w), range(8))) == 1
+    with concurrent.futures.ThreadPoolExecutor(writers) as pool:
+        return [
+            sum(pool.map(lambda w, k=f"race-{race}": put(k, w), range(writers)))
+            for race in range(races)
+        ]
 
 
-def test_delta_rs_commits_on_s3proxy(s3_server: S3Proxy, s3_bucket: str, no_aws_env: None) -> None:
+def test_the_server_honours_if_none_match_on_put(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # The server the racing-writer tests run on: a second conditional PUT of a key is
+    # refused (412), and of 8 racing for one new key, 20 times over, exactly one wins.
+    from botocore.exceptions import ClientError
+
+    client = _boto3(s3_server.endpoint)
+    client.put_object(Bucket=s3_bucket, Key="once", Body=b"first", IfNoneMatch="*")
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        client.put_object(Bucket=s3_bucket, Key="once", Body=b"second", IfNoneMatch="*")
+    assert client.get_object(Bucket=s3_bucket, Key="once")["Body"].read() == b"first"
+    assert _race(s3_server.endpoint, s3_bucket, races=20) == [1] * 20
+    assert s3_server.answers(method="PUT", status=412, under=f"/{s3_bucket}/race-") == 20 * 7
+
+
+def test_a_server_that_ignores_if_none_match_lets_every_racer_win(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # The negative control of the test above: through the proxy that strips the header
+    # (as s3proxy 2.6.0 ignored it), every PUT "wins" and the last one replaces the rest.
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
+        client = _boto3(proxy.endpoint)
+        client.put_object(Bucket=s3_bucket, Key="once", Body=b"first", IfNoneMatch="*")
+        client.put_object(Bucket=s3_bucket, Key="once", Body=b"second", IfNoneMatch="*")
+        assert client.get_object(Bucket=s3_bucket, Key="once")["Body"].read() == b"second"
+        assert _race(proxy.endpoint, s3_bucket, races=5) == [8] * 5
+    assert proxy.counts["if-none-match stripped"] == 2 + 5 * 8
+    assert s3_server.answers(method="PUT", status=412, under=f"/{s3_bucket}/") == 0
+
+
+def test_delta_rs_commits_on_the_server(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
     uri = f"s3://{s3_bucket}/table"
     options = s3_server.storage_options
     write_deltalake(uri, pa.table({"id": [0, 1]}), storage_options=options)
@@ -104,9 +118,64 @@ def test_delta_rs_commits_on_s3proxy(s3_server: S3Proxy, s3_bucket: str, no_aws_
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2]
 
 
+def _racing_appends(uri: str, options: dict[str, str]) -> list[int]:
+    """48 delta-rs appends of one row each from 8 threads at once, on a table of one
+    row (-1): the rows of the appends that returned without an error."""
+    write_deltalake(uri, pa.table({"n": pa.array([-1], pa.int64())}), storage_options=options)
+
+    def append(n: int) -> bool:
+        try:
+            write_deltalake(
+                uri, pa.table({"n": pa.array([n], pa.int64())}), mode="append",
+                storage_options=options,
+            )  # fmt: skip
+        except Exception as e:  # out of retries: delta-rs's CommitFailedError
+            assert "commit" in str(e).lower(), e
+            return False
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        done = pool.map(append, range(48))
+        return [n for n, ok in zip(range(48), done, strict=True) if ok]
+
+
+def test_racing_delta_rs_commits_conflict_and_lose_nothing(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # Of the commits racing for each version exactly one wins: the others got 412 on the
+    # version's _delta_log file (conflicts happened) and retried with the next version;
+    # every append that returned is in the table once, one version each.
+    uri = f"s3://{s3_bucket}/race"
+    committed = _racing_appends(uri, s3_server.storage_options)
+    found = DeltaTable(uri, storage_options=s3_server.storage_options)
+    assert sorted(found.to_pyarrow_table().column("n").to_pylist()) == [-1, *committed]
+    assert found.version() == len(committed)
+    conflicts = s3_server.answers(method="PUT", status=412, under=f"/{s3_bucket}/race/_delta_log/")
+    assert conflicts > 0
+
+
+def test_racing_delta_rs_commits_lose_appends_where_if_none_match_is_ignored(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # The negative control: the same race through the proxy that strips If-None-Match.
+    # Writers of one version each "commit" it, the last PUT replaces the others: appends
+    # that returned are missing from the table, and no 412 was answered.
+    uri = f"s3://{s3_bucket}/race"
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
+        options = {**s3_server.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        committed = _racing_appends(uri, options)
+        found = DeltaTable(uri, storage_options=options)
+        rows = found.to_pyarrow_table().column("n").to_pylist()
+    assert proxy.counts["if-none-match stripped"] > 48
+    assert s3_server.answers(method="PUT", status=412, under=f"/{s3_bucket}/") == 0
+    assert len(committed) == 48  # every writer was told its commit succeeded
+    assert len(rows) - 1 < len(committed)  # ... and some of them are not in the table
+    assert found.version() < len(committed)
+
+
 @pytest.mark.parametrize("scheme", ["s3", "s3a"])
 def test_project_files_follow_the_storage_options(
-    s3_server: S3Proxy, s3_bucket: str, no_aws_env: None, scheme: str
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None, scheme: str
 ) -> None:
     # chkpt-delta hands its storage.* options (delta-rs's keys, lower-cased) to pyarrow:
     # the staged files and snapshot records go to the endpoint they name, not AWS's.
@@ -121,18 +190,16 @@ def test_project_files_follow_the_storage_options(
         out.write(b"x" * (6 * 1024 * 1024))
     assert big.read_bytes() == b"x" * (6 * 1024 * 1024)
     names = {i.base_name for i in root.list(recursive=True) if i.is_file}
-    assert {"0.json", "part-0.bin"} <= names  # (s3proxy lists pyarrow's folder markers)
+    assert {"0.json", "part-0.bin"} <= names
     assert big.delete() and not big.exists()
 
 
-def test_the_cli_runs_the_server_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_runs_the_server_until_stopped(no_aws_env: None) -> None:
     # `spark-chkpt s3 --bucket B`: the endpoint on stdout once the bucket exists, the
     # settings for each client on stderr, and a clean stop on SIGTERM.
     import signal
     import subprocess
     import sys
-
-    import boto3
 
     command = [str(Path(sys.executable).with_name("spark-chkpt")), "s3", "--bucket", "cli-bkt"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -140,18 +207,71 @@ def test_the_cli_runs_the_server_until_stopped(monkeypatch: pytest.MonkeyPatch) 
         assert server.stdout is not None
         endpoint = server.stdout.readline().strip()
         assert endpoint.startswith("http://127.0.0.1:")
-        monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
-        monkeypatch.setenv("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-        )
+        client = _boto3(endpoint)
         assert "cli-bkt" in [b["Name"] for b in client.list_buckets()["Buckets"]]
+        client.put_object(Bucket="cli-bkt", Key="k", Body=b"v", IfNoneMatch="*")
+        assert client.get_object(Bucket="cli-bkt", Key="k")["Body"].read() == b"v"
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0, err[-2000:]
     assert "storage.AWS_ENDPOINT_URL=" + endpoint in err
+    assert "moto" in err
+
+
+_WRITE_THROUGH = """
+import sys
+import boto3
+from spark_chkpt.fs import resolve
+endpoint, bucket = sys.argv[1], sys.argv[2]
+options = {"aws_endpoint_url": endpoint, "aws_access_key_id": "k", "aws_secret_access_key": "s",
+           "aws_region": "us-east-1", "aws_allow_http": "true"}
+for name, write in (
+    ("pyarrow", lambda: resolve(f"s3a://{bucket}/chk", storage_options=options)
+        .child("chkpt", "snapshots", "0.json").write_atomic("{}")),
+    ("boto3", lambda: boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k",
+        aws_secret_access_key="s", region_name="us-east-1").put_object(
+        Bucket=bucket, Key="b", Body=b"x")),
+):
+    try:
+        write()
+        print(name, "ok")
+    except Exception as e:
+        print(name, "failed:", str(e).splitlines()[0])
+"""
+
+
+def test_the_checksum_settings_get_past_a_store_that_refuses_checksums(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # What the explanation of the checksum wall tells a user to set is what gets pyarrow
+    # and boto3 past a store that answers 400 to the newer SDKs' checksum headers (the
+    # proxy's REJECT_CHECKSUMS): without the two settings both fail, with them both write.
+    import os
+    import subprocess
+    import sys
+
+    from spark_chkpt.report import explain
+
+    def write(**env: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITE_THROUGH, proxy.endpoint, s3_bucket],
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.splitlines()
+
+    with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.REJECT_CHECKSUMS) as proxy:
+        refused = write()
+        assert [line.split(" ")[:2] for line in refused] == [
+            ["pyarrow", "failed:"],
+            ["boto3", "failed:"],
+        ], refused
+        assert all("AWS_REQUEST_CHECKSUM_CALCULATION" in (explain(x) or "") for x in refused)
+        assert proxy.counts["refused"] == 2
+        settings = {
+            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+        }
+        assert write(**settings) == ["pyarrow ok", "boto3 ok"]
+        assert proxy.counts["refused"] == 2

@@ -89,3 +89,58 @@ def test_an_uncaught_connect_back_error_reports_the_explanation_first(
     plain = RuntimeError("boom")
     sys.excepthook(RuntimeError, plain, None)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (  # pyarrow (the AWS C++ SDK) against a store answering 400 to the checksum header
+            "OSError: When creating key 'chk/' in bucket 'b': AWS Error UNKNOWN (HTTP status "
+            "400) during PutObject operation: Unable to parse ExceptionName: InvalidArgument "
+            "Message: Unsupported header 'x-amz-checksum-crc64nvme' received for this API call.",
+            "x-amz-checksum-",
+        ),
+        (  # boto3 against Backblaze B2
+            "An error occurred (InvalidArgument) when calling the PutObject operation: "
+            "Unsupported header 'x-amz-sdk-checksum-algorithm' received for this API call.",
+            "x-amz-sdk-checksum-algorithm",
+        ),
+        (  # pyarrow reading an s3a:// checkpoint on s3proxy 2.6.0 (issue 50)
+            "OSError: AWS Error INTERNAL_FAILURE during GetObject operation: Failed to flush "
+            "response stream",
+            "AWS Error INTERNAL_FAILURE during GetObject operation: Failed to flush"
+            " response stream",
+        ),
+        (
+            "An error occurred (XAmzContentSHA256Mismatch) when calling ...",
+            "XAmzContentSHA256Mismatch",
+        ),
+    ],
+)
+def test_a_store_refusing_the_sdks_checksums_is_explained_with_the_settings(
+    text: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = explain(text)
+    assert said is not None and said.startswith(f"S3 checksums ({named}): "), said
+    for setting in (
+        "AWS_REQUEST_CHECKSUM_CALCULATION=when_required",
+        "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
+        "spark.hadoop.fs.s3a.checksum.generation=false",
+        "spark.hadoop.fs.s3a.checksum.validation=false",
+        "storage.aws_checksum_algorithm",
+    ):
+        assert setting in said
+    assert classify(query_error(f"{text}\n=== Streaming Query ===\n")).cause == said
+
+    @reported
+    def commit() -> None:  # a driver-side method failing with the store's error
+        raise OSError(text)
+
+    with pytest.raises(OSError):
+        commit()
+    assert capsys.readouterr().err.splitlines() == [f"spark-chkpt: {said}"]
+
+
+def test_other_s3_errors_are_not_taken_for_the_checksum_wall() -> None:
+    assert explain("AWS Error ACCESS_DENIED during GetObject operation: Access Denied") is None
+    assert explain("An error occurred (PreconditionFailed) when calling PutObject") is None
