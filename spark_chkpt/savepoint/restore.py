@@ -72,12 +72,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from spark_chkpt.delta.sink.rewind import same_table
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.fs import Location, qualify, resolve
+from spark_chkpt.fs import Location, qualify, resolve, same_table
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.manifest import (
     Savepoint,
@@ -219,7 +218,17 @@ def restore_savepoint(
     # Step 5
     if rewind is not None:
         rewound = rewind.apply(generation=generation, checkpoint_location=location)
-        result = replace(result, **{f.name: getattr(rewound, f.name) for f in fields(rewound)})
+        result = replace(
+            result,
+            table=rewound.table,
+            rolled_back_from=rewound.rolled_back_from,
+            restore_version=rewound.restore_version,
+            others_rolled_back=rewound.others_rolled_back,
+            dead_letter_table=rewound.dead_letter_table,
+            dead_letters_rolled_back_from=rewound.dead_letters_rolled_back_from,
+            dead_letters_restore_version=rewound.dead_letters_restore_version,
+            revoked=rewound.revoked,
+        )
     log.info(
         "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
         point.location,

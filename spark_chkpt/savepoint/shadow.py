@@ -29,6 +29,7 @@ from spark_chkpt.errors import SavepointError
 from spark_chkpt.fs import qualify
 from spark_chkpt.savepoint.manifest import Savepoint
 from spark_chkpt.savepoint.plan import JobPlan
+from spark_chkpt.sinks import sink_kind
 
 
 def check_shadow(
@@ -64,14 +65,15 @@ def check_shadow(
     path = job.sink_options.get("path") if job is not None else None
     if table and path and _norm(table) != _norm(path):
         raise SavepointError(f"--shadow: --table {table} is not the table the job writes ({path})")
-    if sink is not None and sink.kind == "chkpt-kafka":
-        topic = job.sink_options.get("topic") if job is not None else None
+    kind = sink_kind(sink.kind) if sink is not None else None
+    if sink is not None and kind is not None and kind.has_barriers:
+        topic = job.sink_options.get(kind.target_option) if job is not None else None
         if topic is None:
             raise SavepointError(
                 f"--shadow: production writes Kafka ({sink.target}); give the shadow's job "
                 "(--job) so that its topic can be checked to differ"
             )
-        if set(_topics(topic)) & set(_topics(sink.target)):
+        if set(kind.barrier_topics(topic)) & set(kind.barrier_topics(sink.target)):
             raise SavepointError(
                 f"--shadow: the job writes topic {topic}, production's ({sink.target}): its "
                 "records and its control topic would reach production's readers"
@@ -104,7 +106,3 @@ def check_shadow(
 
 def _norm(uri: str) -> str:
     return qualify(uri).rstrip("/")
-
-
-def _topics(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]

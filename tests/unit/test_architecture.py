@@ -59,12 +59,18 @@ LAYERS = {
     "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
-    # A restore picks the sink's rewind (delta.sink, kafka.sink; not delta/ itself: the
-    # rewind goes through it); a pipeline savepoint reads the control topics and creates
-    # a fork's topics.
-    "spark_chkpt.savepoint": {
+    # One object per sink kind, each from its sink's package: what the tools ask a sink.
+    "spark_chkpt.sinks": {
         "spark_chkpt.delta.sink",
+        "spark_chkpt.delta.upsert",
         "spark_chkpt.kafka.sink",
+        "spark_chkpt.snapshot",
+    },
+    # A restore asks the sink's kind for its rewind (spark_chkpt.sinks; not the sinks'
+    # packages, nor delta/: the rewind goes through them); a pipeline savepoint reads the
+    # control topics and creates a fork's topics.
+    "spark_chkpt.savepoint": {
+        "spark_chkpt.sinks",
         "spark_chkpt.kafka.control",
         "spark_chkpt.snapshot",
         "spark_chkpt.state",

@@ -41,9 +41,9 @@ from spark_chkpt.delta.history import commits_after
 from spark_chkpt.delta.replay import describe_offsets, positions
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit, commit_properties
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.fs import qualify
+from spark_chkpt.fs import qualify, same_table
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, Rewound
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, Rewound
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,40 @@ class DeltaRewind:
             dead_letters_rolled_back_from=before,
             dead_letters_restore_version=restored,
         )
+
+
+class DeltaTableKind:
+    """The sink kind of a writer of one Delta table (``chkpt-delta``, ``DeltaUpsert``),
+    as :mod:`spark_chkpt.sinks` asks it: its rewind is :class:`DeltaRewind`."""
+
+    has_barriers = False
+    target_option = "path"
+    progress_hint = ""
+
+    def __init__(self, *, name: str) -> None:
+        self.name = name
+
+    def rewind(self, *, point: RewindPoint, request: RewindRequest) -> DeltaRewind:
+        return DeltaRewind(
+            point=point,
+            table=request.table,
+            dead_letter_table=request.dead_letter_table,
+            storage_options=request.storage_options,
+            discard_other_writers=request.discard_other_writers,
+        )
+
+    def describe(
+        self, *, target: str | None, app_id: str, batch_id: int, version: int | None
+    ) -> str:
+        return f"Delta version {'-' if version is None else version}, txn {app_id}={batch_id}"
+
+    def barrier_topics(self, target: str | None) -> tuple[str, ...]:
+        return ()
+
+    def progress(
+        self, *, record: SnapshotRecord, bootstrap_servers: str | None
+    ) -> dict[str, dict[str, int]] | None:
+        return None
 
 
 def rewind_target(
@@ -320,10 +354,6 @@ def _at_snapshot(target: DeltaTarget, state: TableState) -> bool:
     except ValueError:
         return False
     return isinstance(rewound, dict) and rewound.get("to_version") == state.snapshot_version
-
-
-def same_table(a: str, b: str | None) -> bool:
-    return b is not None and qualify(a).rstrip("/") == qualify(b).rstrip("/")
 
 
 @dataclass(frozen=True)
