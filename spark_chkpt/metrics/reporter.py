@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.metrics.lag import (
     SourceLag,
     detach_at_exit,
@@ -44,7 +45,6 @@ from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -50,13 +50,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from spark_chkpt.errors import FormatError, SavepointError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR, SnapshotStore
 from spark_chkpt.state.files import StateFile, StateFilesError, state_files
 from spark_chkpt.state.operators import check_retained, provider_of, state_operators
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 

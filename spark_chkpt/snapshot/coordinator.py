@@ -58,6 +58,7 @@ from spark_chkpt.errors import (
     CommitFailureReason,
     SnapshotTimeoutError,
 )
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.epoch import Epoch, check_fence, read_epoch
@@ -66,7 +67,6 @@ from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.snapshot.timing import check_deadline, deadline_of, pause_s
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 

@@ -77,13 +77,13 @@ from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, normalize_schema
 from spark_chkpt.delta.upsert.merge import without_column
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa

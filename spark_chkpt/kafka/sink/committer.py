@@ -30,6 +30,7 @@ from typing import Any, Literal
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, QueryIdentityError
+from spark_chkpt.failpoints import FaultPoint, armed, failpoint
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
@@ -45,7 +46,6 @@ from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
-from spark_chkpt.testing.failpoints import FaultPoint, armed, failpoint
 
 log = logging.getLogger(__name__)
 

@@ -41,14 +41,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import ChkptError, ConfigError
-from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
-from spark_chkpt.kafka.client.transactions import TransactionClient
-from spark_chkpt.kafka.sink.committable import ProducedOutput
-from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
-from spark_chkpt.kafka.sink.options import KafkaSinkConfig
-from spark_chkpt.kafka.sink.rows import producing_failed
-from spark_chkpt.kafka.sink.writer import KafkaPythonProducer
-from spark_chkpt.testing.failpoints import (
+from spark_chkpt.failpoints import (
     ENV,
     FAIL_ENV,
     STALL_ENV,
@@ -56,6 +49,13 @@ from spark_chkpt.testing.failpoints import (
     armed,
     failpoint,
 )
+from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+from spark_chkpt.kafka.client.transactions import TransactionClient
+from spark_chkpt.kafka.sink.committable import ProducedOutput
+from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.rows import producing_failed
+from spark_chkpt.kafka.sink.writer import KafkaPythonProducer
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -8,6 +8,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 
 from spark_chkpt.errors import ChkptError, SavepointError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import qualify
 from spark_chkpt.savepoint.pipeline.fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.pipeline.manifest import (
@@ -17,7 +18,6 @@ from spark_chkpt.savepoint.pipeline.manifest import (
 )
 from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
 from spark_chkpt.sinks import sink_kind
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 
 def restore_pipeline(

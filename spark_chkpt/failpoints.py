@@ -19,8 +19,8 @@ starts:
   fault of its own (freeze the broker) exactly there and let the engine go on when it
   is done.
 
-Never set them outside tests. This is the one module of :mod:`spark_chkpt.testing` the
-engine imports.
+Engine code at the ground floor (it imports only ``errors``); never set them outside
+tests. The points and how the fault tests use them: docs/how-to/faults.md.
 """
 
 from __future__ import annotations
