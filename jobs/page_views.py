@@ -5,26 +5,7 @@ state ``(app1, 1000), (app2, 5000)``, the sink completes the snapshot. Here batc
 snapshot N: Spark's ``offsets/N``, the state store's version N+1 and the Delta commit
 carrying ``txn(appId, N)`` cover the same records.
 
-Three ways to write the counts (``--mode``):
-
-* ``complete`` — ``groupBy("app").count()`` in ``outputMode("complete")`` into
-  ``chkpt-delta``: each snapshot's commit replaces the table with the whole result;
-* ``upsert`` — the same aggregate in ``outputMode("update")`` through ``foreachBatch``
-  with :class:`spark_chkpt.DeltaUpsert`: each snapshot is one MERGE of the changed apps;
-* ``windowed`` — per app per tumbling window (``job.window``, default 1 minute) with a
-  watermark (``job.watermark``, default 10 seconds) in ``outputMode("append")`` into
-  ``chkpt-delta``: each window is appended once, when the watermark closes it.
-
-Run it any of these ways:
-
-    spark-submit --properties-file conf/spark-defaults.conf \\
-        jobs/page_views.py --conf-file conf/page_views.properties --mode upsert
-    python -m spark_chkpt.jobs.page_views --bootstrap-servers host:9092 --mode complete
-    spark-chkpt-page-views --topic page-views --table /data/pv --checkpoint /chk/pv
-
-Settings as for kafka_to_delta (``source.*``, ``sink.*``, ``job.*``; ``--set``), from
-``conf/page_views.properties``. The JSON value needs ``app`` (string) and, for
-``windowed``, ``ts`` (timestamp); malformed JSON fails the query naming its offset.
+More: docs/concepts/runtime.md (jobs/page_views.py).
 """
 
 from __future__ import annotations

@@ -1,26 +1,7 @@
 """Fail points: named places in the engine where a test makes it fail (fail-rs, FoundationDB's
 buggify).
 
-The engine calls :func:`failpoint` at each point of :class:`FaultPoint` (the registry:
-every name and where it is) with the batch id; nothing happens unless the point is
-switched on, by a test in this process (:func:`enable`, :func:`enabled`) or by the
-environment, which reaches Spark's Python workers and the driver of a job a fault test
-starts:
-
-- ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]``: SIGKILL the process group of the session
-  (the driver started with ``start_new_session=True``: the Python driver and its JVM),
-  then this process, like ``kill -9`` of the driver.
-- ``SPARK_CHKPT_FAIL_AT=<point>@<batchId>``: raise :class:`InjectedFailureError` (only at
-  the points that can fail a task or a commit: ``in-write``, ``in-commit``), so Spark
-  aborts the batch.
-- ``SPARK_CHKPT_STALL_AT=<point>@<batchId>``: pause there: create the file named by
-  ``SPARK_CHKPT_STALL_SIGNAL`` and sleep ``SPARK_CHKPT_STALL_SECONDS`` (default 10), or
-  until the file ``SPARK_CHKPT_STALL_RELEASE`` names exists, so a test can inject a
-  fault of its own (freeze the broker) exactly there and let the engine go on when it
-  is done.
-
-Engine code at the ground floor (it imports only ``errors``); never set them outside
-tests. The points and how the fault tests use them: docs/how-to/faults.md.
+More: docs/concepts/runtime.md (spark_chkpt/failpoints.py).
 """
 
 from __future__ import annotations

@@ -6,21 +6,7 @@ dependencies with ``mvn dependency:copy-dependencies`` into ``.cache/jars/<set>/
 (git-ignored), and prints what it fetched. A set whose folder holds the jars of the
 pom as it is now (a stamp records the pom's hash) is not fetched again.
 
-- ``kafka-broker``: ``org.apache.kafka:kafka_2.13``, the real broker the tests start in
-  its own JVM.
-- ``spark-connectors``: Spark's own Kafka connector and delta-spark, handed to Spark
-  through ``spark.jars`` (:func:`spark_jars`). Artifacts pyspark already ships are left
-  out, so Spark's own versions are the ones loaded.
-- ``s3proxy``: ``org.gaul:s3proxy``, an S3-compatible server the tests start in its own
-  JVM (:mod:`spark_chkpt.testing.s3_server`).
-- ``hadoop-aws``: Hadoop's S3A filesystem and its AWS SDK bundle, so Spark's
-  ``checkpointLocation`` can be ``s3a://`` (:func:`s3a_jars`; the same pick-out as
-  ``spark-connectors``).
-
-At run time :func:`jars` finds a set's folder: ``$SPARK_CHKPT_JARS_DIR/<set>`` if that
-variable is set, else ``.cache/jars/<set>`` of the checkout this package was installed
-from. A missing set raises :class:`~spark_chkpt.errors.JvmArtifactError` naming the
-artifacts and the command that fetches them.
+More: docs/concepts/runtime.md (spark_chkpt/jars.py).
 """
 
 from __future__ import annotations

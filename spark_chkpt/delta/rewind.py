@@ -1,32 +1,12 @@
-"""A ``chkpt-delta`` sink's rewind to snapshot N: its table and its dead-letter table.
+"""A Delta sink's rewind to snapshot N: its table and its dead-letter table.
 
-:class:`DeltaRewind` is the sink's :class:`~spark_chkpt.snapshot.rewind.SinkRewind`
-(see the restore's protocol in :mod:`spark_chkpt.savepoint.restore`):
-
-* the table is rolled back to snapshot N's version with delta-rs ``restore``, in a
-  commit carrying ``txn(appId, N)`` (a txn action is "last one wins" in log replay, so
-  the app is back at N), snapshot N's record (so ``spark-chkpt recover`` and the replay
-  check see N as the app's newest snapshot) and the new generation
-  ``txn(<appId>#generation, g)``, which fences the writers of older ones;
-* the dead-letter table (``deadLetterPath``) the same way. Each batch's dead letters are
-  committed to their own table with ``txn(appId, N)`` before the batch's commit of the
-  main table (:mod:`spark_chkpt.delta.sink.dead_letters`), and the batch's snapshot
-  record names that table and the version holding them (``dead_letter_target``,
-  ``dead_letter_version``). The rewind rolls it back to that version, so that it holds
-  the dead letters of batches 0..N of the savepoint's timeline and the re-run batches
-  N + 1, ... commit theirs once each. With no such version (no dead letter yet at N) the
-  table is emptied in a commit carrying the same txns. A savepoint of an earlier
-  release names no version: the table named by ``--dead-letter-table`` is then rolled
-  back to its newest commit whose txn of the app id is N or lower.
-
-Everything that can refuse runs in :meth:`DeltaRewind.plan`, before anything is changed:
-the table holds snapshot N's own commit (the savepoint's Delta version, from its source
-offsets: not batch N of a later timeline), no other writer committed to either table
-after N (unless ``--discard-other-writers`` names them), the dead-letter table still
-holds its version at N and all of that version's files (VACUUM may have removed them).
-
-(Over 400 lines: the two tables' checks and rollbacks, one protocol, and the error
-messages that name the way out.)
+:class:`DeltaRewind` is the :class:`~spark_chkpt.snapshot.rewind.SinkRewind` of both
+Delta writers (``chkpt-delta``, ``DeltaUpsert``, whose kind is :class:`DeltaTableKind`):
+:meth:`DeltaRewind.plan` makes every check before anything changes, :meth:`apply` rolls
+the table back with delta-rs ``restore`` (through :mod:`spark_chkpt.delta.table`) in a
+commit carrying ``txn(appId, N)``, snapshot N's record and the new generation, then the
+dead-letter table the same way. The protocol and its refusals:
+docs/concepts/delta-internals.md (spark_chkpt/delta/rewind.py).
 """
 
 from __future__ import annotations

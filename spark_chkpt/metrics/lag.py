@@ -1,24 +1,6 @@
 """Lag where Spark users look: offsets behind the latest, per source and per partition.
 
-Spark's own Kafka source reports ``avgOffsetsBehindLatest``, ``maxOffsetsBehindLatest``
-and ``minOffsetsBehindLatest`` in each progress (``sources[i].metrics``). Spark 4.2 gives a
-Python source no metrics hook of its own, only ``reportLatestOffset`` (which
-``chkpt-kafka`` implements, so every progress has a ``latestOffset`` beside its
-``endOffset``). The same figures follow from those two offsets:
-
-* :func:`source_lags` reads them from a progress (the listener's event object, or
-  ``query.lastProgress`` / ``recentProgress`` entries, which are dicts);
-* :class:`~spark_chkpt.metrics.reporter.SnapshotReporter` prints them in its line per
-  snapshot;
-* :class:`LagReporter`, the one line to add otherwise (``LagReporter.attach(spark)``):
-  a ``StreamingQueryListener`` that prints one line per batch of each query reading
-  ``chkpt-kafka`` on standard error whatever the logging setup
-  (``spark.chkpt.progressLog=false`` in the session's conf turns both off), and keeps
-  the figures in ``reporter.latest`` for code that pushes them to a metrics system.
-
-Lag is ``latest - end`` per partition: what the batch left unread of what the broker
-held when the batch was planned (Spark's own source computes it the same way). A
-partition absent from ``endOffset`` (added after the batch was planned) counts from 0.
+More: docs/concepts/runtime.md (spark_chkpt/metrics/lag.py).
 """
 
 from __future__ import annotations

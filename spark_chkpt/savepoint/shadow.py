@@ -2,23 +2,7 @@
 its own table, to be compared with production by ``spark-chkpt diff`` (a blue/green
 deployment of a streaming job).
 
-A fork already gets a new query id (so its own ``txn(appId)`` and generation). A shadow
-must also provably leave production alone, so :func:`check_shadow` refuses, before the
-restore writes anything:
-
-* a checkpoint location that is production's (the savepoint's ``taken from``) or inside
-  it;
-* no table of its own: ``table`` (or the job's ``path``) must be given and differ from
-  production's table and dead-letter table; for a Kafka sink, the job's topic must
-  differ from production's (its control topic ``__chkpt.<topic>`` then differs too),
-  which needs the job (``--job``);
-* a job whose ``checkpointLocation`` is not the shadow's new checkpoint (it would run
-  elsewhere: on production's, say);
-* a job whose Kafka source sets ``kafka.group.id``: the source commits the offsets it
-  read to that group (lag tools read them), and production may use the same group.
-
-The restore marks the new checkpoint as a shadow (``chkpt/restore.json``: ``"shadow":
-true`` and what production is), so tools and people can tell it from production.
+More: docs/concepts/savepoints.md (spark_chkpt/savepoint/shadow.py).
 """
 
 from __future__ import annotations

@@ -4,25 +4,7 @@
         s3.create_bucket("chkpt")
         write_deltalake("s3://chkpt/t", data, storage_options=s3.storage_options)
 
-The server runs in its own JVM, ``java -cp <jars> org.gaul.s3proxy.Main --properties F``,
-from the jars ``make setup`` fetched (``spark_chkpt.jars.jars("s3proxy")``), with AWS
-v2/v4 signatures checked against a fixed test key (:data:`ACCESS_KEY`, :data:`SECRET_KEY`).
-Its jclouds backend is ``transient`` (objects in the server's heap) by default, not
-``filesystem`` (objects in a temporary folder, ``backend="filesystem"``): the
-``filesystem`` backend keeps an empty folder marker (``chk/offsets/``) as a folder and
-leaves it out of a listing of its own prefix, so Hadoop's S3A, which probes directories
-by listing, finds no ``offsets`` folder right after creating it and Spark's checkpoint
-fails (FileNotFoundException). S3 itself lists the marker, as ``transient`` does.
-
-The settings each client needs:
-:attr:`S3Proxy.storage_options` (delta-rs and ``chkpt-delta``'s ``storage.*``),
-:meth:`S3Proxy.hadoop_settings` (Spark's ``s3a://``), :attr:`S3Proxy.env` (the AWS SDKs of
-pyarrow and boto3).
-
-What it is not: s3proxy 2.6.0 ignores ``If-None-Match: *`` on PUT (a second put of a key
-replaces the first; tests/integration/test_s3_store.py checks it), so it cannot show that
-delta-rs's conditional commits are safe between writers. Real S3 honours the header, and
-so does SeaweedFS (:mod:`spark_chkpt.testing.seaweedfs`), where the racing-writer tests run.
+More: docs/concepts/runtime.md (spark_chkpt/testing/s3_server.py).
 """
 
 from __future__ import annotations

@@ -12,10 +12,6 @@ open Kafka transactions, which the commit ends with ``EndTxn(commit)`` before th
 barriers (if any) and the ``complete`` entry; :meth:`KafkaCoordinator.resume` commits a
 crashed driver's recorded transactions before the next tasks run. Those steps are in
 :mod:`spark_chkpt.kafka.sink.transaction_steps`; the hooks here call them.
-
-Past 400 lines: the committer's hooks (intent, barriers, complete), the fencing hook and
-the metadata refresh that lets barriers cover partitions added to the topic belong to
-one commit; the barrier writing would be the next piece to move out.
 """
 
 from __future__ import annotations
