@@ -13,7 +13,7 @@ WEED        := .cache/seaweedfs/weed
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
 setup: $(STAMP)
-	$(BIN)/python -m spark_chkpt.jars fetch
+	$(BIN)/python -m spark_chkpt.runtime.jars fetch
 
 # SeaweedFS's `weed`, the S3-compatible server of the two-writer race tests (`make test`
 # only: the demo and the formats do without it; it enforces

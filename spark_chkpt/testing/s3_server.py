@@ -128,7 +128,7 @@ class S3Proxy(S3Server):
     def start(self) -> S3Proxy:
         if self._process is not None:
             return self
-        from spark_chkpt.jars import jars
+        from spark_chkpt.runtime.jars import jars
 
         (self.data_dir / "blobs").mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "s3proxy.properties"

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 def weed_binary() -> Path:
     """The ``weed`` command: ``SPARK_CHKPT_WEED``, else what ``make test`` built."""
-    from spark_chkpt.jars import checkout_root
+    from spark_chkpt.runtime.jars import checkout_root
 
     chosen = os.environ.get("SPARK_CHKPT_WEED")
     path = Path(chosen) if chosen else checkout_root() / ".cache" / "seaweedfs" / "weed"

@@ -25,11 +25,11 @@ BASE = {
     "spark_chkpt.options",
     "spark_chkpt.offsets",
     "spark_chkpt.version",
-    "spark_chkpt.jars",
+    "spark_chkpt.runtime.jars",
     # A failure's first line (imports only errors): the connectors and the supervisor.
-    "spark_chkpt.report",
+    "spark_chkpt.runtime.report",
     # Every task's first line: a Python worker's imports frozen (imports only gc).
-    "spark_chkpt.worker_heap",
+    "spark_chkpt.runtime.worker_heap",
     # The fail points' registry: engine code the tests and the environment switch on.
     "spark_chkpt.failpoints",
 }

@@ -57,7 +57,7 @@ class StagingTask:
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
-        from spark_chkpt.worker_heap import freeze_imports
+        from spark_chkpt.runtime.worker_heap import freeze_imports
 
         freeze_imports()
         context = TaskContext.get()

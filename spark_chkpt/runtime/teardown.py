@@ -1,6 +1,6 @@
 """A clean interpreter exit after pyarrow was used with Python-backed files.
 
-More: docs/concepts/runtime.md (spark_chkpt/teardown.py).
+More: docs/concepts/runtime.md (spark_chkpt/runtime/teardown.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and write task of the formats, moves what is alive into the permanent generation
 (``gc.freeze()``) when the oldest generation holds more than :data:`FREEZE_ABOVE`
 objects, so each later collection walks only what the tasks made since.
 
-More: docs/concepts/runtime.md (spark_chkpt/worker_heap.py).
+More: docs/concepts/runtime.md (spark_chkpt/runtime/worker_heap.py).
 """
 
 from __future__ import annotations

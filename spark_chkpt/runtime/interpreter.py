@@ -7,7 +7,7 @@ with a virtual environment's interpreter (``.venv/bin/python my_job.py``) theref
 workers that cannot import spark_chkpt, and the failure arrives as a worker traceback
 inside a JVM stack trace.
 
-More: docs/concepts/runtime.md (spark_chkpt/interpreter.py).
+More: docs/concepts/runtime.md (spark_chkpt/runtime/interpreter.py).
 """
 
 from __future__ import annotations
