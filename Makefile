@@ -11,7 +11,7 @@ BROKER_ARGS ?=
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
 setup: $(STAMP)
-	$(BIN)/python -m spark_chkpt.jars fetch
+	$(BIN)/python -m spark_chkpt.runtime.jars fetch
 
 $(STAMP): setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'

@@ -1,25 +1,6 @@
 """Where each millisecond of a 1,000-record batch goes, and whose it is: Spark's or ours.
 
-:mod:`bench.batch_cost` runs the Kafka → Delta job on 20 batches of 1,000 records and
-keeps each batch's ``durationMs``: Spark's phases. Inside several of them runs our code,
-in a Python worker Spark starts and talks to over a socket, where Spark's figures cannot
-tell it apart. :func:`replay` runs that same code in this process on the same topic and
-batch size, timed call by call:
-
-* the source's planning (``latestOffset``: offsets from the broker, the limit shared
-  over the partitions, the barrier index) — inside Spark's ``latestOffset``;
-* the read tasks' plan (``partitions``) — Spark asks for it when it plans the scan;
-* each read task's fetch and decode (``read``: Kafka records to Arrow batches);
-* each write task's staging (:class:`~spark_chkpt.delta.sink.writer.DeltaWriter`'s
-  ``write``: the task's rows to a Parquet file) of the rows the job wrote;
-* the source's ``commit`` (the consumer group's offsets) — inside ``commitOffsets``.
-
-The driver's Delta commit is the job's own, from the snapshot records (``commit_ms``).
-:func:`anatomy` subtracts each of ours from the Spark phase it runs in; what remains of
-the phase is Spark's: the Python worker round trips, task scheduling and launch, the
-JVM's JSON parse, Arrow conversion between the JVM and Python, the offset and commit
-logs. Tasks run side by side on ``cores`` task slots, so a phase holds
-``ceil(tasks / cores)`` waves of the median task, not every task.
+More: docs/performance/benchmarks.md (bench/batch_anatomy.py).
 """
 
 from __future__ import annotations

@@ -3,27 +3,7 @@ on the same data: where could Spark's own Delta writer replace hand-written Delt
 
     python -m bench.delta_writers [--records N] [--per-trigger T]
 
-Both halves read the benchmark's page views (the generator's events, already
-parsed) from Parquet files, one file per micro-batch (Spark's file source: no Python
-source, no Kafka, so only the writers differ), and write one Delta commit per
-micro-batch carrying ``txn(appId, batchId)``, so a replayed batch is skipped by either
-writer:
-
-append:
-  (A) ``chkpt-delta``: Parquet staged by the write tasks, one delta-rs commit in the driver
-      (spark_chkpt/delta/table.py ``DeltaTarget.commit``) with the txn and the snapshot
-      record in commitInfo;
-  (B) ``foreachBatch`` + delta-spark's batch writer with ``txnAppId``/``txnVersion``;
-  (C) delta-spark's streaming sink ``format("delta")`` (its own txn(queryId, batchId)).
-merge (an update-mode count per ``user_id``, 10,000 keys, upserted per batch):
-  (D) ``DeltaUpsert``: staged Parquet, delta-rs MERGE with the txn;
-  (E) ``foreachBatch`` + delta-spark SQL ``MERGE INTO`` with the session's
-      ``spark.databricks.delta.write.txnAppId``/``txnVersion`` (Delta's idempotent DML).
-
-Each variant runs once to warm up, then ``--repeat`` times alternating; the fastest
-counts (``--repeat 0``: the one round counts, the first variant paying the warm-up).
-Every table is checked against the expected rows (all records once; the counts of
-plain Python), and (B) and (E) are checked to skip a replayed batch.
+More: docs/performance/benchmarks.md (bench/delta_writers.py).
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from pyspark.sql import SparkSession
 
-    from spark_chkpt.interpreter import choose_worker_python
+    from spark_chkpt.runtime.interpreter import choose_worker_python
 
     builder = SparkSession.builder.master("local[2]").config(
         "spark.ui.showConsoleProgress", "false"
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     choose_worker_python(spark)
     if args.register:
-        from spark_chkpt.session_defaults import apply_register_defaults
+        from spark_chkpt.runtime.session_defaults import apply_register_defaults
 
         apply_register_defaults(spark)
     spark.dataSource.register(_data_source())

@@ -1,24 +1,6 @@
 """Spark's own connectors on the benchmark's topic, in the same run as the chkpt formats.
 
-(n) Kafka → Delta: the job's query (the same JSON parse, ``Trigger.AvailableNow``, the
-    same ``maxOffsetsPerTrigger``) with Spark's ``format("kafka")`` source and
-    delta-spark's streaming sink, which is exactly once through its own
-    ``txn(queryId, batchId)`` in the Delta log: the row a user compares (b) with.
-(nk) Kafka → Kafka: ``format("kafka")`` → ``format("kafka")`` copying key and value,
-    at least once (Spark's Kafka sink has no transactions); compared with the chkpt-kafka
-    → chkpt-kafka copy (exactly once, with barriers) of the same run.
-(nj) the JVM write path's bound (issue 40): ``chkpt-kafka``'s source → Spark's
-    ``format("kafka")`` sink, every record tagged with its task attempt as the barrier
-    protocol needs (a ``chkpt.attempt`` header computed by a pandas UDF from the task's
-    attempt id: the JVM has no expression for it) but no barrier, control topic or
-    driver commit. What a ``foreachBatch`` writer on Spark's Kafka writer could reach at
-    best, against the chkpt-kafka sink's Python path; at least once as it stands.
-
-Both need the session to have the connectors' jars (``make setup``). Each run checks
-what it wrote: (n)'s table must hold every record once, (nk)'s topic at least every
-record. On the embedded Tansu broker Spark's Java consumer reads only the first record
-of each record batch, so the check fails there, naming the cause: run the benchmark on
-a Kafka broker (``--bootstrap-servers``).
+More: docs/performance/benchmarks.md (bench/native.py).
 """
 
 from __future__ import annotations

@@ -3,40 +3,7 @@ Spark's Python DataSource path, in one run on one data set.
 
     make bench                     # or: spark-chkpt bench [--records N] [--partitions P]
 
-On the embedded broker, with the same records (page-view JSON, about 200 bytes):
-
-(a) a bare consumer of the client the pipeline reads with (``--client``: kafka-python,
-    the default, or confluent) drains the topic: one thread, what the client costs;
-(b) the Kafka → Delta job, exactly once, ``Trigger.AvailableNow``;
-(c) the same with ``alignment=none`` and the snapshot store off (``retainedSnapshots=0``):
-    what the snapshot machinery costs on top;
-(e) (b) with the executor prefetch buffer off (``prefetchRecords=0``): what it saves;
-(f) the ceiling: the same job over a synthetic source of the same schema that yields the
-    same records from pre-built Arrow files (no Kafka), into ``chkpt-delta``;
-(g) (f) into ``noop``: Spark's Python path alone;
-(d) ``deltalake.write_deltalake`` of (b)'s rows alone (what delta-rs costs);
-cold: (b) and (f) as the first query of a fresh Spark session, each in a new process;
-k2k: ``chkpt-kafka`` → ``chkpt-kafka`` with barriers and with
-    ``delivery=exactly-once-transactions``, per sink client, each with the aligned
-    downstream read that must count every record once; against Quix Streams
-    exactly-once (``--quix-python``) on the same topic;
-native: Spark's own ``format("kafka")`` into delta-spark's sink (n) and into its Kafka sink
-    (nk), on the same topic (bench/native.py; ``--no-native`` leaves them out);
-latency: the job with ``processingTime=0`` while records arrive at 5,000 and 20,000/s,
-    from a record's produce time to its Delta commit, p50 and p99; and at 5,000/s
-    through ``chkpt-kafka`` → ``chkpt-kafka`` to the aligned downstream read's commit;
-min pause (``--min-pause 500ms``): a backlog drain and a steady 5,000/s run without and
-    with the sink's ``minPauseBetweenSnapshots``: records/s and batches (bench/min_pause.py;
-    ``--min-pause-only`` runs just these, in a minute or two).
-
-(b), (c), (e), (f) and (g) alternate ``--repeat`` times (default 3, the order rotating
-each round) after warm-up queries on the same data; the fastest run of each counts. It
-prints records/s of each, the ratios the targets are set on, the driver's commit latency
-p50/p99 per batch (from the snapshot records in the Delta commits), and the peak resident
-memory of Spark's Python workers. Quote the ratios: the machine is shared.
-
-(Over 400 lines: the benchmark's run and its command line, one target per function;
-the targets' own code is in the modules beside it.)
+More: docs/performance/benchmarks.md (bench/pipeline.py).
 """
 
 from __future__ import annotations

@@ -7,18 +7,7 @@
     python -m bench.profile k2d --records 100000 --out /tmp/prof    # Kafka -> Delta
     python -m bench.profile --summarize /tmp/prof/k2k-latency.txt   # the shares again
 
-The row runs as in ``make bench`` (bench/latency.py, bench/kafka_to_kafka.py, ``k2d``:
-row (b) through bench/query.py), after a
-warm-up query in the same session, on a real Kafka broker started for it (``--broker
-tansu``: the embedded Tansu broker of the third round). Only the row is sampled
-(bench/spy.py): py-spy attaches to this process just before the row starts and follows
-every Python process below it, Spark's daemon and its workers included; it stops when
-the row ends. ``--no-py-spy``: the row's figures alone; ``--gc-log DIR``: every full
-garbage collection of Spark's Python processes during the row.
-
-``--out DIR`` keeps ``TAG.txt`` (py-spy's raw output) and ``TAG.json``: the row's
-figures, the load average at its end, the shares, and for ``k2k-latency`` Spark's
-progress events of both queries and each record's latency split at the middle topic.
+More: docs/performance/benchmarks.md (bench/profile.py).
 """
 
 from __future__ import annotations

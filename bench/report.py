@@ -54,7 +54,7 @@ def _rates(result: Result) -> list[str]:
 
 
 def _p99_target(item: dict[str, Any]) -> int:
-    """Issue 29: p99 ≤ 1 s into Delta at 5,000 and 20,000 records/s, ≤ 2 s through two
+    """The latency targets: p99 ≤ 1 s into Delta at 5,000 and 20,000 records/s, ≤ 2 s through two
     jobs (Kafka → Kafka → Delta) at 5,000."""
     return 1000 if item.get("path", "kafka->delta") == "kafka->delta" else 2000
 
@@ -66,7 +66,7 @@ def report(result: Result) -> str:
     lines = _rates(result) + report_lines(result)
     lines.append("")
     lines.append(f"warm (b)/(f) against the ceiling -> chkpt-delta = {r['b/f']:.2f}: ")
-    lines[-1] += _target(r["b/f"], 0.9)  # issue 29's targets from here on
+    lines[-1] += _target(r["b/f"], 0.9)  # the project's targets from here on
     raw_python = r.get("b/a_kafka_python", r["b/a"] if result.client == "kafka-python" else None)
     lines.append(f"warm (b)/(a raw kafka-python) = {raw_python}: {_target(raw_python, 1.0)}")
     cold = r.get("cold b/f")

@@ -1,5 +1,5 @@
 """How cost grows: Kafka → Delta throughput and driver commit time against partitions and
-executors (issue 29). The state-size rows are in :mod:`bench.state_scaling`.
+executors. The state-size rows are in :mod:`bench.state_scaling`.
 
     python -m bench --scaling-only            # these rows and the state rows alone
     python -m bench --scaling                 # after the other rows, in the same run

@@ -1,26 +1,8 @@
 """How cost grows with keyed state: a per-user count with 10k, 1M and 10M distinct keys on
 RocksDB (changelog checkpointing, the project's default), its batch commit time and the
-time of ``spark-chkpt savepoint create`` at each size (issue 29).
+time of ``spark-chkpt savepoint create`` at each size.
 
-The state is loaded without Kafka: producing 10M records into the embedded broker and
-reading them back would take longer than the rest of the benchmark, and what is measured
-here is the state, not the read. ``chkpt-bench-keys`` (:class:`KeysDataSource`) is a stream
-source of ``app string, user bigint`` rows: row ``i`` is user ``i % keys`` of app
-``i % 20``. Its first batches carry rows ``0 .. keys`` (``loadPerBatch`` rows a batch),
-so every key enters the state once; then ``tailBatches`` batches of ``perBatch`` rows
-(default 10 of 1,000) update keys that are already there. The query is
-``groupBy("user").count()`` in ``outputMode("update")`` into Spark's ``noop`` sink: the
-output of an update is the changed keys only, and Spark 4.2 refuses update mode for
-Python sinks, so ``noop`` keeps the sink's cost out of a figure about state. (The seeds'
-per-app count is the same operator with 20 keys: the 10k row's figures bound it.)
-
-Per size it reports the tail batches' medians of Spark's ``durationMs``
-(``triggerExecution``, ``addBatch``, ``walCommit``, ``commitOffsets``) and of the state
-operator's ``commitTimeMs``, the state's rows and memory, then the wall time of
-``python -m spark_chkpt.cli savepoint create`` on the stopped query's checkpoint (a new
-process, as a user runs it; its interpreter start is measured once apart as ``cli_floor_s``)
-and what the savepoint copied: bytes and files by kind (``.zip``, ``.sst``,
-``.changelog``).
+More: docs/performance/benchmarks.md (bench/state_scaling.py).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from pyspark.sql.types import StructType
 from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
-from spark_chkpt.report import reported
-from spark_chkpt.worker_heap import freeze_imports
+from spark_chkpt.runtime.report import reported
+from spark_chkpt.runtime.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa

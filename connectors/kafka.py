@@ -13,8 +13,8 @@ from pyspark.sql.types import StructType
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.records import spark_schema_ddl
 from spark_chkpt.options import parse_bool
-from spark_chkpt.report import reported
-from spark_chkpt.worker_heap import freeze_imports
+from spark_chkpt.runtime.report import reported
+from spark_chkpt.runtime.worker_heap import freeze_imports
 
 
 class KafkaDataSource(DataSource):

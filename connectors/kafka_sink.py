@@ -17,7 +17,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
 from spark_chkpt.kafka.sink.assembler import KafkaSink
 from spark_chkpt.kafka.sink.committable import ProducedOutput
-from spark_chkpt.worker_heap import freeze_imports
+from spark_chkpt.runtime.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa

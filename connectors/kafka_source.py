@@ -22,8 +22,8 @@ from spark_chkpt.errors import InvalidTypeError
 from spark_chkpt.kafka.source.fetcher import ReadSpec, read_task
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner
-from spark_chkpt.report import reported
-from spark_chkpt.worker_heap import freeze_imports
+from spark_chkpt.runtime.report import reported
+from spark_chkpt.runtime.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from spark_chkpt.report import reported
-from spark_chkpt.worker_heap import freeze_imports
+from spark_chkpt.runtime.report import reported
+from spark_chkpt.runtime.worker_heap import freeze_imports
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,27 @@ state ``(app1, 1000), (app2, 5000)``, the sink completes the snapshot. Here batc
 snapshot N: Spark's ``offsets/N``, the state store's version N+1 and the Delta commit
 carrying ``txn(appId, N)`` cover the same records.
 
-Three ways to write the counts (``--mode``):
+More: docs/concepts/runtime.md (jobs/page_views.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from spark_chkpt.jobs import kafka_to_delta
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("spark_chkpt.jobs.page_views")
+
+# What --help prints after the module's summary: the modes and how to run the job.
+USAGE = """Three ways to write the counts (``--mode``):
 
 * ``complete`` — ``groupBy("app").count()`` in ``outputMode("complete")`` into
   ``chkpt-delta``: each snapshot's commit replaces the table with the whole result;
@@ -26,22 +46,6 @@ Settings as for kafka_to_delta (``source.*``, ``sink.*``, ``job.*``; ``--set``),
 ``conf/page_views.properties``. The JSON value needs ``app`` (string) and, for
 ``windowed``, ``ts`` (timestamp); malformed JSON fails the query naming its offset.
 """
-
-from __future__ import annotations
-
-import argparse
-import logging
-import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
-
-from spark_chkpt.jobs import kafka_to_delta
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
-
-log = logging.getLogger("spark_chkpt.jobs.page_views")
 
 MODES = ("complete", "upsert", "windowed")
 
@@ -69,7 +73,11 @@ def settings_from(argv: Sequence[str] | None) -> tuple[dict[str, str], argparse.
     return kafka_to_delta.settings_from(
         argv,
         prog="page_views",
-        description=__doc__,
+        description=(__doc__ or "").replace(
+            "More: docs/concepts/runtime.md (jobs/page_views.py).\n", ""
+        )
+        + "\n"
+        + USAGE,
         defaults=DEFAULTS,
         conf_name="page_views.properties",
         extra=_flags,

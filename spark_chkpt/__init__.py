@@ -3,9 +3,9 @@
 ``register(spark)`` makes every format of the project available to a SparkSession:
 ``chkpt-kafka`` (source and sink) and ``chkpt-delta`` (sink). It also points Spark's
 Python workers at an interpreter that can import this package (see
-:mod:`spark_chkpt.interpreter`). Importing the package registers an exit hook that lets
+:mod:`spark_chkpt.runtime.interpreter`). Importing the package registers an exit hook that lets
 pyarrow's thread pools finish before the interpreter finalizes (see
-:mod:`spark_chkpt.teardown`), so scripts that read tables exit 0.
+:mod:`spark_chkpt.runtime.teardown`), so scripts that read tables exit 0.
 
 ``spark_chkpt.DeltaUpsert`` (exactly-once upserts from ``foreachBatch``, see
 :mod:`spark_chkpt.delta.upsert.committer`) is imported on first use, so importing the package
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt import teardown
 from spark_chkpt.errors import ChkptError, ConfigError, DataLossError, WorkerPythonError
+from spark_chkpt.runtime import teardown
 from spark_chkpt.version import __version__
 
 if TYPE_CHECKING:
@@ -63,11 +63,11 @@ def register(spark: SparkSession) -> list[str]:
     Raises :class:`WorkerPythonError` when the interpreter Spark's Python workers would
     run cannot import this package, naming the interpreter, the setting and the fix.
     """
-    from spark_chkpt.interpreter import choose_worker_python
-    from spark_chkpt.report import explain_stopped_commit, install_excepthook
+    from spark_chkpt.runtime.interpreter import choose_worker_python
+    from spark_chkpt.runtime.report import explain_stopped_commit, install_excepthook
 
     choose_worker_python(spark)
-    from spark_chkpt.session_defaults import apply_register_defaults
+    from spark_chkpt.runtime.session_defaults import apply_register_defaults
 
     apply_register_defaults(spark)
     install_excepthook()  # Spark's "failed to connect back" explained first

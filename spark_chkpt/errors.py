@@ -275,7 +275,7 @@ class PlannedStartError(BaseException):
 
 
 class InjectedFailureError(RuntimeError):
-    """Raised at an armed fail point (:mod:`spark_chkpt.testing.failpoints`): a test's
+    """Raised at an armed fail point (:mod:`spark_chkpt.failpoints`): a test's
     stand-in for a failing executor task or commit. Not a :class:`ChkptError` on
     purpose: nothing that handles the project's errors may handle it."""
 

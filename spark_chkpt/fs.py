@@ -149,6 +149,11 @@ _S3_OPTION_NAMES: dict[str, tuple[str, ...]] = {
 _TRUE = ("true", "1", "yes")
 
 
+def same_table(a: str, b: str | None) -> bool:
+    """Whether ``a`` and ``b`` name the same table (or folder), once qualified."""
+    return b is not None and qualify(a).rstrip("/") == qualify(b).rstrip("/")
+
+
 def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:
     """pyarrow's S3 filesystem on the endpoint, region and credentials ``storage_options``
     name (delta-rs's keys, any case); what they leave out comes from pyarrow's defaults.

@@ -1,12 +1,13 @@
 """SparkSessions for the project's jobs, demo and tests.
 
 ``build_session`` registers the project's formats, which also points Spark's Python
-workers at an interpreter that can import spark_chkpt (:mod:`spark_chkpt.interpreter`),
+workers at an interpreter that can import spark_chkpt (:mod:`spark_chkpt.runtime.interpreter`),
 and makes RocksDB with changelog checkpointing the state store (:data:`STATE_STORE_DEFAULTS`,
 the same two lines as ``conf/spark-defaults.conf``) unless the caller's ``conf`` or
 spark-submit's settings name another. With ``connectors=True`` the session also has
 Spark's own Kafka connector (``format("kafka")``) and delta-spark (``format("delta")``,
-Delta's SQL extension and catalog): the jars ``make setup`` fetched (:mod:`spark_chkpt.jars`).
+Delta's SQL extension and catalog): the jars ``make setup`` fetched
+(:mod:`spark_chkpt.runtime.jars`).
 With ``s3a=True`` it also has Hadoop's S3A filesystem (hadoop-aws and the AWS SDK bundle),
 so ``checkpointLocation`` and delta-spark's paths can be ``s3a://``; the endpoint and
 credentials are the caller's ``spark.hadoop.fs.s3a.*`` settings.
@@ -43,7 +44,7 @@ def connector_settings() -> dict[str, str]:
     """``spark.jars`` with Spark's Kafka connector and delta-spark, and Delta's extension and
     catalog. Raises :class:`~spark_chkpt.errors.JvmArtifactError` (naming the artifacts and
     ``make setup``) when the jars were not fetched."""
-    from spark_chkpt.jars import spark_jars
+    from spark_chkpt.runtime.jars import spark_jars
 
     return {"spark.jars": spark_jars(), **DELTA_SETTINGS}
 
@@ -81,8 +82,9 @@ def build_session(
     They take effect only when this call starts the JVM; ``conf`` wins over them, and
     under spark-submit, pass the jars with ``--jars``/``--packages`` instead.
 
-    ``s3a``: add Hadoop's S3A filesystem to ``spark.jars`` (:func:`spark_chkpt.jars.s3a_jars`),
-    with the same rules; ``conf`` gives its ``spark.hadoop.fs.s3a.*`` settings.
+    ``s3a``: add Hadoop's S3A filesystem to ``spark.jars``
+    (:func:`spark_chkpt.runtime.jars.s3a_jars`), with the same rules; ``conf`` gives its
+    ``spark.hadoop.fs.s3a.*`` settings.
     """
     from pyspark.sql import SparkSession
 
@@ -98,7 +100,7 @@ def build_session(
     if connectors and not launched_by_submit:
         settings = {**connector_settings(), **settings}
     if s3a and not launched_by_submit and "spark.jars" not in (conf or {}):
-        from spark_chkpt.jars import s3a_jars
+        from spark_chkpt.runtime.jars import s3a_jars
 
         settings["spark.jars"] = ",".join(
             j for j in (settings.get("spark.jars", ""), s3a_jars()) if j

@@ -8,30 +8,7 @@ end-of-channel notices; every call returns the events the caller must act on, in
 * :class:`SnapshotCompleted` -- every open channel delivered barrier ``snapshot_id``;
 * :class:`SnapshotAborted` -- the snapshot will not complete (subsumed, cancelled).
 
-Three modes, as in Flink:
-
-``"aligned"`` (Flink ``CheckpointBarrierAligner``)
-    The first barrier of a new snapshot starts an alignment. A channel that has delivered
-    the barrier is *blocked*: its later records are held back until every open channel has
-    delivered it, so the cut is exact -- when :class:`SnapshotCompleted` is emitted, exactly
-    the records before the barrier have been forwarded on every channel. The held-back
-    records follow the completion event, in arrival order. With ``alignment_timeout_ms``
-    an alignment that takes too long is switched to unaligned for that one snapshot.
-``"unaligned"`` (Flink unaligned checkpoints)
-    Nothing is blocked. Records that arrive, while the snapshot is pending, on a channel
-    whose barrier has not come yet overtook the barrier: they are forwarded and also
-    reported as ``overtaken`` with the completion, to be persisted with the snapshot.
-``"at-least-once"`` (Flink ``CheckpointBarrierTracker``)
-    Nothing is blocked, nothing is recorded; a snapshot completes when all barriers came.
-
-The handler is a small state machine: :class:`WaitingForFirstBarrier` and
-:class:`CollectingBarriers`, whose handlers each return the next state (Flink's
-``SingleCheckpointBarrierHandler``). At most one snapshot is pending at a time; a barrier
-of a newer snapshot subsumes it. Records are never lost, duplicated or reordered within a
-channel. No Spark or Kafka here: the module is stdlib only and tested alone.
-
-(Over 400 lines: the aligner's states and their transitions are one state machine,
-read top to bottom; splitting it would scatter Flink's handler shape.)
+More: docs/concepts/kafka-internals.md (spark_chkpt/alignment/aligner.py).
 """
 
 from __future__ import annotations

@@ -12,13 +12,7 @@ default) so readers find barrier positions without scanning data: an ``intent`` 
 the barriers (it fixes which attempts snapshot N confirms, so a replayed commit cannot
 confirm a second attempt) and a ``complete`` record with every barrier's offset after.
 
-A savepoint rewind of the sink's query to snapshot N writes a ``revoke`` entry: the
-app's snapshots after N of older generations are revoked, and so is every record the
-app wrote between barrier N and the log end at that time (``starts`` .. ``positions``
-per partition). Readers skip them like a failed attempt's records; the query, restored
-under the new generation, writes snapshots N + 1, ... again after them.
-
-Records written by ordinary producers carry neither header and pass through readers.
+More: docs/concepts/kafka-internals.md (spark_chkpt/alignment/barrier.py).
 """
 
 from __future__ import annotations

@@ -4,34 +4,7 @@ Pure planning (no Kafka, no Spark): from the batch's start offsets, the log ends
 barrier index entries of the upstream query, decide the end offsets, which records the
 read tasks must drop, and what the batch reports about alignment.
 
-The four modes, as Flink's (seed 002):
-
-* ``aligned`` (exactly-once, consistent): end on every partition right after barrier S,
-  the newest snapshot whose barriers all lie at or after the start (a consistent cut of
-  upstream snapshots), as large as ``maxOffsetsPerTrigger`` allows; a single snapshot
-  larger than the limit is read whole. Tagged records no barrier confirms are dropped.
-* ``unaligned`` (exactly-once per record, no waiting): each partition ends right after
-  its own newest barrier, so a partition whose barrier arrived is read without waiting
-  for the others; only confirmed records are read. The cut is not consistent across
-  partitions: the report says which snapshot each partition reached (``reached``). The
-  alignment timeout falls back to this mode, never below it.
-* ``at-least-once`` (Flink's AT_LEAST_ONCE): read what is there; records before the last
-  known barrier are filtered as above, records after it pass unconfirmed (a failed
-  upstream attempt after the last barrier is read, and its replay again).
-* ``none``: plain reads; barrier records are skipped, nothing else is filtered.
-
-A savepoint rewind of the upstream query revokes its snapshots after N (a ``revoke``
-entry, :mod:`spark_chkpt.alignment.barrier`): the entries given here are the live ones
-(:meth:`spark_chkpt.alignment.index.BarrierIndex.complete`), the ``revocations`` add
-the revoked offsets to each partition's filter (records and barriers skipped, counted in
-the batch's ``revoked``), and a batch that starts inside revoked offsets fails
-(:func:`check_not_passed`): the reader already read a timeline that no longer exists.
-
-The aligner (:mod:`spark_chkpt.alignment.aligner`) decides which snapshots are complete across the
-topic's partitions, exactly as it does record by record in a read task.
-
-(Over 400 lines: the four modes' plans share the record filters, and a rewind's
-revocations run through each of them; the aligner itself lives in its own module.)
+More: docs/concepts/kafka-internals.md (spark_chkpt/alignment/cut.py).
 """
 
 from __future__ import annotations

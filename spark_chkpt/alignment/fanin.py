@@ -7,27 +7,7 @@ barrier N there are usually records of A2's snapshot in flight, which a batch en
 there must not drop (the next batch starts after them) nor deliver (A2 may still fail
 that attempt).
 
-So a fan-in topic's batch keeps, per app and partition, a **pending** offset: the first
-record of that app not yet delivered or dropped (right after the app's last delivered
-barrier). Each batch picks, per app, the newest of its snapshots complete on every
-partition (as a single-app aligned read does), moves that app's pending offset right
-after its barrier, and ends Spark's offset at the largest pending offset. Its read tasks
-read from the smallest pending offset and deliver, per record:
-
-* an untagged record (an ordinary producer's): once, when it lies in Spark's range;
-* a record tagged with an attempt an app's delivered snapshots confirm: once, when it
-  lies between that app's old and new pending offsets;
-* a tagged record no snapshot confirms: dropped (a failed attempt) once it lies before
-  every app's new pending offset, where every app has written every snapshot that could
-  confirm it; left for a later batch otherwise;
-* a record of a revoked snapshot (savepoint rewind of one app): skipped by its attempt
-  (a revocation's offset ranges hold the other apps' records too).
-
-The pending offsets live in the batch's alignment report, stored with the end offset in
-Spark's offset log (``"apps"``), so a replay reads and filters the same records. A
-topic with one app keeps the single-app plan and offsets of :mod:`spark_chkpt.alignment.cut`
-unchanged. Only the ``aligned`` mode is supported on a fan-in topic (``none`` reads it
-plainly); the others and the alignment timeout are refused.
+More: docs/concepts/kafka-internals.md (spark_chkpt/alignment/fanin.py).
 """
 
 from __future__ import annotations

@@ -116,10 +116,10 @@ def _savepoint_show(args: argparse.Namespace) -> int:
     print(f"taken from  {m.checkpoint}")
     print(f"offsets     {json.dumps(m.source_offsets)}")
     if sink is not None:
-        where = (
-            f"barrier {m.batch_id} of app {sink.app_id}"
-            if sink.kind == "chkpt-kafka"
-            else f"Delta version {or_dash(sink.table_version)}, txn {sink.app_id}={m.batch_id}"
+        from spark_chkpt.sinks import sink_kind
+
+        where = sink_kind(sink.kind).describe(
+            target=sink.target, app_id=sink.app_id, batch_id=m.batch_id, version=sink.table_version
         )
         print(f"sink        {sink.kind} {or_dash(sink.target)} ({sink.mode}): {where}")
         if sink.dead_letters:

@@ -124,26 +124,12 @@ def _ends(committed: dict[Any, int], servers: str) -> dict[Any, int]:
 
 
 def _barriers(record: Any, servers: str | None) -> dict[str, dict[str, int]] | None:
-    """A chkpt-kafka sink's barrier offsets of the snapshot, per topic and partition, from
-    the ``complete`` entries of its control topics (None without a broker to ask)."""
-    if record.sink != "chkpt-kafka" or not servers or not record.target:
-        return None
-    from spark_chkpt.alignment.barrier import control_topic_for
-    from spark_chkpt.kafka.control.topic import ControlTopic
+    """A sink's barrier offsets of the snapshot, per topic and partition (None: a sink
+    without barriers, or no broker to ask)."""
+    from spark_chkpt.sinks import find_sink_kind
 
-    found: dict[str, dict[str, int]] = {}
-    for topic in record.target.split(","):
-        index = ControlTopic(
-            bootstrap_servers=servers, control_topic=control_topic_for(topic), data_topic=topic
-        )
-        try:
-            index.refresh()
-            entry = index.first(app_id=record.app_id, snapshot_id=record.batch_id, kind="complete")
-        finally:
-            index.close()
-        if entry is not None:
-            found[topic] = {str(p): o for p, o in sorted(entry.positions.items())}
-    return found
+    kind = find_sink_kind(record.sink)
+    return kind.progress(record=record, bootstrap_servers=servers) if kind else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from spark_chkpt.sinks import find_sink_kind
+
     status = collect(
         args.checkpoint,
         bootstrap_servers=args.bootstrap_servers,
@@ -191,8 +179,9 @@ def _show(args: argparse.Namespace) -> int:
             where = f"barriers at {json.dumps(snap['barriers'])}"
         else:
             where = f"{snap['sink']} {snap['target'] or ''}".strip()
-            if snap["sink"] == "chkpt-kafka":
-                where += " (--bootstrap-servers for its barrier offsets)"
+            kind = find_sink_kind(snap["sink"])
+            if kind is not None and kind.progress_hint:
+                where += f" {kind.progress_hint}"
         print(
             f"last snapshot  {snap['batch']} at {snap['time']} ({snap['outcome']}, "
             f"{snap['rows']} rows): {where}"

@@ -3,7 +3,7 @@
 The replay check (:mod:`spark_chkpt.delta.replay`, the other writers of a table),
 ``recover`` (:mod:`spark_chkpt.recovery.rebuild`), lineage
 (:mod:`spark_chkpt.lineage.walk`) and a rewind (the commits a rollback would undo,
-:mod:`spark_chkpt.delta.sink.rewind`) all read it here.
+:mod:`spark_chkpt.delta.rewind`) all read it here.
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
 """Delta table features: the one table of what spark-chkpt's Delta writers honour, and
 the check of a table's protocol and metadata against it (driver side).
 
-Every writer feature a table requires (its ``writerFeatures``, or those its legacy
-``minWriterVersion`` implies: 2 appendOnly, invariants; 3 + checkConstraints; 4 +
-changeDataFeed, generatedColumns; 5 + columnMapping; 6 + identityColumns; and its
-reader features, which a writer must support too) is looked up in :data:`FEATURES`:
-implemented (what implementing means here), or refused (why, and the way forward). A
-feature the table does not list is never refused; one it lists that :data:`FEATURES`
-does not know is refused ("unknown to this version of spark-chkpt"), never ignored.
+Every writer feature a table requires (its ``writerFeatures``, those its legacy
+``minWriterVersion`` implies, and its reader features) is looked up in :data:`FEATURES`:
+implemented (what implementing means here) or refused (why, and the way forward); a
+feature :data:`FEATURES` does not know is refused, never ignored. The check runs before
+any file is staged and again on the table the commit is about to write, so a feature
+another writer turned on meanwhile fails by name, not as a commit conflict. Only this
+module and :mod:`spark_chkpt.delta.table` read a table's protocol
+(:func:`read_protocol`); the rest is pure.
 
-The commits themselves are delta-rs's (``create_write_transaction``, ``merge``), which
-enforces its own list: ``deltalake`` 1.x refuses to commit to a table that requires
-rowTracking, domainMetadata, clustering, inCommitTimestamp, typeWidening,
-identityColumns, allowColumnDefaults or vacuumProtocolCheck ("Unsupported table
-features required: [...]", checked by ``tests/integration/test_delta_features.py``),
-and it commits to a table with column mapping, constraints or generated columns
-without applying them (its ``create_write_transaction`` takes the add actions as
-given). So the check runs before any file is staged (at a query's start, then each
-batch: :meth:`DeltaSink.assemble`, ``DeltaUpsert``'s step 2) and again on the table the
-commit is about to write (a feature another writer turned on meanwhile fails with the
-same error, not as a commit conflict).
-
-Only this module and :mod:`spark_chkpt.delta.table` read a table's protocol; the
-table is read through :func:`read_protocol` (delta-rs ``protocol()``, ``metadata()``,
-``schema()``), the rest is pure.
-
-(Over 400 lines: :data:`FEATURES` is the one table of features, each entry with its
-reason and way forward in full, kept together with the check that reads it and the
-``delta.*`` creation properties that turn features on.)
+More: docs/concepts/delta-features.md (what delta-rs enforces itself, and why).
 """
 
 from __future__ import annotations

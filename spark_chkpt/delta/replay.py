@@ -1,24 +1,6 @@
 """Query identity on a replay: is the table's commit of batch N this checkpoint's?
 
-``txn(appId) >= N`` alone would also discard the batch of a checkpoint that did not
-write the table: a fresh checkpoint reusing the app id (``txnAppId``, ``app_id=``) or a
-copy of a checkpoint running next to the original. So a replay is checked: the commit
-that set ``txn(appId, N)`` carries the snapshot record, and its source offsets
-(topic-partition positions; the ``__chkpt__`` alignment report aside) must equal
-``offsets/N``. Equal: a true replay. Different:
-:class:`~spark_chkpt.errors.QueryIdentityError`, and the table is left as it is.
-When the commit cannot be checked:
-
-* it carries no snapshot record (written by a release before records, or by another
-  tool with this app id): taken as a replay, with a warning;
-* the log no longer holds it (JSON commits cleaned up after a Delta checkpoint, or
-  history rewritten) and ``txn(appId) == N``: taken as a replay, with a warning. This is
-  the crash-restart case: Spark re-runs only the newest planned batch, which is the
-  app's newest commit;
-* the log no longer holds it and ``txn(appId) > N``: ``QueryIdentityError``. A
-  checkpoint behind the table is never a crash restart, and it cannot be verified.
-
-Both Delta writers use it: the ``chkpt-delta`` sink's coordinator and ``DeltaUpsert``.
+More: docs/concepts/delta-internals.md (spark_chkpt/delta/replay.py).
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The Delta table a sink writes: schema checks, atomic commits through delta-rs, orphans.
 
-Facts about delta-rs (``deltalake`` 1.x) this module relies on, each checked here:
-
-* ``create_write_transaction(mode="append")`` ignores a new schema, so new columns are
-  added with ``alter.add_columns`` first, and types are compared here (delta-rs would
-  commit a file whose types disagree with the table's and leave it unreadable).
-* The app-transaction check only catches *concurrent* commits of the same app id:
-  ``transaction_version(app_id)`` must be checked before every attempt.
-* Blind appends are retried by delta-rs itself on conflicts with other writers;
-  a conflict on the same app id raises ``CommitFailedError``.
-* ``get_add_actions()`` returns URL-encoded paths; staged paths are raw.
-* ``create_write_transaction`` returns nothing and ``history()`` numbers versions from
-  the handle it was called on, so the commit that set ``txn(appId, N)`` is found by
-  reading the JSON commits themselves (:meth:`DeltaTarget.find_txn_commit`).
-* Custom commit metadata lands as top-level keys of the commit's ``commitInfo``.
-
-Orphans: every staged name carries its writer's tag (``app_tag`` of the app id, see
-:mod:`spark_chkpt.delta.staging`). A writer removes only its own orphans; another
-writer's files, however old, may be a slow batch in flight. Names without a tag (staged
-before tags existed) are removed once older than the retention, as they always were.
-
-(Over 400 lines: this is the door to delta-rs, the one module besides
-:mod:`spark_chkpt.delta.history` that may import ``deltalake``; every open, commit and
-restore of the project passes here, with the facts above that each relies on.)
+:class:`DeltaTarget` is the one door to delta-rs (``deltalake``) for the engine: the
+transactions (``txn(appId)``), the commit of staged files with their ``commitInfo``
+(:func:`commit_properties`), a lost race as ``CommitConflictError`` (:func:`committing`),
+``restore_to`` for a rewind, the schema rules and the orphaned files of failed
+attempts. More: docs/concepts/delta-internals.md (spark_chkpt/delta/table.py).
 """
 
 from __future__ import annotations

@@ -1,38 +1,6 @@
 """Lag where Spark users look: offsets behind the latest, per source and per partition.
 
-Spark's own Kafka source reports ``avgOffsetsBehindLatest``, ``maxOffsetsBehindLatest``
-and ``minOffsetsBehindLatest`` in each progress (``sources[i].metrics``). Spark 4.2 gives a
-Python source no metrics hook of its own, only ``reportLatestOffset`` (which
-``chkpt-kafka`` implements, so every progress has a ``latestOffset`` beside its
-``endOffset``). The same figures follow from those two offsets:
-
-* :func:`source_lags` reads them from a progress (the listener's event object, or
-  ``query.lastProgress`` / ``recentProgress`` entries, which are dicts);
-* :class:`~spark_chkpt.metrics.reporter.SnapshotReporter` prints them in its line per
-  snapshot;
-* :class:`LagReporter`, the one line to add otherwise (``LagReporter.attach(spark)``):
-  a ``StreamingQueryListener`` that prints one line per batch of each query reading
-  ``chkpt-kafka`` on standard error whatever the logging setup
-  (``spark.chkpt.progressLog=false`` in the session's conf turns both off), and keeps
-  the figures in ``reporter.latest`` for code that pushes them to a metrics system.
-
-Lag is ``latest - end`` per partition: what the batch left unread of what the broker
-held when the batch was planned (Spark's own source computes it the same way). A
-partition absent from ``endOffset`` (added after the batch was planned) counts from 0.
-
-The figures are strings as Spark's are, to the digit: Spark 4.2's Kafka source
-computes ``avgOffsetsBehindLatest`` as a Java double printed by ``Double.toString``
-(``KafkaMicroBatchStream.metrics``), and the progress users see (its JSON: PySpark's
-``lastProgress``, ``recentProgress`` and listener events) rounds that text half up to
-one decimal (``SourceProgress``: ``BigDecimal(...).setScale(1, HALF_UP)``). So 4
-partitions 18,001 offsets behind read ``4500.3`` (Python's own rounding, half to even on
-the binary value, gave ``4500.2``): :func:`spark_average`.
-
-Each lag carries a stable ``source`` label for dashboards: the query's name (its id
-when it has none: the id stays with the checkpoint) and the topics read, e.g.
-``events_to_delta[events]``. Spark's own ``description`` of a Python source is an object
-name with a new hash every run (``...PythonMicroBatchStreamWithTriggerAvailableNow@1bdfa468``);
-it stays in ``description``.
+More: docs/concepts/runtime.md (spark_chkpt/metrics/lag.py).
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Snapshot metrics: per-batch commit figures next to Spark's query progress.
 
-Spark 4.2's Python DataSource API has no custom-metrics hook for a Python sink, so the
-coordinator puts its figures (rows, files, bytes, commit duration, source offsets) in
-the snapshot record, and this module brings them to where users look:
-
-* :class:`SnapshotReporter`, a ``StreamingQueryListener``: after each batch's progress
-  event it reads that batch's snapshot record and prints one line with the sources' lag
-  (:mod:`.lag`: offsets behind the latest, Spark's ``*OffsetsBehindLatest``) on standard
-  error whatever the logging setup (``print_lines=False`` or the session's
-  ``spark.chkpt.progressLog=false`` turns it off), keeps a history, and calls your
-  callback (push to your metrics system there);
-* :func:`alignment_report`: per batch of an aligned read, the mode, the upstream
-  snapshots covered, the wait and the records dropped as unconfirmed (the reporter logs
-  it and keeps it in ``reporter.alignment``);
-* :func:`summarize`: count, rows, commit-latency p50/p99 over snapshot records, used by
-  ``spark-chkpt snapshots <checkpointLocation>``;
-* :func:`merge_state_progress`: the number of keys in each stateful operator's state
-  reaches the driver only in the progress event (``stateOperators[i].numRowsTotal``),
-  after the sink's commit wrote the record; the reporter merges it into the stored
-  record's ``state_operators`` (the store's copy only: a Delta commit's copy in
-  commitInfo is immutable and keeps the file figures alone).
+More: docs/concepts/runtime.md (spark_chkpt/metrics/reporter.py).
 """
 
 from __future__ import annotations
@@ -33,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.metrics.lag import (
     SourceLag,
     detach_at_exit,
@@ -44,7 +26,6 @@ from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import SnapshotStore
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

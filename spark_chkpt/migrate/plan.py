@@ -1,25 +1,7 @@
 """The planning half of a migration: read the checkpoint and the table, check that they
 agree, and say what must be written. Nothing here writes to the checkpoint or the table.
 
-Steps (each refusal is a :class:`~spark_chkpt.errors.MigrationError` naming the gap):
-
-1. **Spark's logs**: the query id (``metadata``), the newest planned batch N
-   (``offsets/N``) and the newest committed one (``commits/C``). C = N: the query
-   stopped between batches. C = N - 1: it was stopped or killed during batch N (the one
-   case a kill leaves behind). Anything else is a gap and is refused.
-2. **The sources**: every line of ``offsets/N`` must be Kafka's offset JSON
-   (``{"topic": {"0": 42}}``): Spark's ``kafka`` source and ``chkpt-kafka`` write the same
-   JSON, so the offset log is taken over as it is. An entry with the chkpt source's
-   alignment report (``__chkpt__``: a topic with barriers) cannot move to Spark's source.
-3. **The sink** (Delta): the table's ``txn(appId)``, appId = ``txnAppId`` or the query
-   id (what delta-spark's streaming sink and ``chkpt-delta`` both use). C = N needs
-   txn = N. C = N - 1: txn = N means batch N is in the table (the commit log gets
-   ``commits/N``), txn = N - 1 means it is not (both sides replay it from its planned
-   offsets). Anything else is refused.
-4. **The state**: a stateful query's operators are compared with the job it moves to
-   by ``savepoint check`` (:func:`spark_chkpt.savepoint.check.check_savepoint`).
-5. **Running?** Spark has no lock on a checkpoint; a running query writes its logs
-   each batch, so the logs must stay unchanged for ``watch_s`` (step 5 ends the plan).
+More: docs/concepts/savepoints.md (spark_chkpt/migrate/plan.py).
 """
 
 from __future__ import annotations

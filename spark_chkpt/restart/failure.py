@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from spark_chkpt.errors import ConfigError, FencedError, QueryIdentityError, SchemaMismatchError
-from spark_chkpt.report import explain
+from spark_chkpt.runtime.report import explain
 
 FATAL_ERRORS = (FencedError, QueryIdentityError, ConfigError, SchemaMismatchError)
 _FATAL = re.compile(r"\b(" + "|".join(e.__name__ for e in FATAL_ERRORS) + r")\b")
@@ -75,7 +75,7 @@ def summary(text: str) -> str:
     """The line of a query's error that names it: the last ``...Error: message`` of the
     Python traceback, else the first line; without Spark's query description. Spark's
     "Python worker failed to connect back" is told with what it means and what to do
-    (:func:`spark_chkpt.report.explain`)."""
+    (:func:`spark_chkpt.runtime.report.explain`)."""
     said = explain(text)
     if said is not None:
         return said

@@ -1,31 +1,6 @@
 """The restart settings, Flink's names: parsed once into a frozen :class:`RestartConfig`.
 
-The settings a Flink user writes in ``flink-conf.yaml`` are read here from the jobs'
-``conf/*.properties``, their ``--set`` options, or a mapping a user's script hands to
-:func:`spark_chkpt.restart.run_supervised`:
-
-=========================================================  ==========================
-``restart-strategy.type``                                   ``none`` (default),
-                                                            ``fixed-delay``,
-                                                            ``exponential-delay``,
-                                                            ``failure-rate``
-``restart-strategy.fixed-delay.attempts``                   1
-``restart-strategy.fixed-delay.delay``                      ``1 s``
-``restart-strategy.exponential-delay.initial-backoff``      ``1 s``
-``restart-strategy.exponential-delay.max-backoff``          ``1 min``
-``restart-strategy.exponential-delay.backoff-multiplier``   1.5
-``restart-strategy.exponential-delay.jitter-factor``        0.1
-``restart-strategy.exponential-delay.reset-backoff-threshold``  ``1 h``
-``restart-strategy.exponential-delay.attempts-before-reset-backoff``  unlimited
-``restart-strategy.failure-rate.max-failures-per-interval`` 1
-``restart-strategy.failure-rate.failure-rate-interval``     ``1 min``
-``restart-strategy.failure-rate.delay``                     ``1 s``
-``execution.checkpointing.tolerable-failed-checkpoints``    unlimited
-=========================================================  ==========================
-
-Any other key under ``restart-strategy.`` is an error naming it and the known ones (a
-typo would otherwise be dropped silently); a key of another strategy than the chosen
-one is logged and ignored, as Flink does.
+More: docs/concepts/runtime.md (spark_chkpt/restart/options.py).
 """
 
 from __future__ import annotations

@@ -1,33 +1,6 @@
 """``savepoint check``: will a savepoint restore into a new version of its job?
 
-Flink's open-source tools have no such check (FLINK-36577); Spark finds out when the
-restored query starts (``STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE``), after the restore
-wrote its checkpoint. :func:`check_savepoint` compares the savepoint with the new job's
-plan (:mod:`spark_chkpt.savepoint.plan`, nothing run) before anything is written:
-
-* **each stateful operator, by operator id** (Spark numbers them in plan order), each
-  of its state stores' key and value schemas from the state metadata (the savepoint's
-  copy of ``state/<op>/...``, :mod:`spark_chkpt.state.schema`), by Spark's own rule:
-  the fields match by position and type (``equalsIgnoreNameAndCompatibleNullability``:
-  names are not compared, a field may become non-nullable but not nullable). Verdicts:
-
-  - ``restored``: same operator, compatible schemas (a renamed field is a note: Spark
-    reuses the state by position);
-  - ``dropped``: in the savepoint, not in the job (the job no longer has that
-    operator: its state is not restored; Flink's ``--allowNonRestoredState``);
-  - ``incompatible``: another operator at that id, a key or value schema Spark refuses,
-    or an operator the savepoint has no state for (Spark loads state version N + 1 for
-    every operator when it resumes at batch N + 1, and a new one has none);
-
-* **the sources**: their number (one line per source in ``offsets/N``; Spark refuses
-  another number) and the topics each reads against the savepoint's offsets;
-* **the sink** and its table or topic (the same: a rewind; another: a fork);
-* **the output mode** (Spark's check of the mode against the plan; a change against the
-  savepoint's sink is a note).
-
-:attr:`CheckReport.status` is the exit code of ``spark-chkpt savepoint check``:
-0 everything restores, 1 some state would be dropped (``--allow-non-restored-state``),
-2 incompatible.
+More: docs/concepts/savepoints.md (spark_chkpt/savepoint/check.py).
 """
 
 from __future__ import annotations

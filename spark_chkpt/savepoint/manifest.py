@@ -1,40 +1,7 @@
-"""Savepoints (seeds 003 §10.2, 004): a snapshot kept on purpose, to stop, change, rewind
+"""Savepoints: a snapshot kept on purpose, to stop, change, rewind
 or fork a query and start it again from there.
 
-A savepoint of snapshot N is a folder that needs nothing else to resume at batch N + 1::
-
-    <savepoint dir>/savepoint-<N>-<UTC time>-<random>/
-        checkpoint/metadata              the query id
-        checkpoint/offsets/N-1, N        Spark's plans (N: where batch N + 1 starts)
-        checkpoint/commits/N             N is complete (format 2: its state unique ids)
-        checkpoint/sources/...           sources' own metadata, if the query has any
-        checkpoint/state/...             the state files that load version N + 1, only
-                                         those (:mod:`spark_chkpt.state.files`)
-        checkpoint/chkpt/snapshots/N.json  the snapshot record, if the store holds it
-        manifest.json                    written last: what the savepoint holds
-
-The manifest (:class:`SavepointManifest`) has the snapshot id, the source offsets, the
-sink (kind, table or topic, Delta version of snapshot N, its dead-letter table and
-that table's version at N; for a Kafka sink the barrier id ``(app id, N)``), the
-stateful operators with their keys, files and bytes, the versions of Spark and the
-packages, the query id and name, the time, and every file with its size.
-
-**Atomic.** On a local (or HDFS-like) filesystem the folder is written as
-``.<name>.inprogress`` and renamed once its manifest is in; on an object store (no
-rename) it is written in place, manifest last. Either way a folder without a manifest
-is not a savepoint: :func:`list_savepoints` skips it and restore refuses it. A crash
-midway leaves only such a folder; the query being savepointed is only read, never
-touched.
-
-**Retention.** A savepoint is a copy: neither the snapshot store's
-``retainedSnapshots`` nor Spark's cleanup of old batches (``minBatchesToRetain``)
-reaches it. A snapshot can be savepointed after the fact while Spark still holds its
-``commits/N`` and state (about the last ``minBatchesToRetain`` batches).
-
-Restore is in :mod:`spark_chkpt.savepoint.restore`; stop with savepoint in
-:mod:`spark_chkpt.savepoint.stop`; which state files load a version in
-:mod:`spark_chkpt.state.files`. (A little over 400 lines: the manifest's
-dataclasses and the create / list / verify functions that write and read them.)
+More: docs/concepts/savepoints.md (spark_chkpt/savepoint/manifest.py).
 """
 
 from __future__ import annotations
@@ -50,13 +17,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from spark_chkpt.errors import FormatError, SavepointError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR, SnapshotStore
 from spark_chkpt.state.files import StateFile, StateFilesError, state_files
 from spark_chkpt.state.operators import check_retained, provider_of, state_operators
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 

@@ -12,20 +12,7 @@ savepoint.
   stopped there (by a ``BaseException``, which no ``except Exception`` in the script or
   in :func:`spark_chkpt.restart.run_supervised` catches).
 
-Either way the writer's settings are recorded as the job makes them (``format``,
-``option(s)``, ``outputMode``, ``queryName``, ``foreachBatch`` and the arguments of
-``start()``), and the job gets the session ``spark`` (``SparkSession.builder...
-getOrCreate()`` in a script returns it).
-
-**The plan** (:func:`plan_writer`): Spark's own planning of a micro-batch
-(``IncrementalExecution``, what ``df.explain()`` runs for a streaming DataFrame) with
-batch 0's settings and a scratch folder as the state location. Planning batch 0 makes
-Spark write, for each stateful operator, its operator metadata and the key and value
-schemas of each of its state stores, in the layout of a checkpoint's ``state/``; they
-are read back with :func:`spark_chkpt.state.schema.store_schemas`, the reader of the
-savepoint's copies, so both sides come from the same code in Spark. Nothing reads a
-source or writes a sink. The output mode is checked against the plan with Spark's
-``UnsupportedOperationChecker`` (what ``start()`` would check).
+More: docs/concepts/savepoints.md (spark_chkpt/savepoint/plan.py).
 """
 
 from __future__ import annotations

@@ -1,68 +1,14 @@
 """Restoring a savepoint into a new checkpoint location: rewind or fork.
 
 :func:`restore_savepoint` writes a checkpoint from which the query resumes at batch
-N + 1 with the savepoint's offsets and state, in one of two ways (Flink's names):
-
-* ``rewind``: the same query (same query id, so the same ``txn(appId)``) and the same
-  table. The Delta table is rolled back to snapshot N's version with delta-rs
-  ``restore``, in a commit that also carries ``txn(appId, N)`` (a txn action is "last
-  one wins" in log replay, so the app is back at N) and snapshot N's record (so
-  ``spark-chkpt recover`` and the replay check see N as the app's newest snapshot).
-  The sink's dead-letter table, if it has one, is rolled back the same way to its
-  version at N (both in :mod:`spark_chkpt.delta.sink.rewind`). Batches N + 1, ... then
-  commit again, once each, their dead letters too. A query whose sink is ``chkpt-kafka``
-  is rewound logically: a topic cannot be rolled back, so a ``revoke`` entry in its
-  control topic revokes the snapshots after N (:mod:`spark_chkpt.kafka.sink.rewind`).
-  Each is the sink's :class:`~spark_chkpt.snapshot.rewind.SinkRewind`: planned at step
-  2, applied at step 5.
-* ``fork``: a new query id, so the savepoint's state and offsets start a second query
-  (a changed application, an A/B run) next to the original, each exactly once into its
-  own table or topic.
-
-The protocol (``# Step N`` in the body):
-
-1. the savepoint: complete (its manifest) and whole (every file it lists, by size);
-   given the job to be started on it, ``savepoint check``
-   (:mod:`spark_chkpt.savepoint.check`): an incompatible job is refused, and state the
-   job would drop is left out only with ``allow_non_restored_state``; a shadow fork is
-   checked not to touch production (:mod:`spark_chkpt.savepoint.shadow`);
-2. the mode against the sink: a rewind needs the table (the manifest's, or ``table``,
-   which must then be the same); the table must hold snapshot N's own commit (the
-   manifest's Delta version, whose source offsets are the savepoint's: not batch N of a
-   later timeline); no other writer may have committed to it after N (their commits
-   would be undone) unless ``discard_other_writers`` names each of them; the same for
-   the dead-letter table (the manifest names it and its version at N; a savepoint of an
-   earlier release: the table's commit of N, or ``dead_letter_table``), whose files of
-   that version must all be there (not removed by VACUUM). A Kafka sink instead: each
-   control topic holds snapshot N's own ``complete`` entry. The new
-   generation (:mod:`spark_chkpt.snapshot.epoch`): one above the table's for a rewind,
-   1 for a fork's new query id;
-3. a restore run again on its folder finishes an unfinished one, and is refused once the
-   query ran on the folder past N (it would roll the table back under that query);
-4. the checkpoint: ``chkpt/restore.json`` first (what is being restored), then Spark's
-   files and the epoch (``chkpt/epoch.json``) through
-   :func:`spark_chkpt.snapshot.checkpoint.write_checkpoint`, the state copied before
-   ``metadata``, which comes last;
-5. rewind only: the table restore, carrying the new generation (writers of older ones,
-   the old checkpoint restarted or still running, are fenced from then on; a rewind
-   with nothing to undo records the generation in an empty commit). It comes after the
-   checkpoint: a crash between the two leaves a checkpoint at N over a table at
-   M > N, whose batches N + 1 ... M are replays the sink recognises (same offsets)
-   or refuses (other offsets), never duplicates; running the restore again finishes it.
-   Then the dead-letter table's rollback; a crash before it is finished the same way
-   (run the restore again before starting the query: until then the dead-letter table
-   still holds the letters of batches N + 1 ... M). A Kafka sink: the ``revoke`` entries,
-   carrying the new generation (a crash before them is finished the same way; until
-   then the batches N + 1 ... are replays the sink recognises, or refuses).
-
-Spark's own state checks (the state schema of each operator, the number of
-partitions) run when the query starts: :func:`explain_start_error` turns them into a
-sentence naming the savepoint.
-
-(Over 400 lines: rewind and fork share every step but the sink's, and the protocol
-above, the folder's checks of step 3 and the error messages that name the way out take
-the rest. Each sink's rewind is in its package, picked in
-:mod:`spark_chkpt.savepoint.rewind`.)
+N + 1 with the savepoint's offsets and state. ``rewind``: the same query id, and the
+sink rolled back to snapshot N by the rewind its sink kind gives
+(:mod:`spark_chkpt.sinks`; planned at step 2, applied at step 5). ``fork``: a new query
+id beside the original, into its own table or topic. It relies on the manifest
+(:mod:`spark_chkpt.savepoint.manifest`), ``savepoint check`` for the job to be started,
+:func:`spark_chkpt.snapshot.checkpoint.write_checkpoint` for Spark's files and the
+epoch. The protocol, step by step (``# Step N`` in the body), and why it is safe to run
+again: docs/concepts/savepoints.md (spark_chkpt/savepoint/restore.py).
 """
 
 from __future__ import annotations
@@ -72,12 +18,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from spark_chkpt.delta.sink.rewind import same_table
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.fs import Location, qualify, resolve
+from spark_chkpt.fs import Location, qualify, resolve, same_table
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.manifest import (
     Savepoint,
@@ -219,7 +164,17 @@ def restore_savepoint(
     # Step 5
     if rewind is not None:
         rewound = rewind.apply(generation=generation, checkpoint_location=location)
-        result = replace(result, **{f.name: getattr(rewound, f.name) for f in fields(rewound)})
+        result = replace(
+            result,
+            table=rewound.table,
+            rolled_back_from=rewound.rolled_back_from,
+            restore_version=rewound.restore_version,
+            others_rolled_back=rewound.others_rolled_back,
+            dead_letter_table=rewound.dead_letter_table,
+            dead_letters_rolled_back_from=rewound.dead_letters_rolled_back_from,
+            dead_letters_restore_version=rewound.dead_letters_restore_version,
+            revoked=rewound.revoked,
+        )
     log.info(
         "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
         point.location,
@@ -305,7 +260,7 @@ def _marker(
 
 
 def _refuse_moved_on(root: Location, location: str, batch: int) -> None:
-    """A restore run again on a folder its query already ran from (hole 1 of issue 24):
+    """A restore run again on a folder its query already ran from:
     rolling the table back under it would lose the batches it committed since."""
     later = [
         int(i.base_name)

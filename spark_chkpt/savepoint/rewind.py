@@ -1,21 +1,17 @@
-"""Which rewind a savepoint's sink takes, and snapshot N in the plain values it takes.
+"""Snapshot N in the plain values a sink's rewind takes, and that rewind.
 
 A rewind (:func:`spark_chkpt.savepoint.restore.restore_savepoint`, ``mode="rewind"``)
-hands the sink's own :class:`~spark_chkpt.snapshot.rewind.SinkRewind` a
-:class:`~spark_chkpt.snapshot.rewind.RewindPoint`: a ``chkpt-kafka`` sink's is
-:class:`~spark_chkpt.kafka.sink.rewind.KafkaRewind` (revocation), every other sink's (a
-Delta table's) :class:`~spark_chkpt.delta.sink.rewind.DeltaRewind`.
+hands the rewind of the savepoint's sink kind (:mod:`spark_chkpt.sinks`) a
+:class:`~spark_chkpt.snapshot.rewind.RewindPoint`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spark_chkpt.delta.sink.rewind import DeltaRewind
-from spark_chkpt.errors import SavepointError
-from spark_chkpt.kafka.sink.rewind import KafkaRewind
 from spark_chkpt.savepoint.manifest import Savepoint
-from spark_chkpt.snapshot.rewind import RewindPoint, SinkRewind
+from spark_chkpt.sinks import sink_kind
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, SinkRewind
 
 
 def rewind_point(point: Savepoint) -> RewindPoint:
@@ -45,25 +41,17 @@ def sink_rewind(
     kafka_bootstrap_servers: str | None,
     control_topic: str | None,
 ) -> SinkRewind:
-    """The rewind of the savepoint's sink: a Kafka sink's revocation, else a Delta
-    table's rollback (and its dead-letter table's)."""
-    manifest = point.manifest
-    sink = manifest.sink
-    if sink is not None and sink.kind == "chkpt-kafka":
-        if table is not None:
-            raise SavepointError(
-                f"--table {table}: savepoint {manifest.savepoint_id}'s query writes Kafka "
-                f"(topic {sink.target}), not a table"
-            )
-        return KafkaRewind(
-            point=rewind_point(point),
-            bootstrap_servers=kafka_bootstrap_servers,
-            control_topic=control_topic,
-        )
-    return DeltaRewind(
+    """The rewind of the savepoint's sink (a Kafka sink's revocation, a Delta table's
+    rollback and its dead-letter table's)."""
+    sink = point.manifest.sink
+    return sink_kind(sink.kind if sink is not None else None).rewind(
         point=rewind_point(point),
-        table=table,
-        dead_letter_table=dead_letter_table,
-        storage_options=storage_options,
-        discard_other_writers=discard_other_writers,
+        request=RewindRequest(
+            table=table,
+            storage_options=storage_options,
+            discard_other_writers=discard_other_writers,
+            dead_letter_table=dead_letter_table,
+            kafka_bootstrap_servers=kafka_bootstrap_servers,
+            control_topic=control_topic,
+        ),
     )

@@ -2,23 +2,7 @@
 its own table, to be compared with production by ``spark-chkpt diff`` (a blue/green
 deployment of a streaming job).
 
-A fork already gets a new query id (so its own ``txn(appId)`` and generation). A shadow
-must also provably leave production alone, so :func:`check_shadow` refuses, before the
-restore writes anything:
-
-* a checkpoint location that is production's (the savepoint's ``taken from``) or inside
-  it;
-* no table of its own: ``table`` (or the job's ``path``) must be given and differ from
-  production's table and dead-letter table; for a Kafka sink, the job's topic must
-  differ from production's (its control topic ``__chkpt.<topic>`` then differs too),
-  which needs the job (``--job``);
-* a job whose ``checkpointLocation`` is not the shadow's new checkpoint (it would run
-  elsewhere: on production's, say);
-* a job whose Kafka source sets ``kafka.group.id``: the source commits the offsets it
-  read to that group (lag tools read them), and production may use the same group.
-
-The restore marks the new checkpoint as a shadow (``chkpt/restore.json``: ``"shadow":
-true`` and what production is), so tools and people can tell it from production.
+More: docs/concepts/savepoints.md (spark_chkpt/savepoint/shadow.py).
 """
 
 from __future__ import annotations
@@ -29,6 +13,7 @@ from spark_chkpt.errors import SavepointError
 from spark_chkpt.fs import qualify
 from spark_chkpt.savepoint.manifest import Savepoint
 from spark_chkpt.savepoint.plan import JobPlan
+from spark_chkpt.sinks import sink_kind
 
 
 def check_shadow(
@@ -64,14 +49,15 @@ def check_shadow(
     path = job.sink_options.get("path") if job is not None else None
     if table and path and _norm(table) != _norm(path):
         raise SavepointError(f"--shadow: --table {table} is not the table the job writes ({path})")
-    if sink is not None and sink.kind == "chkpt-kafka":
-        topic = job.sink_options.get("topic") if job is not None else None
+    kind = sink_kind(sink.kind) if sink is not None else None
+    if sink is not None and kind is not None and kind.has_barriers:
+        topic = job.sink_options.get(kind.target_option) if job is not None else None
         if topic is None:
             raise SavepointError(
                 f"--shadow: production writes Kafka ({sink.target}); give the shadow's job "
                 "(--job) so that its topic can be checked to differ"
             )
-        if set(_topics(topic)) & set(_topics(sink.target)):
+        if set(kind.barrier_topics(topic)) & set(kind.barrier_topics(sink.target)):
             raise SavepointError(
                 f"--shadow: the job writes topic {topic}, production's ({sink.target}): its "
                 "records and its control topic would reach production's readers"
@@ -104,7 +90,3 @@ def check_shadow(
 
 def _norm(uri: str) -> str:
     return qualify(uri).rstrip("/")
-
-
-def _topics(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]

@@ -1,45 +1,12 @@
 """Phase 2 of the two-phase commit of one snapshot, written once for every sink.
 
-Spark's micro-batch engine is Flink's checkpoint trigger: before batch N it writes the
-planned source offsets to ``<checkpointLocation>/offsets/N``. Batch N is snapshot N.
-Executors stage their output (phase 1: Parquet files for Delta, tagged records for
-Kafka); the sink's driver-side ``commit(messages, N)`` hands it to a coordinator, whose
-:meth:`SnapshotCoordinator.commit` completes the snapshot in five steps. A sink supplies
-only the hooks (``begin``, ``sink_generation``, ``prepare``, ``already_committed``,
-``discard``, ``make_visible``, ``completed``, ``release``):
-
-1. **plan**: the sink's start (``begin``: fail points, orphan cleanup), then Spark's plan
-   for the batch, the source offsets it covers (:meth:`SnapshotCoordinator.plan`); then
-   the **fence** (:mod:`spark_chkpt.snapshot.epoch`): the sink's generation of the app id
-   (``sink_generation``) must not be newer than the checkpoint's, else
-   :class:`~spark_chkpt.errors.FencedError` before anything is visible (checked again
-   before each retry of step 3: a restore that committed meanwhile made the commit
-   conflict, and the retry sees its generation);
-2. **prepare**: what must precede the commit, once (DeltaUpsert: the batch's schema
-   checked, earlier staged files deleted; Kafka: the barrier producer). Nothing here
-   may become visible: a later step can still refuse the batch;
-3. **idempotency**: the sink says whether batch N is already in it
-   (``already_committed``; Delta: ``txn(appId) >= N``; Kafka: a ``complete`` index
-   entry). If so, this attempt's output is discarded (``discard``) and
-   :meth:`SnapshotCoordinator.duplicate` returns the snapshot's record (Delta first
-   checks that the commit of batch N came from the same source offsets, else
-   :class:`~spark_chkpt.errors.QueryIdentityError`);
-4. **make visible** (``make_visible``), in one atomic step that also records the
-   snapshot: one Delta commit (:mod:`spark_chkpt.delta.sink.committer`, or a MERGE in
-   :mod:`spark_chkpt.delta.upsert.committer`), or barrier markers and the index entry
-   naming them (:mod:`spark_chkpt.kafka.sink.committer`). A conflict with another writer
-   (:class:`~spark_chkpt.errors.CommitConflictError`) retries from step 3
-   (:func:`retry_conflicts`, the one retry loop of the project);
-5. **record**: write the snapshot record to the store (:meth:`SnapshotCoordinator.finish`).
-   The record lists the state each stateful operator committed for the batch (state
-   version N + 1, :mod:`spark_chkpt.state.operators`): the sink's commit runs after every
-   task of the batch, so the stateful stage's stores are committed by then.
-
-A crash anywhere leaves either nothing visible (Spark re-runs batch N with the same
-offsets) or the whole batch visible and findable by step 3 of the re-run.
-
-**Timing**: ``snapshotTimeout`` and ``minPauseBetweenSnapshots``, checked and spent by
-:mod:`spark_chkpt.snapshot.timing` at the points it names.
+:class:`SnapshotCoordinator.commit` is a template method with numbered steps (plan and
+fence, prepare, idempotency, make visible, record); each sink's coordinator supplies
+only the hooks. It relies on the checkpoint's ``offsets/N`` (:mod:`.checkpoint`), the
+generation (:mod:`.epoch`), the timing options (:mod:`.timing`) and the snapshot store
+(:mod:`.store`); :func:`retry_conflicts` is the project's one retry loop. The steps and
+their failure cases: docs/concepts/delta-internals.md
+(spark_chkpt/snapshot/coordinator.py).
 """
 
 from __future__ import annotations
@@ -58,6 +25,7 @@ from spark_chkpt.errors import (
     CommitFailureReason,
     SnapshotTimeoutError,
 )
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.offsets import meta_of
 from spark_chkpt.snapshot.checkpoint import BatchPlan, SparkCheckpoint
 from spark_chkpt.snapshot.epoch import Epoch, check_fence, read_epoch
@@ -66,7 +34,6 @@ from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.snapshot.timing import check_deadline, deadline_of, pause_s
 from spark_chkpt.state.operators import operator_ids, provider_of, state_operators
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,25 +1,6 @@
 """Fencing: the epoch of a sink's writer, and the refusal of a stale one.
 
-Kafka fences a producer with its epoch and Flink fences an old job with its checkpoint
-ids; here every writer of a sink has an **epoch**: its app id (the query id, or
-``txnAppId``) plus a **generation**. A fresh checkpoint is generation 0. A savepoint
-restore (rewind or fork) and a ``recover`` each start a new generation: one above any
-the sink has seen for the app id. The new generation is recorded twice:
-
-* in the new checkpoint, ``<checkpoint>/chkpt/epoch.json`` (:func:`write_epoch`), so
-  every commit from that folder knows its own generation;
-* in the sink, before the restore returns: a Delta table gets a commit carrying
-  ``txn(<appId>#generation, g)`` (:func:`generation_app_id`; the rewind's restore commit
-  carries it, a ``recover`` writes an empty commit with it), so the table itself says
-  which generation owns the app id.
-
-:meth:`spark_chkpt.snapshot.coordinator.SnapshotCoordinator.commit` compares the two
-before anything of a batch becomes visible (before dead letters, files or barriers) and
-again before each commit attempt: a sink at a newer generation than the checkpoint's
-refuses the commit with :class:`~spark_chkpt.errors.FencedError`, naming both. That is
-how a restart on the old checkpoint after a rewind, the old query still running
-through a rewind or a ``recover``, and a restore run again after the query moved on are
-stopped.
+More: docs/concepts/delta-internals.md (spark_chkpt/snapshot/epoch.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """A sink's rewind to snapshot N: a hook of a savepoint's restore, as a commit's hooks are.
 
-:func:`spark_chkpt.savepoint.restore.restore_savepoint` with ``mode="rewind"`` picks
-the rewind of the savepoint's sink and calls it twice: :meth:`SinkRewind.plan` at step
-2 (every check, nothing changed; it returns the new generation) and
-:meth:`SinkRewind.apply` at step 5, once the new checkpoint is written. Each sink's
-rewind lives in its package and takes plain values (:class:`RewindPoint`), never the
-savepoint: a ``chkpt-delta`` table and its dead-letter table are rolled back
-(:mod:`spark_chkpt.delta.sink.rewind`), a ``chkpt-kafka`` topic's snapshots after N are
+:func:`spark_chkpt.savepoint.restore.restore_savepoint` with ``mode="rewind"`` asks the
+savepoint's sink kind (:mod:`spark_chkpt.sinks`) for its rewind and calls it twice:
+:meth:`SinkRewind.plan` at step 2 (every check, nothing changed; it returns the new
+generation) and :meth:`SinkRewind.apply` at step 5, once the new checkpoint is written.
+Each sink's rewind takes plain values (:class:`RewindPoint`, :class:`RewindRequest`),
+never the savepoint: a Delta table and its dead-letter table are rolled back
+(:mod:`spark_chkpt.delta.rewind`), a ``chkpt-kafka`` topic's snapshots after N are
 revoked (:mod:`spark_chkpt.kafka.sink.rewind`).
 """
 
@@ -35,6 +35,23 @@ class RewindPoint:
     dead_letters: str | None = None
     dead_letter_version: int | None = None
     record: SnapshotRecord | None = None
+
+
+@dataclass(frozen=True)
+class RewindRequest:
+    """What the caller of a rewind gave, each sink taking what it needs: the ``table``
+    to roll back (which must be the savepoint's if both name one), its
+    ``storage_options``, the other writers whose commits after N may be undone
+    (``discard_other_writers``), the ``dead_letter_table`` of a savepoint of an earlier
+    release; a Kafka sink's brokers (``kafka_bootstrap_servers``) and ``control_topic``
+    (if the sink set ``controlTopic``)."""
+
+    table: str | None = None
+    storage_options: Mapping[str, str] | None = None
+    discard_other_writers: Sequence[str] = ()
+    dead_letter_table: str | None = None
+    kafka_bootstrap_servers: str | None = None
+    control_topic: str | None = None
 
 
 @dataclass(frozen=True)

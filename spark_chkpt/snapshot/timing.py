@@ -1,27 +1,6 @@
 """When a snapshot's commit gives up, and how long it holds the next batch back.
 
-The sinks' options (:class:`~spark_chkpt.options.SnapshotTiming`), Flink's checkpoint
-timeout and min pause between checkpoints. ``snapshotTimeout`` runs from the start of
-:meth:`SnapshotCoordinator.commit` (phase 2; phase 1 is the batch's own work, which
-Flink does not count either). It is checked only where nothing of the batch is visible
-yet: right before step 4 (each retry too), and at the points a sink's ``make_visible``
-names with :meth:`SnapshotCoordinator.check_deadline` before its own point of no return
-(DeltaUpsert: after staging, before the MERGE). Past it, the commit raises
-:class:`~spark_chkpt.errors.SnapshotTimeoutError` (a snapshot failure for the restart
-strategy's ``execution.checkpointing.tolerable-failed-checkpoints``), ``release`` runs
-as for any failed commit, Spark calls the sink's ``abort`` (the staged output is
-deleted, or left unconfirmed) and the failure is written to the store
-(``chkpt/failures/``, counted by :func:`spark_chkpt.metrics.reporter.summarize`). A
-deadline that passes during step 4 does not interrupt it: the commit is one atomic step
-(a Delta commit; for Kafka the intent fixes the batch and a re-run resumes it), so the
-batch completes late, with a warning. A batch step 3 finds already committed is never
-failed by the timeout: it is visible already. ``minPauseBetweenSnapshots``: after step 5
-the commit sleeps that long before it returns. Spark plans batch N + 1
-(``latestOffset``, ``offsets/N+1``) only after batch N's sink commit returned, so at
-least that long passes between snapshot N's completion and the start of the next batch;
-Spark's trigger wait comes on top, and the pause counts in batch N's duration.
-
-Pure: the clock's reading is handed in.
+More: docs/concepts/delta-internals.md (spark_chkpt/snapshot/timing.py).
 """
 
 from __future__ import annotations

@@ -11,18 +11,7 @@ copy at or below V and the changes after it, as found on disk (checked with Spar
   with other zips), then ``S+1.changelog`` .. ``V.changelog``; without changelog
   checkpointing every version has its zip, so S = V.
 
-Checkpoint format 2 (``stateStore.checkpointFormatVersion=2``) names files
-``V_<uniqueId>.<kind>``: a retried task can leave two files of one version, and the
-commit log (``commits/N``'s ``stateUniqueIds``) says which one the batch used; for other
-versions the only file of that version and kind is taken, and two are an error.
-
-Each store folder's other files (``_metadata/schema``: the key and value schemas Spark
-checks at restart) and each operator's folders that are not partitions (``_metadata``:
-the operator's name and stores; state schema files of newer operators) are taken whole;
-Hadoop's ``.crc`` side files never (Spark reads a file without one and writes new ones).
-
-The result is a plan of relative paths under the checkpoint: pure listing and two small
-reads per RocksDB store (a zip's ``metadata`` entry), no Spark.
+More: docs/concepts/delta-internals.md (spark_chkpt/state/files.py).
 """
 
 from __future__ import annotations

@@ -9,33 +9,7 @@ partition, each in ``<partition>/<storeName>/``; every other operator has one st
 metadata`` names the operator and its stores (``v1``, then JSON ``operatorInfo``
 ``{operatorId, operatorName}`` and ``stateStoreInfo`` ``[{storeName, numPartitions}]``).
 
-What one version is on disk depends on the provider (``offsets/N`` records the one the
-query runs with, in its ``conf``):
-
-* ``hdfs`` (``HDFSBackedStateStoreProvider``, Spark's default): ``V.delta``, the
-  changes of version V, written when the task commits its store; every
-  ``minDeltasForSnapshot`` versions the background maintenance thread also writes
-  ``V.snapshot``, the whole map.
-* ``rocksdb`` (``RocksDBStateStoreProvider``, the default here, with changelog
-  checkpointing: Flink's RocksDB backend with incremental checkpoints): ``V.changelog``,
-  the changes of version V, written at the task's commit; every
-  ``minDeltasForSnapshot`` versions maintenance uploads ``V.zip`` (RocksDB's manifest,
-  options and a ``metadata`` file listing the SST files it needs) and the SST files not
-  yet uploaded, into ``<partition>/SSTs/`` (shared by every later zip). Without
-  changelog checkpointing each commit writes ``V.zip`` and its new SSTs itself.
-  Checkpoint format 2 adds a unique id to the names (``V_<id>.changelog``).
-
-:func:`state_operators` counts, per operator, the files of version V itself:
-``V.delta`` / ``V.changelog`` of every partition and store, plus ``V.snapshot`` /
-``V.zip`` where one exists at the moment of the listing. SST files are **not** counted:
-a zip's new SSTs are uploaded by background maintenance, after the commit and shared
-between versions, so saying which of them belong to version V would take reading two
-zips per partition (their ``metadata``) and would still depend on when maintenance ran.
-The coordinator lists the state in the sink's driver-side commit, after every task of
-the batch has committed its stores, so the delta / changelog files are there.
-
-It is one recursive listing of ``state/`` and one small read per operator: pure
-filesystem through :mod:`spark_chkpt.fs`, no Spark.
+More: docs/concepts/delta-internals.md (spark_chkpt/state/operators.py).
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""Running here: embedded brokers, the data generator, fail points."""
+"""What tests and ``make demo`` start: embedded brokers, the S3 server, the data generator
+(the fail points are engine code: :mod:`spark_chkpt.failpoints`)."""

@@ -4,7 +4,7 @@
         create_topic(bootstrap_servers=kafka.bootstrap_servers, name="events", partitions=4)
 
 The broker runs in its own JVM, ``java -cp <jars> kafka.Kafka server.properties``, from
-the jars ``make setup`` fetched (``spark_chkpt.jars.jars("kafka-broker")``). Its storage
+the jars ``make setup`` fetched (``spark_chkpt.runtime.jars.jars("kafka-broker")``). Its storage
 is on disk, in a temporary folder by default or in ``data_dir``: ``restart()`` keeps it,
 so a test can stop the broker in the middle of a query and bring the same topics back.
 The public surface is the one of the Tansu launcher
@@ -169,7 +169,7 @@ class EmbeddedKafka(ServerProcess):
         return config
 
     def _command(self, main: str, *args: str) -> list[str]:
-        from spark_chkpt.jars import jars
+        from spark_chkpt.runtime.jars import jars
 
         classpath = os.pathsep.join(jars("kafka-broker"))
         return [

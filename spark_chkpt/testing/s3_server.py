@@ -4,24 +4,7 @@
         s3.create_bucket("chkpt")
         write_deltalake("s3://chkpt/t", data, storage_options=s3.storage_options)
 
-The server is moto's (``moto[server]``, pure Python, installed by ``make setup`` with
-the dev extras), run as a child process, ``python -m spark_chkpt.testing.s3_server
---host H --port P``, objects in its memory. A child process, not moto's
-``ThreadedMotoServer`` in the test process: Spark's JVM (Hadoop's S3A), delta-rs and
-pyarrow hit it at once, and in the test process its request threads would share one GIL
-with the test's own Python (the Spark driver's Python, delta-rs's callers).
-
-It enforces conditional writes as S3 does: a ``PUT`` (or a multipart completion) with
-``If-None-Match: *`` of a key that exists is answered ``412 PreconditionFailed``, which
-delta-rs's commits (put-if-absent) rest on. moto checks the key and then writes it in two
-steps; this module runs those two steps under one lock for every conditional write, so
-that of N concurrent conditional PUTs of one key exactly one wins (moto alone relies on
-the GIL not switching threads between them).
-
-The settings each client needs: :attr:`S3Server.storage_options` (delta-rs and
-``chkpt-delta``'s ``storage.*``), :meth:`S3Server.hadoop_settings` (Spark's ``s3a://``),
-:attr:`S3Server.env` (the AWS SDKs of pyarrow and boto3). moto accepts the newer AWS
-SDKs' request checksums, so none of them turns checksums off.
+More: docs/concepts/runtime.md (spark_chkpt/testing/s3_server.py).
 """
 
 from __future__ import annotations

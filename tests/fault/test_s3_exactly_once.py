@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 
 from spark_chkpt.conf import settings_file
 from spark_chkpt.fs import resolve
-from spark_chkpt.jars import s3a_jars
+from spark_chkpt.runtime.jars import s3a_jars
 from spark_chkpt.session import load_properties
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from spark_chkpt.testing.s3_proxy import ProxyMode, StoreProxy

@@ -251,7 +251,7 @@ def test_the_checksum_settings_get_past_a_store_that_refuses_checksums(
     import subprocess
     import sys
 
-    from spark_chkpt.report import explain
+    from spark_chkpt.runtime.report import explain
 
     def write(**env: str) -> list[str]:
         done = subprocess.run(

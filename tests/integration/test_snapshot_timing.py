@@ -18,12 +18,12 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from spark_chkpt import failpoints
 from spark_chkpt.delta.upsert.committer import DeltaUpsert
+from spark_chkpt.failpoints import FaultPoint
 from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.restart import ExitCode, run_supervised
 from spark_chkpt.snapshot.store import SnapshotStore
-from spark_chkpt.testing import failpoints
-from spark_chkpt.testing.failpoints import FaultPoint
 
 pytestmark = pytest.mark.integration
 

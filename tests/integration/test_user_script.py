@@ -97,7 +97,7 @@ def test_query_stop_during_a_commit_says_what_happened_in_one_line(
     in one line that nothing is lost, and the table holds both batches."""
     from deltalake import DeltaTable
 
-    from spark_chkpt.report import STOPPED_MID_COMMIT
+    from spark_chkpt.runtime.report import STOPPED_MID_COMMIT
 
     folder = tmp_path / "my-project"
     folder.mkdir()

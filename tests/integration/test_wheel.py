@@ -150,7 +150,7 @@ def test_the_job_and_a_users_script_run_from_the_wheel(
     assert " committed " in job.stdout, job.stdout
     check = (
         # spark_chkpt first, as a user's script has it: its exit hook drains pyarrow's
-        # pools, without which delta-rs reads abort at exit (spark_chkpt.teardown).
+        # pools, without which delta-rs reads abort at exit (spark_chkpt.runtime.teardown).
         "import json; import spark_chkpt; from deltalake import DeltaTable; "
         f"t = DeltaTable({str(work / 'tables' / 'page_views')!r}).to_pyarrow_table(); "
         "print(json.dumps([t.num_rows, len(set(t.column('event_id').to_pylist()))]))"

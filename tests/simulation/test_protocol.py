@@ -46,16 +46,16 @@ from hypothesis.stateful import (
     rule,
 )
 
+from spark_chkpt import failpoints
 from spark_chkpt.delta.sink import committer as delta_committer
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.upsert.committer import DeltaUpsert
 from spark_chkpt.errors import ChkptError, InjectedFailureError
+from spark_chkpt.failpoints import FaultPoint
 from spark_chkpt.recovery.rebuild import recover_checkpoint
 from spark_chkpt.savepoint.manifest import create_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
-from spark_chkpt.testing import failpoints
-from spark_chkpt.testing.failpoints import FaultPoint
 
 # The holes of issue 24 the simulation found (each has a schedule in HOLES below). The
 # operations that show a hole are off until its name is in FIXED.

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from spark_chkpt import failpoints
 from spark_chkpt.errors import InjectedFailureError
-from spark_chkpt.testing import failpoints
-from spark_chkpt.testing.failpoints import FaultPoint, armed, enabled, failpoint
+from spark_chkpt.failpoints import FaultPoint, armed, enabled, failpoint
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.errors import WorkerPythonError
-from spark_chkpt.interpreter import (
+from spark_chkpt.runtime.interpreter import (
     WorkerPython,
     check_worker_python,
     chosen_python,

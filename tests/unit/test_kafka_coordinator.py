@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import pytest
 
+from spark_chkpt import failpoints as fault
 from spark_chkpt.alignment.barrier import (
     BARRIER_KEY,
     Barrier,
@@ -34,7 +35,6 @@ from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
 from spark_chkpt.snapshot.store import SnapshotStore
-from spark_chkpt.testing import failpoints as fault
 
 APP = "3f9d0c1e-query-id"
 TOPIC = "mid"

@@ -1,5 +1,6 @@
-"""What ``register()`` sets on a session (spark_chkpt.session_defaults.REGISTER_DEFAULTS): only
-what the session has not set, and nothing on Databricks."""
+"""What ``register()`` sets on a session
+(spark_chkpt.runtime.session_defaults.REGISTER_DEFAULTS): only what the session has not
+set, and nothing on Databricks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_chkpt.session_defaults import (
+from spark_chkpt.runtime.session_defaults import (
     CHECKPOINT_FILE_MANAGER,
     REGISTER_DEFAULTS,
     apply_register_defaults,

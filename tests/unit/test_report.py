@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from spark_chkpt.errors import MissingTopicError
-from spark_chkpt.report import explain, install_excepthook, reported
 from spark_chkpt.restart import ExitCode, RestartConfig
 from spark_chkpt.restart.failure import classify
 from spark_chkpt.restart.options import FixedDelay
+from spark_chkpt.runtime.report import explain, install_excepthook, reported
 from tests.unit.test_restart import FakeQuery, query_error, supervise
 
 CONNECT_BACK_TEXT = (

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.delta.sink import rewind as rewind_module
+from spark_chkpt.delta import rewind as rewind_module
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.savepoint.manifest import MANIFEST, load_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint

@@ -1,4 +1,4 @@
-"""The exit hook of :mod:`spark_chkpt.teardown`: a script that reads a Delta table with
+"""The exit hook of :mod:`spark_chkpt.runtime.teardown`: a script that reads a Delta table with
 delta-rs exits 0, without ``terminate called without an active exception`` (SIGABRT).
 
 The abort is a race at interpreter exit between pyarrow's pool threads and CPython's

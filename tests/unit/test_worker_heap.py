@@ -1,5 +1,5 @@
 """A Python worker's imports frozen out of pyspark's per-task ``gc.collect()``
-(spark_chkpt.worker_heap): frozen once the imports arrive, not for a task's own objects."""
+(spark_chkpt.runtime.worker_heap): frozen once the imports arrive, not for a task's own objects."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 SCRIPT = r"""
 import gc, json
-from spark_chkpt.worker_heap import FREEZE_ABOVE, freeze_imports
+from spark_chkpt.runtime.worker_heap import FREEZE_ABOVE, freeze_imports
 out = {}
 gc.collect()
 out["small_heap"] = freeze_imports()  # an interpreter with this module only

@@ -8,7 +8,7 @@ the dead-letter table; on the driver :meth:`DeadLetters.commit` makes them visib
 commit of that table with its own ``txn(appId, N)``, before the batch's commit of the
 main table, so a replay neither loses nor repeats them. The Delta version of that
 commit goes into the batch's snapshot record: a savepoint rewind to N rolls the
-dead-letter table back to it (:mod:`spark_chkpt.delta.sink.rewind`).
+dead-letter table back to it (:mod:`spark_chkpt.delta.rewind`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa

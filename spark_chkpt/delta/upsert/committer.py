@@ -9,58 +9,7 @@ that also carries ``txn(appId, N)`` and the snapshot record::
     (counts.writeStream.outputMode("update").foreachBatch(upsert)
            .option("checkpointLocation", "/chk/pv").start())
 
-The protocol of one call (``# Step N`` in the body):
-
-1. **identity**: the running query (Spark's ``sql.streaming.queryId``) must be the one
-   whose ``checkpoint_location`` was given; the app id is that query id (or ``app_id``);
-   Spark's plan for the batch is read from ``offsets/N``; a checkpoint of an older
-   generation than the table's (:mod:`spark_chkpt.snapshot.epoch`) is fenced.
-2. **validate** before anything is written: the table's features are ones this project
-   honours for a MERGE (:mod:`spark_chkpt.delta.protocol`; checked again on the table
-   the commit writes), the keys and the delete column are in the batch, and the batch's
-   columns and types are the table's (a changed key type is named as such).
-3. **idempotency**: a first commit of the app id to a table that holds another query's
-   snapshots of the same topic-partitions is refused (``chkpt-delta``'s identity rule);
-   ``txn(appId) >= N`` means an earlier attempt committed the batch: if
-   that commit's source offsets are ``offsets/N`` (:mod:`spark_chkpt.delta.replay`),
-   nothing is written and the snapshot store is repaired from the commit's record. The
-   plan still runs (into Spark's ``noop`` sink): a stateful query's tasks must commit
-   the batch's state version, or Spark fails the batch
-   (``STATE_STORE_COMMIT_VALIDATION_FAILED``) and the next one has no state to load.
-4. **stage (executors)**: this app's staged files of earlier attempts are deleted; then
-   ``batch_df.mapInArrow`` streams each task's rows into Parquet files under
-   ``<table>/_chkpt_staging/`` (names tagged with the app, see
-   :mod:`spark_chkpt.delta.staging`) and returns only their paths and figures.
-5. **commit (driver)**: one MERGE of the staged files on the keys
-   (:class:`~spark_chkpt.delta.upsert.merge.KeyedMerge`: a true delete column deletes, other
-   rows update or insert) with ``txn(appId, N)`` and the record in commitInfo. The first
-   batch creates the table instead: its staged files (staged in the table's own folders,
-   deletes dropped) are added in one commit, as the ``chkpt-delta`` sink does. A commit
-   conflict with another writer is retried from step 3.
-6. **record**: the snapshot record (``mode="upsert"``, the MERGE's figures) goes to the
-   store; the staged files are deleted.
-
-A crash before step 5 leaves nothing visible (Spark replays batch N, the staged files are
-cleaned at step 4); a crash after it leaves the whole batch visible with ``txn(appId, N)``
-(the replay stops at step 3).
-
-Memory. Executors hold one Arrow batch per task (``spark.sql.execution.arrow.
-maxRecordsPerBatch`` rows) plus the open Parquet writer's row group. The driver streams
-the staged files to delta-rs ``batch_size`` rows at a time, one file and one batch read
-ahead. delta-rs itself hashes the whole source (the batch's rows, in Arrow) as the join's
-build side and streams the table's files past it, rewriting those that hold matched keys,
-so the driver needs memory for one batch of the aggregate's output (the changed keys),
-never for the table. Keys must be unique within a batch (an aggregate's are): a batch
-that holds a key twice is refused before anything is written
-(:class:`~spark_chkpt.errors.DuplicateKeyError` naming the key), whether the key is new or
-in the table. Null keys match null keys.
-
-(Over 400 lines: ``DeltaUpsert``, the public front (its arguments checked together and
-step 2's checks), and :class:`UpsertCommitter`, the hooks and the steps' helpers it
-gives the shared commit template (what both Delta writers do alike is in
-:mod:`spark_chkpt.delta.hooks`), are one protocol read top to bottom; the template
-and its retry loop live in :mod:`spark_chkpt.snapshot.coordinator`, staging and the
-MERGE in their own modules.)
+More: docs/concepts/delta-internals.md (spark_chkpt/delta/upsert/committer.py).
 """
 
 from __future__ import annotations
@@ -79,13 +28,13 @@ from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError, TableFeatureError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import SnapshotTiming
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -9,24 +9,7 @@ Delta commit that also carries ``txn(appId, N)`` and the caller's commitInfo met
 * any other staged row replaces the table's row with its keys, or is inserted;
 * the delete column itself is never written.
 
-Facts about delta-rs (``deltalake`` 1.6) this module relies on, each checked here:
-
-* ``DeltaTable.merge(source=<RecordBatchReader>, streamed_exec=True)`` reads the source
-  once, as a stream: the driver never holds the staged files, only the batches in
-  flight. delta-rs then builds the hash join's table from the source (the build side:
-  the batch's rows, in Arrow, in memory) and streams every target file past it (no file
-  pruning with ``streamed_exec``), rewriting the files that hold matched rows.
-* ``commit_properties`` with ``app_transactions`` and ``custom_metadata`` land in the
-  MERGE's commit, like an append's.
-* Two source rows matching one target row fail with "MERGE matched a target row with
-  multiple source rows"; two source rows with the same new key are both inserted
-  (no error). So :meth:`KeyedMerge.check_unique` refuses a batch that holds a key twice
-  before delta-rs runs: one rule whether the key is new or in the table.
-* ``t.k = s.k`` is never true for NULL keys (a null key would be inserted again by every
-  batch, and its delete would delete nothing); the predicate matches with
-  ``t.k IS NOT DISTINCT FROM s.k``, which delta-rs's SQL (DataFusion) accepts.
-* The merge's figures come back from ``execute()`` and sit in the commit's
-  ``commitInfo.operationMetrics``.
+More: docs/concepts/delta-internals.md (spark_chkpt/delta/upsert/merge.py).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, normalize_schema
 from spark_chkpt.delta.upsert.merge import without_column
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import resolve
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,7 +62,7 @@ class StagingTask:
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
-        from spark_chkpt.worker_heap import freeze_imports
+        from spark_chkpt.runtime.worker_heap import freeze_imports
 
         freeze_imports()
         context = TaskContext.get()

@@ -7,24 +7,7 @@ loop into plain lists (offsets, timestamps, and the position and length of each 
 value inside the batch's bytes); :mod:`spark_chkpt.kafka.source.records` gathers keys and
 values into Arrow buffers with numpy, so no per-record ``bytes`` is ever made.
 
-Everything around the records stays kafka-python's: fetch requests, sessions, leaders,
-errors, positions, CRC checks, decompression (``kafka.codec``: gzip, snappy, lz4, zstd),
-and the batch-level rules of ``read_committed`` (aborted transactions from the fetch
-response, control batches). :class:`ColumnarPartitionRecords` replaces kafka-python's
-``Fetcher.PartitionRecords`` on one consumer's fetcher
-(:func:`~spark_chkpt.kafka.client.fetcher_hook.set_columnar`, in its own module: it
-subclasses kafka-python's private fetcher classes); its ``take(n)`` returns one
-:class:`RecordColumns` of at most ``n`` records. Legacy batches
-(magic 0 and 1, never written by Kafka 3+ brokers) go through kafka-python's own
-records, converted with :meth:`RecordColumns.from_records`.
-
-The record loop repeats one inlined block for each of a record's five varints (length,
-timestamp delta, offset delta, key length, value length): a one-byte varint is decoded in
-place and only a longer one calls :func:`_varint`. The loop runs once per record, where a
-function call per field costs more than the repetition (``python -m bench.decode``).
-
-(Over 400 lines: the columns and the v2 record decoder that fills them are one format,
-read in one place.)
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/client/columnar.py).
 """
 
 from __future__ import annotations

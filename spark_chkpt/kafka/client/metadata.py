@@ -1,4 +1,4 @@
-"""kafka-python clients whose cached metadata predates a topic's growth (issue 35).
+"""kafka-python clients whose cached metadata predates a topic's growth.
 
 A kafka-python client keeps the cluster's metadata and refreshes it every
 ``metadata.max.age.ms`` (5 min) or when a request fails in a way it recognises. Partitions
@@ -32,7 +32,7 @@ def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -
     ``beginning_offsets`` / ``end_offsets`` fail with ``KeyError: TopicPartition(...)``,
     and a fetch skips them. A consumer that read a topic before partitions were added
     knows the old ones only, until ``metadata.max.age.ms`` (5 min): a pooled read task
-    given old and new partitions together died (issue 35), and so could the driver's
+    given old and new partitions together died, and so could the driver's
     probe right after a growth, while a new partition's leader is still unknown (-1).
 
     Known leaders cost nothing; otherwise one metadata request per try (``refresh``:

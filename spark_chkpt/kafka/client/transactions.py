@@ -9,21 +9,7 @@ id), ``EndTxn`` (v3 at most: the transaction protocol v1, whose producer epoch s
 same for the whole transaction) and ``InitProducerId`` (fencing: the coordinator aborts
 the id's open transaction and bumps its epoch).
 
-What a real Apache Kafka 4.1 broker answers ``EndTxn`` with (checked against the broker
-the tests start), and what :meth:`TransactionClient.end` makes of it:
-
-- ``NONE``: done, also when the transaction was already committed (or aborted) with the
-  same producer id and epoch: a repeated commit is recognised as done;
-- ``CONCURRENT_TRANSACTIONS``: the markers of the previous ``EndTxn`` are still being
-  written: asked again until the deadline;
-- ``PRODUCER_FENCED`` / ``INVALID_PRODUCER_EPOCH``: the epoch moved on: the broker aborted
-  the transaction at ``transaction.timeout.ms``, or an ``InitProducerId`` fenced it
-  (:attr:`EndResult.FENCED`);
-- ``INVALID_TXN_STATE``: committing an aborted transaction, or aborting a committed one
-  (:attr:`EndResult.INVALID_STATE`).
-
-Uses kafka-python's admin client connection manager (``_manager``,
-``_find_coordinator_id``), pinned by ``kafka-python>=3.0,<4``.
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/client/transactions.py).
 """
 
 from __future__ import annotations

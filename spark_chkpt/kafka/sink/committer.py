@@ -12,10 +12,6 @@ open Kafka transactions, which the commit ends with ``EndTxn(commit)`` before th
 barriers (if any) and the ``complete`` entry; :meth:`KafkaCoordinator.resume` commits a
 crashed driver's recorded transactions before the next tasks run. Those steps are in
 :mod:`spark_chkpt.kafka.sink.transaction_steps`; the hooks here call them.
-
-Past 400 lines: the committer's hooks (intent, barriers, complete), the fencing hook and
-the metadata refresh that lets barriers cover partitions added to the topic belong to
-one commit; the barrier writing would be the next piece to move out.
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ from typing import Any, Literal
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, FencedError, QueryIdentityError
+from spark_chkpt.failpoints import FaultPoint, armed, failpoint
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
@@ -45,7 +42,6 @@ from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, Committed, SnapshotCoordinator
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
-from spark_chkpt.testing.failpoints import FaultPoint, armed, failpoint
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +248,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     def _refuse_if_taken_over(self, batch: KafkaBatch, *, topic: str) -> None:
         """A commit held between step 3 and its barriers longer than :data:`HELD_S`
-        (its driver's JVM killed while this Python worker lived on, issue 51) reads the
+        (its driver's JVM killed while this Python worker lived on) reads the
         control topic again: if another run of the query completed this snapshot or a
         later one meanwhile, this stale writer writes nothing more (no barrier, no
         ``complete`` entry). A new driver needs far longer than that to start and commit,

@@ -6,22 +6,7 @@ them; a topic cannot be rolled back. The rewind revokes them instead (DESIGN.md,
 (``__chkpt.<topic>``) names the app's snapshots after N, the attempts they confirmed and
 the offsets from barrier N to the log end, under the restore's new generation.
 
-:class:`KafkaRewind` is the sink's :class:`~spark_chkpt.snapshot.rewind.SinkRewind` (see
-the restore's protocol in :mod:`spark_chkpt.savepoint.restore`):
-
-* :func:`plan_kafka_rewind` (restore step 2) checks, before anything changes, that each
-  control topic holds snapshot N's own ``complete`` entry (its source offsets are the
-  savepoint's: not snapshot N of a later timeline), and picks the generation: one above
-  every generation the app's entries carry.
-* :func:`write_revocations` (restore step 5) appends the ``revoke`` entries; run again
-  (a restore run again), it finds them and writes nothing.
-
-From then on the sink's coordinator of an older generation is fenced (the entries'
-newest generation is above its checkpoint's), the restored query writes snapshots
-N + 1, ... again after the revoked offsets, and ``chkpt-kafka`` readers skip the revoked
-records like a failed attempt's, counting them (``revoked`` in the batch's report); a
-reader that had already read past barrier N into them fails naming the revocation
-(:func:`spark_chkpt.alignment.cut.check_not_passed`).
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/sink/rewind.py).
 """
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ from typing import Any, Protocol
 
 from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.errors import ChkptError, TransactionLostError, TransactionsAbortedError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.kafka.client.transactions import EndResult, TransactionClient
 from spark_chkpt.kafka.control.topic import ControlTopic, write_entry
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.transactional import every_transactional_id
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
 
 log = logging.getLogger(__name__)
 

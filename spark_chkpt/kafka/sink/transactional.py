@@ -7,31 +7,7 @@ Flink's pool of ids is (:func:`transactional_id`)::
 
     chkpt-<appId>-<topic>-<partition>-<attempt % ATTEMPT_SLOTS>
 
-A task attempt ``initTransactions`` on its id (which aborts whatever an earlier holder
-of the id left open: the failed attempt of the same slot, or nothing, because the driver
-ended the previous batch's transaction before this batch's tasks ran), then, when it is a
-retry, fences the ids of the attempts before it (they failed: Spark retries a task only
-then), ``beginTransaction``, produces and flushes, and returns the transaction (id,
-producer id, epoch) in its commit message without committing. The driver commits it
-(:mod:`spark_chkpt.kafka.sink.committer`); a discarded attempt's transaction is aborted by
-the fencing of the next holder of its id, by the driver's ``abort``, or at the latest by
-the broker at ``transaction.timeout.ms``; until then a ``read_committed`` consumer waits
-at its first record (the last stable offset).
-
-On either client (``kafka.client``):
-
-- librdkafka (:class:`ConfluentTransactionalProducer`, the default): librdkafka does not
-  tell its producer id and epoch, so the task asks the transaction's coordinator
-  (``DescribeTransactions``) after its flush, and it must not ``close()`` the producer,
-  which aborts the open transaction: it lets it go (``rd_kafka_destroy``), which leaves
-  the transaction open for the driver (tests/integration/test_kafka_transactions.py pins
-  both on the real broker). A failed attempt's producer is closed: its transaction is
-  aborted at once.
-- kafka-python (:class:`KafkaPythonTransactionalProducer`): the producer id and epoch are
-  its own; its ``close`` does not abort.
-
-Records still carry the ``chkpt.attempt`` header, so barrier readers of the same topic
-keep working when ``barriers`` is on.
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/sink/transactional.py).
 """
 
 from __future__ import annotations
@@ -41,14 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import ChkptError, ConfigError
-from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
-from spark_chkpt.kafka.client.transactions import TransactionClient
-from spark_chkpt.kafka.sink.committable import ProducedOutput
-from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
-from spark_chkpt.kafka.sink.options import KafkaSinkConfig
-from spark_chkpt.kafka.sink.rows import producing_failed
-from spark_chkpt.kafka.sink.writer import KafkaPythonProducer
-from spark_chkpt.testing.failpoints import (
+from spark_chkpt.failpoints import (
     ENV,
     FAIL_ENV,
     STALL_ENV,
@@ -56,6 +25,13 @@ from spark_chkpt.testing.failpoints import (
     armed,
     failpoint,
 )
+from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+from spark_chkpt.kafka.client.transactions import TransactionClient
+from spark_chkpt.kafka.sink.committable import ProducedOutput
+from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
+from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.rows import producing_failed
+from spark_chkpt.kafka.sink.writer import KafkaPythonProducer
 
 if TYPE_CHECKING:
     import pyarrow as pa

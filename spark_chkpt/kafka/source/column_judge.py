@@ -1,27 +1,6 @@
 """The rules of :mod:`.judge` applied to a chunk of columns at once, not record by record.
 
-A read task on a topic that carries barriers gets its records as
-:class:`~spark_chkpt.kafka.client.columnar.RecordColumns` like on a plain topic. Every
-record's headers become a code (:func:`~spark_chkpt.kafka.source.records.header_codes`);
-a chunk holds a few distinct codes (no headers, a barrier's, one per upstream task
-attempt), so the rules are decided once per code and spread over the records with numpy:
-
-* barrier records are found by their code and are never rows; each one's value is
-  parsed (one per partition and snapshot): a revoked snapshot's confirms nothing;
-* records (and barriers) of revoked snapshots are masked by offset range and attempt;
-* a tagged record below the filter's bound whose attempt neither the index nor a barrier
-  read so far confirms is judged at the next barrier that counts, as
-  :meth:`~spark_chkpt.kafka.source.judge.RecordJudge.release` judges a held record: kept
-  if a barrier up to that one names its attempt, dropped otherwise. After the chunk's
-  last such barrier it stays **held**, with every record after it (offset order), until
-  the next chunk or the range's end (``final``);
-* the kept records are cut at the barriers that count, so the caller hands the aligner
-  (:mod:`spark_chkpt.alignment.aligner`) each segment and then the barrier after it.
-
-The decisions are the record path's (:class:`~spark_chkpt.kafka.source.judge.RecordJudge`
-and :func:`~spark_chkpt.kafka.source.judge.fan_in_verdict`), which the identity tests
-compare byte for byte. Slices are taken where every record of a segment is kept (the
-common case); only a chunk with records to drop is compressed.
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/source/column_judge.py).
 """
 
 from __future__ import annotations

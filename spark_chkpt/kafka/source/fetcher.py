@@ -5,30 +5,7 @@ so a range ends when the consumer's *position* reaches its end, not after
 ``end - start`` records. Memory is bounded by ``maxRecordsPerArrowBatch`` per
 partition and the client's fetch sizes, never by the size of a range.
 
-On topics that carry barrier markers (:mod:`spark_chkpt.alignment.barrier`), barrier records are
-never returned as rows, and tagged records no barrier confirms (a failed upstream
-attempt's output) are dropped and counted; so are the records and barriers of snapshots
-a savepoint rewind of the upstream query revoked (their offsets or attempts, from the
-record filter): a revoked barrier confirms nothing and never reaches the aligner, so a
-snapshot written again under the new generation is not mistaken for it. A task that
-reads several partitions with one consumer passes every record through the aligner
-(:mod:`spark_chkpt.alignment.aligner`), so what it emits follows upstream snapshot order
-across its partitions.
-
-With kafka-python and ``decode=columns`` (the defaults) every topic, barriers or not, is
-read as columns (:mod:`spark_chkpt.kafka.client.columnar`) and these rules are applied
-to whole chunks (:mod:`.column_judge`): the aligner is handed the rows between two
-barriers as one item. ``decode=records`` and the confluent client read record by record
-(:mod:`.judge`); both ways return the same rows.
-
-The consumer comes from the worker's pool (:mod:`spark_chkpt.kafka.client.pool`) and is either
-client of :mod:`spark_chkpt.kafka.client.consumer`. Records a poll returns past a range's end are
-left in the worker's prefetch buffer (:mod:`spark_chkpt.kafka.source.prefetch`) for the task that
-reads on from there in the next batch.
-
-(Over 400 lines: one task's read loop with its record filters, the prefetch hand-off
-and the data-loss rules is one protocol; the clients, the pool and the records' Arrow
-form already live in their own modules.)
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/source/fetcher.py).
 """
 
 from __future__ import annotations

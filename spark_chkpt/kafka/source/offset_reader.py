@@ -2,24 +2,7 @@
 
 One kafka-python consumer with no group, reused across micro-batches of a query.
 
-Two broker behaviours are handled here rather than assumed away:
-
-* Some Kafka-protocol brokers (Tansu among them) answer ListOffsets(latest) with the
-  base offset of the last record batch plus one, not the log end. A fetch response
-  always carries the true high watermark, so :meth:`OffsetReader.latest` probes the
-  last batch of each non-empty partition and keeps the larger of the two numbers. On
-  Kafka the two agree. Under ``read_committed`` there is no probe: Kafka answers with
-  the last stable offset there, below the high watermark while a transaction is open,
-  and a plan up to the high watermark made the read wait for the transaction to end
-  (60 s in tests/integration/test_real_kafka.py, until the broker aborted it).
-* A time lookup with no match comes back as ``None`` from a Kafka broker and as
-  ``timestamp == -1`` from others; both mean "no offset at or after that time".
-* Tansu also answered ListOffsets(earliest) with 2032 for a partition whose records
-  start at 0 (seen once in a few runs, right after two producers wrote to it; it did
-  not correct itself). A source starting there would skip those records, so
-  :meth:`OffsetReader.earliest` fetches from offset 0 wherever the answer is above 0
-  and keeps the lower offset a record really has. On a Kafka broker that fetch fails
-  with offset out of range (records deleted by retention) and the answer stands.
+More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/source/offset_reader.py).
 """
 
 from __future__ import annotations

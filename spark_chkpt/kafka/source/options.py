@@ -4,9 +4,6 @@
 object and raises one :class:`~spark_chkpt.errors.ConfigError` naming the option, the
 value given and what is allowed. ``kafka.*`` options go through
 :mod:`spark_chkpt.kafka.client.settings`.
-
-(Over 400 lines: every option of Spark's Kafka source is parsed and cross-checked in
-this one place, as STYLE.md asks: one ``from_options()``, one error style.)
 """
 
 from __future__ import annotations

@@ -8,9 +8,6 @@ snapshot, :mod:`spark_chkpt.alignment.cut`), and the read tasks of a batch. The
 offsets it returns are Spark's Kafka JSON, e.g. ``{"events": {"0": 1200, "1": 1187}}``,
 with the batch's alignment report under ``__chkpt__``. The DataSource classes in
 ``connectors/kafka_source.py`` only translate between Spark and this class.
-
-(Over 400 lines: the start, the end, the cut at barriers and the split into tasks of
-one batch are one driver-side plan; the probes and the cut's logic live elsewhere.)
 """
 
 from __future__ import annotations

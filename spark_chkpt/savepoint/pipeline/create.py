@@ -28,6 +28,7 @@ from spark_chkpt.savepoint.pipeline.manifest import (
     PipelineJob,
     PipelineManifest,
 )
+from spark_chkpt.sinks import sink_kind
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.state.operators import committed_batches
@@ -47,8 +48,8 @@ def _read_job(checkpoint: str, index: int) -> JobCheckpoint:
         raise SavepointError(f"job {checkpoint} has no committed batch yet")
     record = SnapshotStore(checkpoint_location=location).latest()
     writes: dict[str, str] = {}
-    if record is not None and record.sink == "chkpt-kafka" and record.target:
-        writes = {t: record.app_id for t in record.target.split(",")}
+    if record is not None:
+        writes = {t: record.app_id for t in sink_kind(record.sink).barrier_topics(record.target)}
     ends: dict[int, dict[str, dict[int, int]]] = {}
     app_ends: dict[int, dict[str, dict[str, dict[int, int]]]] = {}
     for batch in batches:

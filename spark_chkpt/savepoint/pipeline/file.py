@@ -8,21 +8,7 @@ TOML (or JSON, by the ``.json`` ending)::
     savepoint_dir = "s3://bucket/savepoints"  # optional: --dir on the command line wins
     timeout = 120                            # optional: seconds to wait for a cut (0)
 
-    [[jobs]]
-    checkpoint = "s3://bucket/chk/enrich"
-    reads = ["raw"]                          # optional: checked against the checkpoint
-    writes = ["enriched"]                    # optional: checked against the checkpoint
-
-    [[jobs]]
-    checkpoint = "s3://bucket/chk/count"
-    reads = ["enriched"]
-
-The file is parsed once and whole: an unknown key, a missing one or a value of the wrong
-type is one :class:`~spark_chkpt.errors.SavepointError` naming the file and the key.
-``reads`` and ``writes`` say what the user believes each job does; :func:`check_declared`
-compares them with what the job's checkpoint shows (the topics of its offsets, the topic
-its ``chkpt-kafka`` sink writes) before anything is written, so a file pointing at the
-wrong checkpoint, or a job changed since the file was written, is refused by name.
+More: docs/concepts/savepoints.md (spark_chkpt/savepoint/pipeline/file.py).
 """
 
 from __future__ import annotations

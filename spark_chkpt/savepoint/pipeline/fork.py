@@ -1,39 +1,8 @@
 """A pipeline savepoint restored as a fork: every job a new query beside the original
 pipeline, into new topics and new tables, the original left untouched.
 
-Each job is restored as a one-job fork (a new query id, so its own app id and
-generation 1) into ``<checkpoint_dir>/<job>``. What makes a pipeline fork more than
-that is the topics between the jobs:
-
-* every topic a job of the pipeline writes with ``chkpt-kafka`` is renamed
-  (``rename_topics``, old -> new): the forked job is started writing the new topic, which
-  the restore creates with the old one's partition count. Left unrenamed, the fork would
-  write production's topic and its control topic, which production's readers read;
-* the downstream job's savepoint names the old topic at the cut: barrier N + 1 on every
-  partition. Those offsets mean nothing on the new topic. The forked upstream resumes at
-  snapshot N + 1, so the first records it writes to the new topic are snapshot N + 1's,
-  followed by barrier N + 1: everything in the new topic comes after the cut. So the
-  forked downstream starts at the new topic's first offsets (its log start, 0 for a new
-  topic) on every partition: its offset log of batch M (and M - 1) and its snapshot
-  record name the new topic at those offsets instead of the old one at the cut's;
-* a topic several jobs write (fan-in) is renamed once. Its reader's report holds each
-  app's pending offsets in the old topic (:mod:`spark_chkpt.alignment.fanin`); each
-  forked writer resumes after its own cut, so in the new topic they are all its first
-  offsets. A writer without ``txnAppId`` (its query id, new in a fork) is named there
-  by its forked query id, known once it is restored (before its readers);
-* every job that writes a table (not Kafka) writes a new one (``table_paths``).
-
-:func:`plan_fork` checks, before anything is written, that the fork touches nothing
-production owns (as :mod:`spark_chkpt.savepoint.shadow` does for one job): the checkpoint
-folder is no job's checkpoint nor inside one; every Kafka sink topic is renamed, to a
-name that is no topic of the pipeline (read or written) nor a control topic, and that
-does not exist yet, or exists empty with the same partition count and no control topic;
-every table is new (no job's table or dead-letter table, no Delta log there yet).
-:func:`prepare_topics` then creates the topics and writes the fork's marker
-(``<checkpoint_dir>/_pipeline_fork.json``: the names and each new topic's start offsets)
-before any job is restored. A fork run again (interrupted by a crash) reads the marker:
-the topics it created are its own (they may hold the forked upstream's records by then)
-and the downstream jobs start where the first run said.
+:func:`plan_fork` checks everything before anything is written; :func:`prepare_topics`
+creates the topics and the fork's marker. The protocol: docs/concepts/savepoints.md.
 """
 
 from __future__ import annotations
@@ -51,6 +20,7 @@ from spark_chkpt.fs import qualify, resolve
 from spark_chkpt.kafka.client.topics import create_topic, partition_count, topic_names
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import SavepointManifest, load_savepoint
+from spark_chkpt.sinks import sink_kind
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +116,9 @@ def _reads(manifest: SavepointManifest) -> set[str]:
 
 def _writes(manifest: SavepointManifest) -> list[str]:
     sink = manifest.sink
-    if sink is None or sink.kind != "chkpt-kafka" or not sink.target:
+    if sink is None:
         return []
-    return [t.strip() for t in sink.target.split(",") if t.strip()]
+    return list(sink_kind(sink.kind).barrier_topics(sink.target))
 
 
 def _jobs(names: Sequence[str]) -> str:

@@ -8,6 +8,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 
 from spark_chkpt.errors import ChkptError, SavepointError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import qualify
 from spark_chkpt.savepoint.pipeline.fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.pipeline.manifest import (
@@ -16,7 +17,7 @@ from spark_chkpt.savepoint.pipeline.manifest import (
     load_pipeline,
 )
 from spark_chkpt.savepoint.restore import RestoreMode, RestoreResult, restore_savepoint
-from spark_chkpt.testing.failpoints import FaultPoint, failpoint
+from spark_chkpt.sinks import sink_kind
 
 
 def restore_pipeline(
@@ -65,7 +66,7 @@ def restore_pipeline(
     forked_apps: dict[str, str] = {}
 
     def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
-        kafka_rewind = mode == "rewind" and job.sink == "chkpt-kafka"
+        kafka_rewind = mode == "rewind" and sink_kind(job.sink).has_barriers
         return restore_savepoint(
             savepoint=point.savepoint_of(job),
             checkpoint_location=posixpath.join(qualify(checkpoint_dir), job.name),
@@ -98,7 +99,7 @@ def restore_pipeline(
     for i, job in enumerate(order):
         result = restore(job, check_only=False)
         results.append(result)
-        if fork is not None and job.sink == "chkpt-kafka" and job.app_id == job.query_id:
+        if fork is not None and sink_kind(job.sink).has_barriers and job.app_id == job.query_id:
             forked_apps[job.app_id] = result.query_id
         failpoint(FaultPoint.IN_PIPELINE_RESTORE, i)
     return results

@@ -1,28 +1,6 @@
 """A clean interpreter exit after pyarrow was used with Python-backed files.
 
-The abort this prevents (``terminate called without an active exception``, SIGABRT,
-exit 134 after the script's last line) was traced with gdb on a script that only calls
-``DeltaTable(path).to_pyarrow_table()``; Spark plays no part (14 of 30 such runs
-aborted, pyarrow 26.0.1, deltalake 1.6.6, CPython 3.11):
-
-1. delta-rs hands pyarrow a Python filesystem, so every Parquet read returns a Python
-   ``bytes`` that pyarrow wraps in an ``arrow::py::PyBuffer``.
-2. ``to_pyarrow_table()`` returns as soon as its last batch is decoded. Threads of
-   pyarrow's I/O and CPU pools are still finishing the scan's tasks: releasing read
-   caches and futures, and with them the last references to those buffers.
-3. The script ends; CPython runs ``atexit`` and then marks the interpreter as finalizing.
-4. A pool thread destroys a ``PyBuffer``; its destructor takes the GIL
-   (``PyGILState_Ensure``). A non-Python thread that takes the GIL of a finalizing
-   interpreter is ended with ``pthread_exit``, whose forced unwind meets the
-   ``noexcept`` destructor frames: ``std::terminate``, SIGABRT.
-
-Arrow guards these destructors with ``Py_IsInitialized()`` (apache/arrow#49942), which
-cannot close the race: the check passes, then the thread waits for the GIL while
-finalization starts. The fix is to finish the pools' work before finalization:
-:func:`drain_arrow_pools` runs at exit (registered when spark_chkpt is imported) and
-waits, with the GIL released, until pyarrow's I/O and CPU pools have no task queued or
-running. It reads the pools' task counts through libarrow's exported C++ symbols; where
-they are missing (another platform or Arrow build), it does nothing.
+More: docs/concepts/runtime.md (spark_chkpt/runtime/teardown.py).
 """
 
 from __future__ import annotations

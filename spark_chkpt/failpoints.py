@@ -1,27 +1,7 @@
 """Fail points: named places in the engine where a test makes it fail (fail-rs, FoundationDB's
 buggify).
 
-The engine calls :func:`failpoint` at each point of :class:`FaultPoint` (the registry:
-every name and where it is) with the batch id; nothing happens unless the point is
-switched on, by a test in this process (:func:`enable`, :func:`enabled`) or by the
-environment, which reaches Spark's Python workers and the driver of a job a fault test
-starts:
-
-- ``SPARK_CHKPT_KILL_AT=<point>[@<batchId>]``: SIGKILL every process of the session
-  (the driver started with ``start_new_session=True``: the Python driver, its JVM and
-  PySpark's Python processes, whatever their process group), then this process, like
-  ``kill -9`` of the whole job.
-- ``SPARK_CHKPT_FAIL_AT=<point>@<batchId>``: raise :class:`InjectedFailureError` (only at
-  the points that can fail a task or a commit: ``in-write``, ``in-commit``), so Spark
-  aborts the batch.
-- ``SPARK_CHKPT_STALL_AT=<point>@<batchId>``: pause there: create the file named by
-  ``SPARK_CHKPT_STALL_SIGNAL`` and sleep ``SPARK_CHKPT_STALL_SECONDS`` (default 10), or
-  until the file ``SPARK_CHKPT_STALL_RELEASE`` names exists, so a test can inject a
-  fault of its own (freeze the broker) exactly there and let the engine go on when it
-  is done.
-
-Never set them outside tests. This is the one module of :mod:`spark_chkpt.testing` the
-engine imports.
+More: docs/concepts/runtime.md (spark_chkpt/failpoints.py).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """JVM artifacts from Maven Central: fetched once by ``make setup``, found at run time.
 
 Each set is a ``pom.xml`` under ``jvm/<set>/`` that lists artifacts; ``make setup`` runs
-``python -m spark_chkpt.jars fetch``, which copies each set's artifacts and their runtime
+``python -m spark_chkpt.runtime.jars fetch``, which copies each set's artifacts and their runtime
 dependencies with ``mvn dependency:copy-dependencies`` into ``.cache/jars/<set>/``
 (git-ignored), and prints what it fetched. A set whose folder holds the jars of the
 pom as it is now (a stamp records the pom's hash) is not fetched again.
 
-- ``kafka-broker``: ``org.apache.kafka:kafka_2.13``, the real broker the tests start in
-  its own JVM.
-- ``spark-connectors``: Spark's own Kafka connector and delta-spark, handed to Spark
-  through ``spark.jars`` (:func:`spark_jars`). Artifacts pyspark already ships are left
-  out, so Spark's own versions are the ones loaded.
-- ``hadoop-aws``: Hadoop's S3A filesystem and its AWS SDK bundle, so Spark's
-  ``checkpointLocation`` can be ``s3a://`` (:func:`s3a_jars`; the same pick-out as
-  ``spark-connectors``).
-
-At run time :func:`jars` finds a set's folder: ``$SPARK_CHKPT_JARS_DIR/<set>`` if that
-variable is set, else ``.cache/jars/<set>`` of the checkout this package was installed
-from. A missing set raises :class:`~spark_chkpt.errors.JvmArtifactError` naming the
-artifacts and the command that fetches them.
+More: docs/concepts/runtime.md (spark_chkpt/runtime/jars.py).
 """
 
 from __future__ import annotations
@@ -49,7 +37,7 @@ _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*)(?:-[A-Za-z][\w.
 
 def checkout_root() -> Path:
     """The checkout this package runs from (an editable install): the folder with ``jvm/``."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def pom_path(name: str) -> Path:
@@ -83,7 +71,7 @@ def jars(name: str) -> list[str]:
     if not found or not (folder / STAMP).is_file():
         raise JvmArtifactError(
             f"the jars of {', '.join(artifacts(name))} are not in {folder}: run `make setup` "
-            f"(it fetches them with `python -m spark_chkpt.jars fetch`, which needs java "
+            f"(it fetches them with `python -m spark_chkpt.runtime.jars fetch`, which needs java "
             f"and mvn), or set {ENV} to a folder that holds '{name}/'"
         )
     return found
@@ -174,7 +162,7 @@ def fetch(name: str, *, out: TextIO = sys.stdout) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_chkpt.jars", description="Fetch the project's JVM artifacts."
+        prog="python -m spark_chkpt.runtime.jars", description="Fetch the project's JVM artifacts."
     )
     parser.add_argument("command", choices=["fetch", "path"])
     parser.add_argument("--set", dest="sets", action="append", choices=SETS)

@@ -10,10 +10,9 @@ raised, so it comes before Spark's report of it.
 
 Two failures are not the project's and need saying what they mean. Spark's own, common
 on a loaded machine: ``Python worker failed to connect back``. And an S3 request refused
-by a store that does not take the newer AWS SDKs' request checksums (the SDKs send them
-by default since early 2025; pyarrow's and boto3's fail on such stores, naming a header
-or a failed stream, never the settings). :func:`explain` turns each into what happened
-and what to do; :func:`reported` writes it first where a format's driver-side method
+by a store that does not take the newer AWS SDKs' request checksums (pyarrow and boto3
+fail there naming a header or a failed stream, never the settings). :func:`explain`
+turns each into what happened and what to do; :func:`reported` writes it first where a format's driver-side method
 fails with it, and the restart supervisor's lines and, through
 :func:`install_excepthook` (installed by ``register()``), an uncaught error in the
 user's script start with that explanation. A ``query.stop()`` while a batch commits makes

@@ -1,32 +1,12 @@
-"""A ``chkpt-delta`` sink's rewind to snapshot N: its table and its dead-letter table.
+"""A Delta sink's rewind to snapshot N: its table and its dead-letter table.
 
-:class:`DeltaRewind` is the sink's :class:`~spark_chkpt.snapshot.rewind.SinkRewind`
-(see the restore's protocol in :mod:`spark_chkpt.savepoint.restore`):
-
-* the table is rolled back to snapshot N's version with delta-rs ``restore``, in a
-  commit carrying ``txn(appId, N)`` (a txn action is "last one wins" in log replay, so
-  the app is back at N), snapshot N's record (so ``spark-chkpt recover`` and the replay
-  check see N as the app's newest snapshot) and the new generation
-  ``txn(<appId>#generation, g)``, which fences the writers of older ones;
-* the dead-letter table (``deadLetterPath``) the same way. Each batch's dead letters are
-  committed to their own table with ``txn(appId, N)`` before the batch's commit of the
-  main table (:mod:`spark_chkpt.delta.sink.dead_letters`), and the batch's snapshot
-  record names that table and the version holding them (``dead_letter_target``,
-  ``dead_letter_version``). The rewind rolls it back to that version, so that it holds
-  the dead letters of batches 0..N of the savepoint's timeline and the re-run batches
-  N + 1, ... commit theirs once each. With no such version (no dead letter yet at N) the
-  table is emptied in a commit carrying the same txns. A savepoint of an earlier
-  release names no version: the table named by ``--dead-letter-table`` is then rolled
-  back to its newest commit whose txn of the app id is N or lower.
-
-Everything that can refuse runs in :meth:`DeltaRewind.plan`, before anything is changed:
-the table holds snapshot N's own commit (the savepoint's Delta version, from its source
-offsets: not batch N of a later timeline), no other writer committed to either table
-after N (unless ``--discard-other-writers`` names them), the dead-letter table still
-holds its version at N and all of that version's files (VACUUM may have removed them).
-
-(Over 400 lines: the two tables' checks and rollbacks, one protocol, and the error
-messages that name the way out.)
+:class:`DeltaRewind` is the :class:`~spark_chkpt.snapshot.rewind.SinkRewind` of both
+Delta writers (``chkpt-delta``, ``DeltaUpsert``, whose kind is :class:`DeltaTableKind`):
+:meth:`DeltaRewind.plan` makes every check before anything changes, :meth:`apply` rolls
+the table back with delta-rs ``restore`` (through :mod:`spark_chkpt.delta.table`) in a
+commit carrying ``txn(appId, N)``, snapshot N's record and the new generation, then the
+dead-letter table the same way. The protocol and its refusals:
+docs/concepts/delta-internals.md (spark_chkpt/delta/rewind.py).
 """
 
 from __future__ import annotations
@@ -41,9 +21,9 @@ from spark_chkpt.delta.history import commits_after
 from spark_chkpt.delta.replay import describe_offsets, positions
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit, commit_properties
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.fs import qualify
+from spark_chkpt.fs import qualify, same_table
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, Rewound
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, Rewound
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +86,40 @@ class DeltaRewind:
             dead_letters_rolled_back_from=before,
             dead_letters_restore_version=restored,
         )
+
+
+class DeltaTableKind:
+    """The sink kind of a writer of one Delta table (``chkpt-delta``, ``DeltaUpsert``),
+    as :mod:`spark_chkpt.sinks` asks it: its rewind is :class:`DeltaRewind`."""
+
+    has_barriers = False
+    target_option = "path"
+    progress_hint = ""
+
+    def __init__(self, *, name: str) -> None:
+        self.name = name
+
+    def rewind(self, *, point: RewindPoint, request: RewindRequest) -> DeltaRewind:
+        return DeltaRewind(
+            point=point,
+            table=request.table,
+            dead_letter_table=request.dead_letter_table,
+            storage_options=request.storage_options,
+            discard_other_writers=request.discard_other_writers,
+        )
+
+    def describe(
+        self, *, target: str | None, app_id: str, batch_id: int, version: int | None
+    ) -> str:
+        return f"Delta version {'-' if version is None else version}, txn {app_id}={batch_id}"
+
+    def barrier_topics(self, target: str | None) -> tuple[str, ...]:
+        return ()
+
+    def progress(
+        self, *, record: SnapshotRecord, bootstrap_servers: str | None
+    ) -> dict[str, dict[str, int]] | None:
+        return None
 
 
 def rewind_target(
@@ -320,10 +334,6 @@ def _at_snapshot(target: DeltaTarget, state: TableState) -> bool:
     except ValueError:
         return False
     return isinstance(rewound, dict) and rewound.get("to_version") == state.snapshot_version
-
-
-def same_table(a: str, b: str | None) -> bool:
-    return b is not None and qualify(a).rstrip("/") == qualify(b).rstrip("/")
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,7 @@ and write task of the formats, moves what is alive into the permanent generation
 (``gc.freeze()``) when the oldest generation holds more than :data:`FREEZE_ABOVE`
 objects, so each later collection walks only what the tasks made since.
 
-Why that test: the daemon has just collected (after the previous task), so what the
-oldest generation holds is alive, and only imports (a task's first use of a client or a
-library: tens of thousands of objects each) make it this large; a task's own survivors
-(pooled consumers, caches) stay far below it and are collected as usual. So a worker
-freezes a few times as its imports arrive, then never again.
-
-What it trades: a frozen object is never examined by the cycle collector again, so a
-reference cycle among frozen objects that later becomes garbage is not freed (refcounting
-still frees everything else). What is frozen is modules and what they made, alive for the
-worker's life. ``gc.unfreeze()`` in a task of the user's takes it back for that worker.
+More: docs/concepts/runtime.md (spark_chkpt/runtime/worker_heap.py).
 """
 
 from __future__ import annotations

@@ -7,23 +7,7 @@ with a virtual environment's interpreter (``.venv/bin/python my_job.py``) theref
 workers that cannot import spark_chkpt, and the failure arrives as a worker traceback
 inside a JVM stack trace.
 
-:func:`choose_worker_python` runs in ``register()``:
-
-1. An interpreter the user chose is kept: ``PYSPARK_PYTHON``, then the
-   ``spark.pyspark.python`` setting (which PySpark itself only honours under
-   spark-submit; here it applies to a session built in a plain script too), then a
-   ``pythonExec`` set on the context by other means.
-2. With none chosen and a master whose executors run on this machine (``local``,
-   ``local[N]``, ``local-cluster[...]``), workers use the driver's own interpreter,
-   which has spark_chkpt (it is running it).
-3. With none chosen and a cluster master, Spark's default stays: the executors' own
-   ``python3``, where the cluster installs the package (Databricks installs a job's
-   wheel on every node). Spark also runs the data sources' driver-side steps in a
-   worker on the driver with that interpreter, so it is checked there too.
-4. The interpreter is checked once per path, in a subprocess on the driver: it must
-   import ``spark_chkpt.connectors`` and have the driver's version. A failure raises
-   :class:`WorkerPythonError` naming the interpreter, the setting and the fix. On a
-   cluster master an interpreter path that does not exist on the driver is not checked.
+More: docs/concepts/runtime.md (spark_chkpt/runtime/interpreter.py).
 """
 
 from __future__ import annotations
