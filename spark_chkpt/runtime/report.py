@@ -12,8 +12,8 @@ Two failures are not the project's and need saying what they mean. Spark's own, 
 on a loaded machine: ``Python worker failed to connect back``. And an S3 request refused
 by a store that does not take the newer AWS SDKs' request checksums (pyarrow and boto3
 fail there naming a header or a failed stream, never the settings). :func:`explain`
-turns each into what happened and what to do; :func:`reported` writes it first where a format's driver-side method
-fails with it, and the restart supervisor's lines and, through
+turns each into what happened and what to do; :func:`reported` writes it first where
+a format's driver-side method fails with it, and the restart supervisor's lines and, through
 :func:`install_excepthook` (installed by ``register()``), an uncaught error in the
 user's script start with that explanation. A ``query.stop()`` while a batch commits makes
 PySpark print an accumulator ``EOFError`` traceback: :func:`explain_stopped_commit`
