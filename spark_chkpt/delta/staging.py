@@ -10,6 +10,11 @@ attempt's files are recognisable later and each writer cleans up only its own:
 writer's tag (``part-b00042-t00003-<attempt>-000...``, written before it existed) still
 match :data:`STAGED_NAME`; their ``app`` group is None.
 
+On a column-mapped table (a :class:`~spark_chkpt.delta.column_mapping.ColumnMapping`
+given), the files hold the physical names and Parquet field ids, nested struct fields
+too; statistics and partition values are keyed by the physical names; and files go to
+random two-character folders instead of ``col=value/`` ones, as delta-spark writes them.
+
 Memory is bounded: batches stream into open Parquet writers (one per partition value,
 at most ``max_open_files``), and a file is closed once it holds ``max_records_per_file``
 rows or ``target_file_bytes`` of Arrow data.
@@ -21,7 +26,9 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import random
 import re
+import string
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.fs import Location
 
 if TYPE_CHECKING:
@@ -192,6 +200,7 @@ class _OpenFile:
         relative: str,
         schema: pa.Schema,
         partition_values: dict[str, str | None],
+        physical: pa.Schema | None = None,
     ) -> None:
         import pyarrow.parquet as pq
 
@@ -200,16 +209,26 @@ class _OpenFile:
         self.partition_values = partition_values
         self.rows = 0
         self.arrow_bytes = 0
-        self.stats = {f.name: _ColumnStats(f.type) for f in schema}
+        # Statistics are gathered from the logical batch, keyed by the names in the file.
+        self.physical = physical
+        names = physical.names if physical is not None else schema.names
+        self.stats = {
+            stored: (f.name, _ColumnStats(f.type)) for stored, f in zip(names, schema, strict=True)
+        }
         location.fs.create_dir(location.path.rsplit("/", 1)[0], recursive=True)
         self._stream = location.fs.open_output_stream(location.path)
-        self.writer: pq.ParquetWriter = pq.ParquetWriter(self._stream, schema, compression="snappy")
+        self.writer: pq.ParquetWriter = pq.ParquetWriter(
+            self._stream, physical if physical is not None else schema, compression="snappy"
+        )
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
+        if self.physical is not None:
+            self.writer.write_batch(ColumnMapping.to_physical(batch, self.physical))
+        else:
+            self.writer.write_batch(batch)
         self.rows += batch.num_rows
         self.arrow_bytes += batch.nbytes
-        for name, stats in self.stats.items():
+        for name, stats in self.stats.values():
             stats.update(batch.column(name))
 
     def close(self) -> StagedFile:
@@ -222,7 +241,7 @@ class _OpenFile:
             "maxValues": {},
             "nullCount": {},
         }
-        for name, col in self.stats.items():
+        for name, (_, col) in self.stats.items():
             if col.counts_nulls:
                 stats["nullCount"][name] = col.nulls
             bounds = col.bounds()
@@ -253,13 +272,23 @@ class ParquetStager:
         max_records_per_file: int,
         target_file_bytes: int,
         max_open_files: int = 64,
+        mapping: ColumnMapping | None = None,
     ) -> None:
+        """``mapping``: the table's column mapping (None: the table has none, or is
+        created by this batch), every column of ``schema`` in it."""
         self.table = table
         self.schema = normalize_schema(schema)
         self.partition_by = list(partition_by)
         self.data_schema = self.schema
         for name in self.partition_by:
             self.data_schema = self.data_schema.remove(self.data_schema.get_field_index(name))
+        self.mapping = mapping
+        self.physical = mapping.physical_schema(self.data_schema) if mapping is not None else None
+        self.partition_names = (
+            [mapping.physical_name(c) for c in self.partition_by]
+            if mapping is not None
+            else self.partition_by
+        )
         self.output = StagedOutput(attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task)
         self.app_tag = app_tag(app_id)
         self.max_records_per_file = max_records_per_file
@@ -275,7 +304,10 @@ class ParquetStager:
         if len(self._open) >= self.max_open_files:
             oldest = next(iter(self._open))
             self.output.files.append(self._open.pop(oldest).close())
-        folder = partition_dir(self.partition_by, key) if self.partition_by else ""
+        if self.mapping is not None:  # delta-spark's random prefix (the name would be opaque)
+            folder = "".join(random.choices(string.ascii_letters + string.digits, k=2))
+        else:
+            folder = partition_dir(self.partition_by, key) if self.partition_by else ""
         name = (
             f"part-b{self.output.batch_id or 0:05d}-t{self.output.task:05d}-q{self.app_tag}-"
             f"{self.output.attempt}-{self._seq:03d}.chkpt.snappy.parquet"
@@ -286,7 +318,8 @@ class ParquetStager:
             location=self.table.child(relative),
             relative=relative,
             schema=self.data_schema,
-            partition_values=dict(zip(self.partition_by, key, strict=True)),
+            partition_values=dict(zip(self.partition_names, key, strict=True)),
+            physical=self.physical,
         )
         self._open[key] = opened
         return opened

@@ -15,15 +15,17 @@ module that knows both sides: the writer's module imports no committer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.sink.dead_letter_rows import pa_schema_of
 from spark_chkpt.delta.sink.dead_letters import check_dead_letters
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.sink.writer import DeltaWriter
 from spark_chkpt.delta.staging import StagedOutput
+from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
 
@@ -35,14 +37,18 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class DeltaSink:
     """One query's ``chkpt-delta`` sink: its options, the protocol's settings they
-    produced, the table's columns and the dead letters' (None without), and whether
-    each batch replaces the table (outputMode("complete"))."""
+    produced, the table's columns and the dead letters' (None without), whether
+    each batch replaces the table (outputMode("complete")), and the column mapping of
+    the table and of the dead-letter table each batch is staged with (None: not
+    column-mapped, or not created yet; read on the driver when the batch is planned)."""
 
     config: DeltaSinkConfig
     snapshot: SnapshotSettings
     arrow_schema: pa.Schema
     dead_letter_schema: pa.Schema | None = None
     complete: bool = False
+    mapping: ColumnMapping | None = None
+    dead_letter_mapping: ColumnMapping | None = None
 
     @classmethod
     def assemble(
@@ -53,7 +59,22 @@ class DeltaSink:
         config = DeltaSinkConfig.from_options(options)
         config.check_columns(schema.fieldNames())
         check_dead_letters(schema, config, complete=complete)
-        return cls.of(config=config, schema=_arrow(schema), complete=complete)
+        return cls.of(config=config, schema=_arrow(schema), complete=complete).mapped()
+
+    def mapped(self) -> DeltaSink:
+        """This sink with the column mappings of its tables as they are now (Spark
+        assembles the sink on the driver for every batch: a rename or drop by another
+        writer between batches is seen by the next one)."""
+        store = self.config.storage_options
+        mapping = DeltaTarget(uri=self.config.path, storage_options=store).planned_mapping(
+            self.arrow_schema
+        )
+        letters = None
+        if self.config.dead_letter_path and self.dead_letter_schema is not None:
+            letters = DeltaTarget(
+                uri=self.config.dead_letter_path, storage_options=store
+            ).planned_mapping(self.dead_letter_schema)
+        return replace(self, mapping=mapping, dead_letter_mapping=letters)
 
     @classmethod
     def of(cls, *, config: DeltaSinkConfig, schema: pa.Schema, complete: bool = False) -> DeltaSink:
@@ -76,6 +97,8 @@ class DeltaSink:
             app_id=self.snapshot.app_id,
             arrow_schema=self.arrow_schema,
             dead_letter_schema=self.dead_letter_schema,
+            mapping=self.mapping,
+            dead_letter_mapping=self.dead_letter_mapping,
         )
 
     def committer(self) -> DeltaCoordinator:
@@ -89,6 +112,8 @@ class DeltaSink:
             batch_id=batch_id,
             schema=self.arrow_schema,
             dead_letter_schema=self.dead_letter_schema,
+            mapping=self.mapping,
+            dead_letter_mapping=self.dead_letter_mapping,
         )
 
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 class DeltaWriter:
     """One write task's staging: the sink's options, the table's columns
-    (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without)."""
+    (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without), and
+    the column mapping of each table (None: none)."""
 
     def __init__(
         self,
@@ -34,19 +36,30 @@ class DeltaWriter:
         app_id: str,
         arrow_schema: pa.Schema,
         dead_letter_schema: pa.Schema | None = None,
+        mapping: ColumnMapping | None = None,
+        dead_letter_mapping: ColumnMapping | None = None,
     ) -> None:
         self.config = config
         self.app_id = app_id
         self.arrow_schema = arrow_schema
         self.dead_letter_schema = dead_letter_schema
+        self.mapping = mapping
+        self.dead_letter_mapping = dead_letter_mapping
 
     def write(
         self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int
     ) -> tuple[StagedOutput, list[StagedFile]]:
         """Stage one task's rows; returns its output and its dead-letter files."""
-        stager = self._stager(self.config.path, self.arrow_schema, batch_id, task)
+        stager = self._stager(self.config.path, self.arrow_schema, batch_id, task, self.mapping)
         dead = (
-            self._stager(self.config.dead_letter_path, self.dead_letter_schema, batch_id, task, ())
+            self._stager(
+                self.config.dead_letter_path,
+                self.dead_letter_schema,
+                batch_id,
+                task,
+                self.dead_letter_mapping,
+                (),
+            )
             if self.config.dead_letter_path and self.dead_letter_schema is not None
             else None
         )
@@ -73,6 +86,7 @@ class DeltaWriter:
         schema: pa.Schema,
         batch_id: int | None,
         task: int,
+        mapping: ColumnMapping | None,
         partition_by: tuple[str, ...] | None = None,
     ) -> ParquetStager:
         return ParquetStager(
@@ -84,4 +98,5 @@ class DeltaWriter:
             task=task,
             max_records_per_file=self.config.max_records_per_file,
             target_file_bytes=self.config.target_file_bytes,
+            mapping=mapping,
         )
