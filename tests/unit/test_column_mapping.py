@@ -284,3 +284,23 @@ def test_renamed_dropped_and_re_added_columns_are_found(tmp_path: Path) -> None:
         )
     with pytest.raises(SchemaMismatchError, match="became column-mapped"):
         target.check_mapping(target.open(), None, ["n"], what="chkpt-delta batch 3")
+
+
+def test_merge_schema_on_an_object_store_is_refused_naming_the_way_forward(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    import pyarrow.fs as pafs
+
+    target = column_mapped_table(tmp_path / "t", mode="name")
+    planned = target.planned_mapping(ARROW.append(pa.field("c", pa.int64())))
+    assert planned is not None
+    # the same files seen through a filesystem that is not the local one (as S3's is)
+    target.location = dataclasses.replace(
+        target.location, fs=pafs.SubTreeFileSystem("/", pafs.LocalFileSystem())
+    )
+    with pytest.raises(SchemaMismatchError, match=r"mergeSchema would add column\(s\) c") as e:
+        target.add_mapped_columns(target.open(), planned)
+    assert "ALTER TABLE ... ADD COLUMNS" in str(e.value)
+    assert target.open().version() == 0  # nothing committed
