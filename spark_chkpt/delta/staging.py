@@ -12,8 +12,9 @@ match :data:`STAGED_NAME`; their ``app`` group is None.
 
 On a column-mapped table (a :class:`~spark_chkpt.delta.column_mapping.ColumnMapping`
 given), the files hold the physical names and Parquet field ids, nested struct fields
-too; statistics and partition values are keyed by the physical names; and files go to
-random two-character folders instead of ``col=value/`` ones, as delta-spark writes them.
+too, and the partition columns as well; statistics and partition values are keyed by the
+physical names; and files go to random two-character folders instead of ``col=value/``
+ones, as delta-spark writes them.
 
 Memory is bounded: batches stream into open Parquet writers (one per partition value,
 at most ``max_open_files``), and a file is closed once it holds ``max_records_per_file``
@@ -201,7 +202,10 @@ class _OpenFile:
         schema: pa.Schema,
         partition_values: dict[str, str | None],
         physical: pa.Schema | None = None,
+        unbounded: Sequence[str] = (),
     ) -> None:
+        """``physical``: the file's schema (column mapping), else ``schema``;
+        ``unbounded``: columns written without statistics (partition columns)."""
         import pyarrow.parquet as pq
 
         self.location = location
@@ -213,7 +217,9 @@ class _OpenFile:
         self.physical = physical
         names = physical.names if physical is not None else schema.names
         self.stats = {
-            stored: (f.name, _ColumnStats(f.type)) for stored, f in zip(names, schema, strict=True)
+            stored: (f.name, _ColumnStats(f.type))
+            for stored, f in zip(names, schema, strict=True)
+            if f.name not in unbounded
         }
         location.fs.create_dir(location.path.rsplit("/", 1)[0], recursive=True)
         self._stream = location.fs.open_output_stream(location.path)
@@ -283,6 +289,10 @@ class ParquetStager:
         for name in self.partition_by:
             self.data_schema = self.data_schema.remove(self.data_schema.get_field_index(name))
         self.mapping = mapping
+        if mapping is not None:
+            # delta-spark writes a column-mapped table's partition columns into its files
+            # too (and reads them from there); their values also stay in the log.
+            self.data_schema = self.schema
         self.physical = mapping.physical_schema(self.data_schema) if mapping is not None else None
         self.partition_names = (
             [mapping.physical_name(c) for c in self.partition_by]
@@ -320,6 +330,7 @@ class ParquetStager:
             schema=self.data_schema,
             partition_values=dict(zip(self.partition_names, key, strict=True)),
             physical=self.physical,
+            unbounded=self.partition_by,
         )
         self._open[key] = opened
         return opened
@@ -340,7 +351,7 @@ class ParquetStager:
             .group_by(self.partition_by, use_threads=False)
             .aggregate([("__row", "list")])
         )
-        data = table.drop_columns(self.partition_by)
+        data = table if self.mapping is not None else table.drop_columns(self.partition_by)
         for group in groups.to_pylist():  # one entry per distinct key, NaN and null included
             key = tuple(partition_value_string(group[name]) for name in self.partition_by)
             for chunk in data.take(pa.array(group["__row_list"], type=pa.int64())).to_batches():

@@ -160,13 +160,14 @@ class DeltaTarget:
         table = table if table is not None else self.open()
         return ColumnMapping.of_table(table) if table is not None else None
 
-    def planned_mapping(self, batch_schema: pa.Schema) -> ColumnMapping | None:
-        """The mapping a batch of ``batch_schema`` is staged with: the table's, plus
-        physical names and ids for the columns the table lacks (those mergeSchema will
-        add; without mergeSchema the commit refuses them before anything is visible)."""
+    def planned_mapping(self, batch_schema: pa.Schema, table: Any = None) -> ColumnMapping | None:
+        """The mapping a batch of ``batch_schema`` is staged with: the table's (``table``,
+        else opened), plus physical names and ids for the columns the table lacks (those
+        mergeSchema will add; without mergeSchema the commit refuses them before anything
+        is visible)."""
         from deltalake import Schema
 
-        mapping = self.column_mapping()
+        mapping = self.column_mapping(table)
         if mapping is None:
             return None
         wanted = normalize_schema(batch_schema)

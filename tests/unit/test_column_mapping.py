@@ -168,11 +168,13 @@ def test_staged_files_statistics_and_partition_values_use_physical_names(
         folder, name = staged.path.split("/")
         assert len(folder) == 2 and name.endswith(".chkpt.snappy.parquet")  # random prefix
         schema = pq.read_schema(tmp_path / "t" / staged.path)
-        expected = ["col-n-1", "col-s-2", "col-st-3"] + ([] if partitioned else ["col-part-6"])
-        assert schema.names == expected
+        # partition columns in the files too, as delta-spark writes them, without statistics
+        assert schema.names == ["col-n-1", "col-s-2", "col-st-3", "col-part-6"]
+        assert schema.field("col-part-6").metadata[b"PARQUET:field_id"] == b"6"
         stats = json.loads(staged.stats)
-        assert set(stats["nullCount"]) == {"col-n-1", "col-s-2", *expected[3:]}
-        assert set(stats["minValues"]) == {"col-n-1", "col-s-2", *expected[3:]}
+        bounded = {"col-n-1", "col-s-2"} | (set() if partitioned else {"col-part-6"})
+        assert set(stats["nullCount"]) == bounded
+        assert set(stats["minValues"]) == bounded
         if partitioned:
             assert list(staged.partition_values) == ["col-part-6"]
     # committed by delta-rs as given; its DataFusion reader applies the mapping
@@ -304,3 +306,22 @@ def test_merge_schema_on_an_object_store_is_refused_naming_the_way_forward(
         target.add_mapped_columns(target.open(), planned)
     assert "ALTER TABLE ... ADD COLUMNS" in str(e.value)
     assert target.open().version() == 0  # nothing committed
+
+
+def test_the_sink_stages_with_the_tables_mapping_and_partition_columns(tmp_path: Path) -> None:
+    from spark_chkpt.delta.sink.assembler import DeltaSink
+    from spark_chkpt.delta.sink.options import DeltaSinkConfig
+
+    target = column_mapped_table(tmp_path / "t", mode="id", partitioned=True)
+    (tmp_path / "chk").mkdir()
+    (tmp_path / "chk" / "metadata").write_text('{"id":"a1b2c3d4-0000-0000-0000-000000000000"}')
+    options = {"path": target.uri, "checkpointLocation": str(tmp_path / "chk")}
+    sink = DeltaSink.of(config=DeltaSinkConfig.from_options(options), schema=ARROW).mapped()
+    assert sink.config.partition_by == ("part",)  # the table's, as delta-spark takes them
+    assert sink.mapping == ColumnMapping.of_table(target.open())
+    staged = sink.writer().write(iter([batch()]), batch_id=0, task=0)[0]
+    assert sorted(f.partition_values["col-part-6"] for f in staged.files) == ["0", "1"]
+    # a table that does not exist yet: created by the first batch, no mapping
+    other = {**options, "path": str(tmp_path / "new")}
+    fresh = DeltaSink.of(config=DeltaSinkConfig.from_options(other), schema=ARROW).mapped()
+    assert fresh.mapping is None and fresh.config.partition_by == ()

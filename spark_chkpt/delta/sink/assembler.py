@@ -64,17 +64,23 @@ class DeltaSink:
     def mapped(self) -> DeltaSink:
         """This sink with the column mappings of its tables as they are now (Spark
         assembles the sink on the driver for every batch: a rename or drop by another
-        writer between batches is seen by the next one)."""
+        writer between batches is seen by the next one), and, without ``partitionBy``,
+        the partition columns of a table that exists (as delta-spark takes them)."""
         store = self.config.storage_options
-        mapping = DeltaTarget(uri=self.config.path, storage_options=store).planned_mapping(
-            self.arrow_schema
-        )
+        target = DeltaTarget(uri=self.config.path, storage_options=store)
+        table = target.open()
+        mapping = target.planned_mapping(self.arrow_schema, table) if table is not None else None
+        config = self.config
+        if table is not None and not config.partition_by:
+            existing = tuple(table.metadata().partition_columns)
+            if existing and all(c in self.arrow_schema.names for c in existing):
+                config = replace(config, partition_by=existing)
         letters = None
         if self.config.dead_letter_path and self.dead_letter_schema is not None:
             letters = DeltaTarget(
                 uri=self.config.dead_letter_path, storage_options=store
             ).planned_mapping(self.dead_letter_schema)
-        return replace(self, mapping=mapping, dead_letter_mapping=letters)
+        return replace(self, config=config, mapping=mapping, dead_letter_mapping=letters)
 
     @classmethod
     def of(cls, *, config: DeltaSinkConfig, schema: pa.Schema, complete: bool = False) -> DeltaSink:
