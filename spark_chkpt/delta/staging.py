@@ -81,6 +81,9 @@ class StagedOutput:
     batch_id: int | None
     task: int
     files: list[StagedFile] = field(default_factory=list)
+    # the column mapping the files were written with (None: none): the commit checks it,
+    # and adds the columns it planned, rather than a mapping planned again on its side
+    mapping: ColumnMapping | None = None
 
     @property
     def rows(self) -> int:
@@ -299,7 +302,9 @@ class ParquetStager:
             if mapping is not None
             else self.partition_by
         )
-        self.output = StagedOutput(attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task)
+        self.output = StagedOutput(
+            attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task, mapping=mapping
+        )
         self.app_tag = app_tag(app_id)
         self.max_records_per_file = max_records_per_file
         self.target_file_bytes = target_file_bytes

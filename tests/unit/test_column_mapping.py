@@ -325,3 +325,30 @@ def test_the_sink_stages_with_the_tables_mapping_and_partition_columns(tmp_path:
     other = {**options, "path": str(tmp_path / "new")}
     fresh = DeltaSink.of(config=DeltaSinkConfig.from_options(other), schema=ARROW).mapped()
     assert fresh.mapping is None and fresh.config.partition_by == ()
+
+
+def test_the_commit_adds_the_columns_the_tasks_staged_not_a_second_plan(tmp_path: Path) -> None:
+    """Spark assembles the sink apart for the tasks and for the commit: each plans a new
+    column's physical name anew (a fresh uuid); the commit must take the tasks'."""
+    from spark_chkpt.delta.sink.committer import DeltaCoordinator
+    from spark_chkpt.delta.sink.options import DeltaSinkConfig
+    from spark_chkpt.delta.staging import StagedOutput
+
+    target = column_mapped_table(tmp_path / "t", mode="name")
+    wider = ARROW.append(pa.field("c", pa.int64()))
+    tasks, committer_side = target.planned_mapping(wider), target.planned_mapping(wider)
+    assert tasks is not None and committer_side is not None
+    assert tasks.physical_name("c") != committer_side.physical_name("c")
+    (tmp_path / "chk").mkdir()
+    (tmp_path / "chk" / "metadata").write_text('{"id":"a1b2c3d4-0000-0000-0000-000000000000"}')
+    config = DeltaSinkConfig.from_options(
+        {"path": target.uri, "checkpointLocation": str(tmp_path / "chk")}
+    )
+    coordinator = DeltaCoordinator(config=config, snapshot=config.snapshot_settings())
+    output = StagedOutput(attempt="a", batch_id=0, task=0, mapping=tasks)
+    batch = coordinator.new_batch(
+        batch_id=0, messages=[output, None], schema=wider, mapping=committer_side
+    )
+    assert batch.mapping is tasks
+    empty = coordinator.new_batch(batch_id=0, messages=[], schema=wider, mapping=committer_side)
+    assert empty.mapping is committer_side

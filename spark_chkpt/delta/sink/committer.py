@@ -128,8 +128,10 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             files=[f for m in outputs for f in m.files],
             schema=details["schema"],
             dead_letter_schema=details.get("dead_letter_schema"),
-            mapping=details.get("mapping"),
-            dead_letter_mapping=details.get("dead_letter_mapping"),
+            mapping=_staged_with(outputs, "mapping", details.get("mapping")),
+            dead_letter_mapping=_staged_with(
+                outputs, "dead_letter_mapping", details.get("dead_letter_mapping")
+            ),
         )
 
     def begin(self, batch: DeltaBatch) -> None:
@@ -263,3 +265,12 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         removed = self.target.delete_unreferenced(files, self.target.open())
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed
+
+
+def _staged_with(outputs: Sequence[StagedOutput], name: str, planned: Any) -> Any:
+    """The column mapping the tasks staged with (the writer Spark shipped them, assembled
+    apart from the committer's: a mapping planned again here could differ); ``planned``
+    when no task says (no task staged, or a writer of an earlier release)."""
+    found = [getattr(o, name, None) for o in outputs]
+    staged = [m for m in found if m is not None]
+    return staged[0] if staged else planned
