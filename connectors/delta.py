@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 from pyspark.sql.types import StructType
 
 from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.runtime.report import reported
@@ -32,6 +33,7 @@ class StagedMessage(StagedOutput, WriterCommitMessage):
     ``deadLetterPath``, also the files staged for the dead-letter table."""
 
     dead_letter_files: list[StagedFile]
+    dead_letter_mapping: ColumnMapping | None
 
 
 class DeltaDataSource(DataSource):
@@ -61,7 +63,12 @@ class DeltaStreamWriter(SinkStreamWriter[DeltaSink]):
         task = WriteTask.current()
         staged, letters = self.sink.writer().write(iterator, batch_id=task.batch_id, task=task.task)
         message = StagedMessage(
-            attempt=staged.attempt, batch_id=staged.batch_id, task=staged.task, files=staged.files
+            attempt=staged.attempt,
+            batch_id=staged.batch_id,
+            task=staged.task,
+            files=staged.files,
+            mapping=staged.mapping,
         )
         message.dead_letter_files = letters
+        message.dead_letter_mapping = self.sink.dead_letter_mapping
         return message

@@ -91,6 +91,24 @@ class Location:
             out.write(data)
         self.fs.move(tmp, self.path)
 
+    def create_exclusive(self, text: str) -> None:
+        """Create the file with ``text`` unless it exists (then :class:`FileExistsError`),
+        whole or not at all: a temporary sibling hard-linked to the name (``link`` fails
+        if the name exists). Local filesystems only (the caller checks ``is_local``)."""
+        import os
+
+        if not self.is_local:
+            raise ValueError(f"{self.path}: create-if-absent is implemented for local files only")
+        parent = posixpath.dirname(self.path)
+        self.fs.create_dir(parent, recursive=True)
+        tmp = posixpath.join(parent, f".{posixpath.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(text.encode("utf-8"))
+        try:
+            os.link(tmp, self.path)
+        finally:
+            os.unlink(tmp)
+
     def list(self, *, recursive: bool = False) -> list[pafs.FileInfo]:
         import pyarrow.fs as pafs
 

@@ -90,10 +90,6 @@ def _append_only(t: TableProtocol) -> bool:
     return t.flag("delta.appendOnly")
 
 
-def _column_mapping(t: TableProtocol) -> bool:
-    return str(t.configuration.get("delta.columnMapping.mode", "none")).lower() != "none"
-
-
 _DELTA_SPARK = "write this table with format('delta') (delta-spark)"
 
 FEATURES: dict[str, Feature] = {
@@ -142,12 +138,14 @@ FEATURES: dict[str, Feature] = {
         ),
         Feature(
             "columnMapping",
-            False,
-            "with column mapping (delta.columnMapping.mode name or id), staged files "
-            "must use the columns' physical names and field ids, which this version's "
-            "writers do not write yet (delta-spark would read the rows' columns as NULL)",
-            way_forward=f"{_DELTA_SPARK}, or write to a table without column mapping",
-            in_use=_column_mapping,
+            True,
+            "staged files use the columns' physical names and Parquet field ids "
+            "(delta.columnMapping.mode name or id), their statistics and partition values "
+            "are keyed by physical names; mergeSchema names new columns col-<uuid> with "
+            "the next ids and advances delta.columnMapping.maxColumnId (local tables; on "
+            "an object store it is refused naming ALTER TABLE ... ADD COLUMNS); a rename "
+            "or drop by another writer under a staged batch fails the batch naming the "
+            "column",
         ),
         Feature(
             "identityColumns",

@@ -10,9 +10,14 @@ attempt's files are recognisable later and each writer cleans up only its own:
 writer's tag (``part-b00042-t00003-<attempt>-000...``, written before it existed) still
 match :data:`STAGED_NAME`; their ``app`` group is None.
 
-Memory is bounded: batches stream into open Parquet writers (one per partition value,
-at most ``max_open_files``), and a file is closed once it holds ``max_records_per_file``
-rows or ``target_file_bytes`` of Arrow data.
+On a column-mapped table (a :class:`~spark_chkpt.delta.column_mapping.ColumnMapping`
+given), the files hold the physical names and Parquet field ids, nested struct fields
+too, and the partition columns as well; statistics and partition values are keyed by the
+physical names; and files go to random two-character folders instead of ``col=value/``
+ones, as delta-spark writes them.
+
+Memory is bounded: batches stream into at most ``max_open_files`` open Parquet writers,
+each closed at ``max_records_per_file`` rows or ``target_file_bytes`` of Arrow data.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import random
 import re
+import string
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.fs import Location
 
 if TYPE_CHECKING:
@@ -72,6 +80,9 @@ class StagedOutput:
     batch_id: int | None
     task: int
     files: list[StagedFile] = field(default_factory=list)
+    # the column mapping the files were written with (None: none): the commit checks it,
+    # and adds the columns it planned, rather than a mapping planned again on its side
+    mapping: ColumnMapping | None = None
 
     @property
     def rows(self) -> int:
@@ -192,7 +203,11 @@ class _OpenFile:
         relative: str,
         schema: pa.Schema,
         partition_values: dict[str, str | None],
+        physical: pa.Schema | None = None,
+        unbounded: Sequence[str] = (),
     ) -> None:
+        """``physical``: the file's schema (column mapping), else ``schema``;
+        ``unbounded``: columns written without statistics (partition columns)."""
         import pyarrow.parquet as pq
 
         self.location = location
@@ -200,16 +215,28 @@ class _OpenFile:
         self.partition_values = partition_values
         self.rows = 0
         self.arrow_bytes = 0
-        self.stats = {f.name: _ColumnStats(f.type) for f in schema}
+        # Statistics are gathered from the logical batch, keyed by the names in the file.
+        self.physical = physical
+        names = physical.names if physical is not None else schema.names
+        self.stats = {
+            stored: (f.name, _ColumnStats(f.type))
+            for stored, f in zip(names, schema, strict=True)
+            if f.name not in unbounded
+        }
         location.fs.create_dir(location.path.rsplit("/", 1)[0], recursive=True)
         self._stream = location.fs.open_output_stream(location.path)
-        self.writer: pq.ParquetWriter = pq.ParquetWriter(self._stream, schema, compression="snappy")
+        self.writer: pq.ParquetWriter = pq.ParquetWriter(
+            self._stream, physical if physical is not None else schema, compression="snappy"
+        )
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
+        if self.physical is not None:
+            self.writer.write_batch(ColumnMapping.to_physical(batch, self.physical))
+        else:
+            self.writer.write_batch(batch)
         self.rows += batch.num_rows
         self.arrow_bytes += batch.nbytes
-        for name, stats in self.stats.items():
+        for name, stats in self.stats.values():
             stats.update(batch.column(name))
 
     def close(self) -> StagedFile:
@@ -222,7 +249,7 @@ class _OpenFile:
             "maxValues": {},
             "nullCount": {},
         }
-        for name, col in self.stats.items():
+        for name, (_, col) in self.stats.items():
             if col.counts_nulls:
                 stats["nullCount"][name] = col.nulls
             bounds = col.bounds()
@@ -253,14 +280,30 @@ class ParquetStager:
         max_records_per_file: int,
         target_file_bytes: int,
         max_open_files: int = 64,
+        mapping: ColumnMapping | None = None,
     ) -> None:
+        """``mapping``: the table's column mapping (None: the table has none, or is
+        created by this batch), every column of ``schema`` in it."""
         self.table = table
         self.schema = normalize_schema(schema)
         self.partition_by = list(partition_by)
         self.data_schema = self.schema
         for name in self.partition_by:
             self.data_schema = self.data_schema.remove(self.data_schema.get_field_index(name))
-        self.output = StagedOutput(attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task)
+        self.mapping = mapping
+        if mapping is not None:
+            # delta-spark writes a column-mapped table's partition columns into its files
+            # too (and reads them from there); their values also stay in the log.
+            self.data_schema = self.schema
+        self.physical = mapping.physical_schema(self.data_schema) if mapping is not None else None
+        self.partition_names = (
+            [mapping.physical_name(c) for c in self.partition_by]
+            if mapping is not None
+            else self.partition_by
+        )
+        self.output = StagedOutput(
+            attempt=uuid.uuid4().hex[:12], batch_id=batch_id, task=task, mapping=mapping
+        )
         self.app_tag = app_tag(app_id)
         self.max_records_per_file = max_records_per_file
         self.target_file_bytes = target_file_bytes
@@ -275,7 +318,10 @@ class ParquetStager:
         if len(self._open) >= self.max_open_files:
             oldest = next(iter(self._open))
             self.output.files.append(self._open.pop(oldest).close())
-        folder = partition_dir(self.partition_by, key) if self.partition_by else ""
+        if self.mapping is not None:  # delta-spark's random prefix (the name would be opaque)
+            folder = "".join(random.choices(string.ascii_letters + string.digits, k=2))
+        else:
+            folder = partition_dir(self.partition_by, key) if self.partition_by else ""
         name = (
             f"part-b{self.output.batch_id or 0:05d}-t{self.output.task:05d}-q{self.app_tag}-"
             f"{self.output.attempt}-{self._seq:03d}.chkpt.snappy.parquet"
@@ -286,7 +332,9 @@ class ParquetStager:
             location=self.table.child(relative),
             relative=relative,
             schema=self.data_schema,
-            partition_values=dict(zip(self.partition_by, key, strict=True)),
+            partition_values=dict(zip(self.partition_names, key, strict=True)),
+            physical=self.physical,
+            unbounded=self.partition_by,
         )
         self._open[key] = opened
         return opened
@@ -307,7 +355,7 @@ class ParquetStager:
             .group_by(self.partition_by, use_threads=False)
             .aggregate([("__row", "list")])
         )
-        data = table.drop_columns(self.partition_by)
+        data = table if self.mapping is not None else table.drop_columns(self.partition_by)
         for group in groups.to_pylist():  # one entry per distinct key, NaN and null included
             key = tuple(partition_value_string(group[name]) for name in self.partition_by)
             for chunk in data.take(pa.array(group["__row_list"], type=pa.int64())).to_batches():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.constraints import (
     GeneratedColumns,
     TableRules,
@@ -158,6 +159,125 @@ class DeltaTarget:
                 "from the query."
             )
         return plan
+
+    # -- column mapping --------------------------------------------------------------
+
+    def column_mapping(self, table: Any | None = None) -> ColumnMapping | None:
+        """The table's column mapping (None: no table yet, or no mapping); ``table``:
+        the opened table, else it is opened."""
+        table = table if table is not None else self.open()
+        return ColumnMapping.of_table(table) if table is not None else None
+
+    def planned_mapping(self, batch_schema: pa.Schema, table: Any = None) -> ColumnMapping | None:
+        """The mapping a batch of ``batch_schema`` is staged with: the table's (``table``,
+        else opened), plus physical names and ids for the columns the table lacks (those
+        mergeSchema will add; without mergeSchema the commit refuses them before anything
+        is visible)."""
+        from deltalake import Schema
+
+        mapping = self.column_mapping(table)
+        if mapping is None:
+            return None
+        wanted = normalize_schema(batch_schema)
+        new = [f for f in wanted if mapping.identity(f.name) is None]
+        if not new:
+            return mapping
+        fields = json.loads(Schema.from_arrow(pa_schema(new)).to_json())["fields"]
+        return mapping.with_new_columns([{**f, "nullable": True} for f in fields])
+
+    def check_mapping(
+        self, table: Any, staged: ColumnMapping | None, columns: Sequence[str], *, what: str
+    ) -> None:
+        """Raise :class:`SchemaMismatchError` if the table's column mapping no longer
+        matches the one ``what`` was staged with for ``columns`` (another writer renamed,
+        dropped or added a column, or turned column mapping on, since)."""
+        current = self.column_mapping(table)
+        if staged is None and current is None:
+            return
+        if staged is None:
+            problems = [f"the table became column-mapped ({current.mode if current else ''})"]
+        else:
+            problems = staged.changed_under(current, columns)
+        if problems:
+            raise SchemaMismatchError(
+                f"{what}: the columns of Delta table {self.uri} changed while the batch was "
+                f"staged ({'; '.join(problems)}). Nothing was committed. Restart the query: "
+                "the batch is staged again with the table's columns as they are now."
+            )
+
+    def add_mapped_columns(self, table: Any, mapping: ColumnMapping) -> None:
+        """Add the columns ``mapping`` planned to the column-mapped ``table`` in one
+        commit of a ``metaData`` action: their physical names and ids in the schema and
+        ``delta.columnMapping.maxColumnId`` advanced, as delta-spark's ADD COLUMNS
+        writes it. delta-rs refuses to (``alter.add_columns``), so the commit file is
+        written here, created only if absent (a lost race is a
+        :class:`CommitConflictError`: the coordinator retries on the new version)."""
+        names = [f["name"] for f in mapping.planned_fields()]
+        if not self.location.is_local:
+            raise SchemaMismatchError(
+                f"Delta table {self.uri} is column-mapped ({mapping.mode}) and mergeSchema "
+                f"would add column(s) {', '.join(names)}: delta-rs cannot add columns to "
+                "such a table, and spark-chkpt writes that commit itself only on a local "
+                "filesystem (it needs a create-if-absent the object store clients here lack)."
+                " Add the column(s) with delta-spark (ALTER TABLE ... ADD COLUMNS), then "
+                "restart the query. Nothing was committed."
+            )
+        meta = table.metadata()
+        fields = json.loads(table.schema().to_json())["fields"]
+        schema = {"type": "struct", "fields": [*fields, *mapping.planned_fields()]}
+        version = int(table.version()) + 1
+        now = int(time.time() * 1000)
+        actions = [
+            {
+                "commitInfo": {
+                    "timestamp": now,
+                    "operation": "ADD COLUMNS",
+                    "operationParameters": {
+                        "columns": json.dumps([{"column": f} for f in mapping.planned_fields()])
+                    },
+                    "readVersion": version - 1,
+                    "isBlindAppend": False,
+                    "engineInfo": "spark-chkpt (mergeSchema)",
+                }
+            },
+            {
+                "metaData": {
+                    "id": meta.id,
+                    "name": meta.name,
+                    "description": meta.description,
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps(schema, separators=(",", ":")),
+                    "partitionColumns": list(meta.partition_columns),
+                    "configuration": mapping.metadata_configuration(meta.configuration),
+                    "createdTime": meta.created_time,
+                }
+            },
+        ]
+        text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+        try:
+            self.location.child("_delta_log", f"{version:020d}.json").create_exclusive(text)
+        except FileExistsError as e:
+            raise CommitConflictError(
+                f"Delta table {self.uri}: version {version} was committed by another writer "
+                f"while mergeSchema added column(s) {', '.join(names)}"
+            ) from e
+        log.info(
+            "Delta table %s: added column(s) %s (mergeSchema, column mapping %s, maxColumnId %d)",
+            self.uri,
+            ", ".join(names),
+            mapping.mode,
+            mapping.max_column_id,
+        )
+
+    def rows(self, table: Any) -> pa.Table:
+        """Every row of ``table`` (an opened version) through delta-rs's DataFusion
+        reader, which applies column mapping and deletion vectors
+        (``to_pyarrow_table()`` does not apply column mapping)."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        reader = QueryBuilder().register("t", table).execute("SELECT * FROM t")
+        return pa.table(reader.read_all())
 
     def add_columns(self, table: Any, batch_schema: pa.Schema, names: Sequence[str]) -> None:
         from deltalake import Field, Schema
@@ -375,6 +495,12 @@ class DeltaTarget:
             if mtime <= cutoff and self.location.child(relative).delete():
                 removed += 1
         return removed
+
+
+def pa_schema(fields: Sequence[pa.Field]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(list(fields))
 
 
 def commit_properties(

@@ -160,10 +160,11 @@ def diff_tables(
     """Compare ``table_a`` and ``table_b`` at the versions :func:`pair_versions` finds:
     by ``key`` (columns unique in each table), else whole rows."""
     pair = pair_versions(table_a=table_a, table_b=table_b, storage_options=storage_options)
-    rows_a = DeltaTarget(uri=table_a, storage_options=storage_options).open_at(pair.version_a)
-    rows_b = DeltaTarget(uri=table_b, storage_options=storage_options).open_at(pair.version_b)
-    a = rows_a.to_pyarrow_table()
-    b = rows_b.to_pyarrow_table()
+    target_a = DeltaTarget(uri=table_a, storage_options=storage_options)
+    target_b = DeltaTarget(uri=table_b, storage_options=storage_options)
+    # DataFusion's reader: column-mapped tables read by their physical columns
+    a = target_a.rows(target_a.open_at(pair.version_a))
+    b = target_b.rows(target_b.open_at(pair.version_b))
     common = [c for c in a.column_names if c in b.column_names]
     key = list(key)
     for name, table in (("A", a), ("B", b)):

@@ -98,21 +98,14 @@ def test_legacy_writer_versions_imply_their_features() -> None:
     # writer version 6 implies identity columns, which delta-rs 1.x cannot commit to
     with pytest.raises(TableFeatureError, match="'identityColumns'"):
         check_table(protocol(writer=6), writer="chkpt-delta", operation="append")
-    # version 5 implies column mapping: refused only while a mode is set
+    # version 5 implies column mapping, which both writers implement (staged files
+    # with physical names and field ids), with a mode set or not
     check_table(protocol(writer=5), writer="chkpt-delta", operation="append")
-    with pytest.raises(TableFeatureError, match="'columnMapping'"):
-        check_table(
-            protocol(writer=5, configuration={"delta.columnMapping.mode": "id"}),
-            writer="chkpt-delta",
-            operation="append",
-        )
-    # reader version 2 implies column mapping too
-    with pytest.raises(TableFeatureError, match="'columnMapping'"):
-        check_table(
-            protocol(writer=5, reader=2, configuration={"delta.columnMapping.mode": "name"}),
-            writer="chkpt-delta",
-            operation="append",
-        )
+    check_table(
+        protocol(writer=5, reader=2, configuration={"delta.columnMapping.mode": "name"}),
+        writer="chkpt-delta",
+        operation="append",
+    )
     for version in (1, 2, 3, 4):
         check_table(protocol(writer=version), writer="chkpt-delta", operation="append")
 

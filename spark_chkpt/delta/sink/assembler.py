@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.sink.dead_letter_rows import pa_schema_of
@@ -37,8 +38,10 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class DeltaSink:
     """One query's ``chkpt-delta`` sink: its options, the protocol's settings they
-    produced, the table's columns and the dead letters' (None without), and whether
-    each batch replaces the table (outputMode("complete"))."""
+    produced, the table's columns and the dead letters' (None without), whether
+    each batch replaces the table (outputMode("complete")), and the column mapping of
+    the table and of the dead-letter table each batch is staged with (None: not
+    column-mapped, or not created yet; read on the driver when the batch is planned)."""
 
     config: DeltaSinkConfig
     snapshot: SnapshotSettings
@@ -47,6 +50,8 @@ class DeltaSink:
     complete: bool = False
     rules: TableRules | None = None  # the table's CHECK / NOT NULL / invariants
     generated: GeneratedColumns | None = None
+    mapping: ColumnMapping | None = None
+    dead_letter_mapping: ColumnMapping | None = None
 
     @classmethod
     def assemble(
@@ -58,7 +63,7 @@ class DeltaSink:
         config.check_columns(schema.fieldNames())
         check_dead_letters(schema, config, complete=complete)
         sink = cls.of(config=config, schema=_arrow(schema), complete=complete)
-        return sink.checked()
+        return sink.checked().mapped()
 
     def checked(self) -> DeltaSink:
         """This sink once the table's features (and the dead-letter table's) are found
@@ -87,6 +92,27 @@ class DeltaSink:
             generated=generated,
         )
 
+    def mapped(self) -> DeltaSink:
+        """This sink with the column mappings of its tables as they are now (Spark
+        assembles the sink on the driver for every batch: a rename or drop by another
+        writer between batches is seen by the next one), and, without ``partitionBy``,
+        the partition columns of a table that exists (as delta-spark takes them)."""
+        store = self.config.storage_options
+        target = DeltaTarget(uri=self.config.path, storage_options=store)
+        table = target.open()
+        mapping = target.planned_mapping(self.arrow_schema, table) if table is not None else None
+        config = self.config
+        if table is not None and not config.partition_by:
+            existing = tuple(table.metadata().partition_columns)
+            if existing and all(c in self.arrow_schema.names for c in existing):
+                config = replace(config, partition_by=existing)
+        letters = None
+        if self.config.dead_letter_path and self.dead_letter_schema is not None:
+            letters = DeltaTarget(
+                uri=self.config.dead_letter_path, storage_options=store
+            ).planned_mapping(self.dead_letter_schema)
+        return replace(self, config=config, mapping=mapping, dead_letter_mapping=letters)
+
     @classmethod
     def of(cls, *, config: DeltaSinkConfig, schema: pa.Schema, complete: bool = False) -> DeltaSink:
         """The sink of parsed options and the query's output in Arrow; the table's
@@ -110,6 +136,8 @@ class DeltaSink:
             dead_letter_schema=self.dead_letter_schema,
             rules=self.rules,
             generated=self.generated,
+            mapping=self.mapping,
+            dead_letter_mapping=self.dead_letter_mapping,
         )
 
     def committer(self) -> DeltaCoordinator:
@@ -131,6 +159,8 @@ class DeltaSink:
             batch_id=batch_id,
             schema=self.arrow_schema,
             dead_letter_schema=self.dead_letter_schema,
+            mapping=self.mapping,
+            dead_letter_mapping=self.dead_letter_mapping,
         )
 
     def abort(self, *, messages: Sequence[StagedOutput | None], batch_id: int) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.replay import other_writers
 from spark_chkpt.delta.sink.dead_letters import DeadLetters
@@ -53,6 +54,8 @@ class DeltaBatch(TableBatch):
     dead_letter_schema: pa.Schema | None = None
     dead_letters: int = 0
     dead_letter_version: int | None = None  # the dead-letter table's version holding them
+    mapping: ColumnMapping | None = None  # the column mappings the files were staged with
+    dead_letter_mapping: ColumnMapping | None = None
 
 
 class DeltaCoordinator(DeltaHooks[DeltaBatch]):
@@ -133,6 +136,10 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             files=[f for m in outputs for f in m.files],
             schema=details["schema"],
             dead_letter_schema=details.get("dead_letter_schema"),
+            mapping=_staged_with(outputs, "mapping", details.get("mapping")),
+            dead_letter_mapping=_staged_with(
+                outputs, "dead_letter_mapping", details.get("dead_letter_mapping")
+            ),
         )
 
     def begin(self, batch: DeltaBatch) -> None:
@@ -165,9 +172,10 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         )
 
     def make_visible(self, batch: DeltaBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
-        """The schema (new columns added with mergeSchema), the dead letters' own commit
-        (after every check that may refuse the batch: a refused batch commits none),
-        then one Delta commit."""
+        """The schema (new columns added with mergeSchema; on a column-mapped table the
+        mapping the files were staged with must still be the table's), the dead letters'
+        own commit (after every check that may refuse the batch: a refused batch commits
+        none), then one Delta commit."""
         schema, table, files = batch.schema, batch.table, batch.files
         # The table as this attempt found it: a feature another writer turned on since
         # the start is refused here, by name, not retried as a conflict.
@@ -178,13 +186,25 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             self._refuse_new_rules(table, batch.batch_id)
         if table is not None:
             schema_plan = self.target.check_schema(table, schema, merge=self.config.merge_schema)
-            if schema_plan.new_columns:
+            self.target.check_mapping(
+                table,
+                batch.mapping,
+                schema.names if schema is not None else [],
+                what=f"chkpt-delta batch {batch.batch_id}",
+            )
+            if schema_plan.new_columns and batch.mapping is not None:
+                self.target.add_mapped_columns(table, batch.mapping)
+                table = self.target.open()
+            elif schema_plan.new_columns:
                 self.target.add_columns(table, schema, schema_plan.new_columns)
                 table = self.target.open()
         if self.dead_letters is not None:
             # Idempotent (its own txn(appId, N)): a retry after a conflict finds it done.
             letters = self.dead_letters.commit(
-                batch.outputs, batch_id=batch.batch_id, schema=batch.dead_letter_schema
+                batch.outputs,
+                batch_id=batch.batch_id,
+                schema=batch.dead_letter_schema,
+                mapping=batch.dead_letter_mapping,
             )
             batch.dead_letters, batch.dead_letter_version = letters.rows, letters.version
             failpoint(FaultPoint.AFTER_DEAD_LETTERS, batch.batch_id)
@@ -277,3 +297,12 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         removed = self.target.delete_unreferenced(files, self.target.open())
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed
+
+
+def _staged_with(outputs: Sequence[StagedOutput], name: str, planned: Any) -> Any:
+    """The column mapping the tasks staged with (the writer Spark shipped them, assembled
+    apart from the committer's: a mapping planned again here could differ); ``planned``
+    when no task says (no task staged, or a writer of an earlier release)."""
+    found = [getattr(o, name, None) for o in outputs]
+    staged = [m for m in found if m is not None]
+    return staged[0] if staged else planned

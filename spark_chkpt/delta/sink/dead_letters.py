@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.delta.table import DeltaTarget, committing
@@ -83,11 +84,17 @@ class DeadLetters:
         self.app_id = app_id
 
     def commit(
-        self, outputs: Sequence[StagedOutput], *, batch_id: int, schema: pa.Schema | None
+        self,
+        outputs: Sequence[StagedOutput],
+        *,
+        batch_id: int,
+        schema: pa.Schema | None,
+        mapping: ColumnMapping | None = None,
     ) -> CommittedLetters:
         """The batch's dead letters in one commit with ``txn(appId, N)`` (a replay finds
         it and discards this attempt's letters); returns how many the batch has and the
-        version of the table that holds them."""
+        version of the table that holds them. ``mapping``: the column mapping they were
+        staged with (a column-mapped dead-letter table must still have it)."""
         letters = letters_of(outputs)
         target = self.target
         table = target.open()
@@ -98,6 +105,10 @@ class DeadLetters:
             # no dead letter yet: the table is created with the first one
             return CommittedLetters(0, int(table.version()) if table is not None else None)
         count = sum(f.rows for f in letters)
+        if table is not None:
+            target.check_mapping(
+                table, mapping, schema.names, what=f"chkpt-delta batch {batch_id}'s dead letters"
+            )
 
         def attempt(retry: int) -> None:
             with committing(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
@@ -28,7 +29,7 @@ class DeltaWriter:
     """One write task's staging: the sink's options, the table's columns
     (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without), the
     table's row rules (``rules``) and generated columns (``generated``), applied to each
-    batch before it is staged."""
+    batch before it is staged, and the column mapping of each table (None: none)."""
 
     def __init__(
         self,
@@ -39,6 +40,8 @@ class DeltaWriter:
         dead_letter_schema: pa.Schema | None = None,
         rules: TableRules | None = None,
         generated: GeneratedColumns | None = None,
+        mapping: ColumnMapping | None = None,
+        dead_letter_mapping: ColumnMapping | None = None,
     ) -> None:
         self.config = config
         self.app_id = app_id
@@ -46,14 +49,23 @@ class DeltaWriter:
         self.dead_letter_schema = dead_letter_schema
         self.rules = rules
         self.generated = generated
+        self.mapping = mapping
+        self.dead_letter_mapping = dead_letter_mapping
 
     def write(
         self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int
     ) -> tuple[StagedOutput, list[StagedFile]]:
         """Stage one task's rows; returns its output and its dead-letter files."""
-        stager = self._stager(self.config.path, self.arrow_schema, batch_id, task)
+        stager = self._stager(self.config.path, self.arrow_schema, batch_id, task, self.mapping)
         dead = (
-            self._stager(self.config.dead_letter_path, self.dead_letter_schema, batch_id, task, ())
+            self._stager(
+                self.config.dead_letter_path,
+                self.dead_letter_schema,
+                batch_id,
+                task,
+                self.dead_letter_mapping,
+                (),
+            )
             if self.config.dead_letter_path and self.dead_letter_schema is not None
             else None
         )
@@ -85,6 +97,7 @@ class DeltaWriter:
         schema: pa.Schema,
         batch_id: int | None,
         task: int,
+        mapping: ColumnMapping | None,
         partition_by: tuple[str, ...] | None = None,
     ) -> ParquetStager:
         return ParquetStager(
@@ -96,4 +109,5 @@ class DeltaWriter:
             task=task,
             max_records_per_file=self.config.max_records_per_file,
             target_file_bytes=self.config.target_file_bytes,
+            mapping=mapping,
         )
