@@ -2,16 +2,14 @@
 names a query writes, the physical names and field ids the files hold.
 
 On a column-mapped table every column, nested struct fields included, carries a
-physical name (``delta.columnMapping.physicalName``) and an id (``.id``) in the
-schema's metadata; ``delta.columnMapping.maxColumnId`` is the highest id given. Delta's protocol
+physical name (``delta.columnMapping.physicalName``) and an id (``.id``) in the schema's
+metadata; ``delta.columnMapping.maxColumnId`` is the highest id given. Delta's protocol
 (PROTOCOL.md, "Column Mapping") asks a writer to write its data files with the
 physical names and each field's id as the Parquet ``field_id``, to key statistics and
 partition values by the physical names, and to give a new column a fresh physical name
 and the next id, ``maxColumnId`` advanced alongside. delta-spark reads ``name`` tables by
 physical name and ``id`` tables by field id: a file written with the logical names
-reads as NULLs.
-
-:class:`ColumnMapping` is read on the driver from the table's metadata
+reads as NULLs. :class:`ColumnMapping` is read on the driver from the table's metadata
 (:meth:`ColumnMapping.of_table`) and travels to the executors with the writer, where
 :class:`~spark_chkpt.delta.staging.ParquetStager`
 turns each Arrow batch into its physical form (:meth:`ColumnMapping.physical_schema`,
