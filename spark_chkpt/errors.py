@@ -135,6 +135,18 @@ class BrokerUnavailableError(ChkptError):
     retriable = True
 
 
+class KafkaAuthenticationError(ChkptError):
+    """The Kafka broker refused the client's credentials (SASL) or the TLS handshake
+    failed (an unknown CA, a wrong certificate); the message names the mechanism, the
+    principal when the settings name one (never the password) and the setting to check.
+    Raised at once: waiting longer never makes a wrong password right."""
+
+
+class KafkaAuthorizationError(ChkptError):
+    """The Kafka broker's ACLs refuse an operation on a resource (topic, group,
+    transactional id, cluster); the message names both and the ACL to grant."""
+
+
 class CorruptMarkerError(ChkptError):
     """A barrier or index record that cannot be read; the message names where it is."""
 

@@ -75,12 +75,17 @@ class KafkaSink:
                 "spark.speculation, or use delivery=barriers",
             )
         if config.topic:
-            require_output_topic(bootstrap_servers=config.bootstrap_servers, name=config.topic)
+            require_output_topic(
+                bootstrap_servers=config.bootstrap_servers,
+                name=config.topic,
+                settings=config.producer_settings,
+            )
             # Before any task produces: a reader that found no control topic would read
             # the first snapshot's records, confirmed or not, as a plain topic's.
             ensure_control_topic(
                 bootstrap_servers=config.bootstrap_servers,
                 name=config.control_topic or control_topic_for(config.topic),
+                settings=config.producer_settings,
             )
         sink = cls(config=config, snapshot=config.snapshot_settings())
         if config.transactional:

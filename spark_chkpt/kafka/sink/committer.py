@@ -99,14 +99,12 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     def _producer(self) -> Any:
         def build() -> Any:
-            from kafka import KafkaProducer
+            from spark_chkpt.kafka.client.factory import kafka_producer
 
-            return KafkaProducer(
-                **{
-                    **self.config.producer_settings,
-                    "bootstrap_servers": self.config.bootstrap_servers.split(","),
-                    "client_id": f"spark-chkpt-barriers-{self.app_id[:8]}",
-                }
+            return kafka_producer(
+                bootstrap_servers=self.config.bootstrap_servers,
+                settings=self.config.producer_settings,
+                client_id=f"spark-chkpt-barriers-{self.app_id[:8]}",
             )
 
         return _BARRIER_PRODUCERS.get(barrier_producer_key(self.config), build=build)
@@ -123,7 +121,11 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         control = self.config.control_topic or control_topic_for(topic)
         key = (self.config.bootstrap_servers, control, topic)
         # First: the reader's metadata below is then fetched after the topic exists.
-        ensure_control_topic(bootstrap_servers=self.config.bootstrap_servers, name=control)
+        ensure_control_topic(
+            bootstrap_servers=self.config.bootstrap_servers,
+            name=control,
+            settings=self.config.producer_settings,
+        )
 
         def build() -> ControlTopic:
             index = ControlTopic(

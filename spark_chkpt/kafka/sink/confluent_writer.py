@@ -25,6 +25,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
+from spark_chkpt.kafka.client.factory import confluent_producer
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
 from spark_chkpt.kafka.sink.committable import Header, ProducedOutput
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -71,7 +72,7 @@ class ConfluentProducer:
         self._per_partition: dict[int, int] = {}  # the same, with a 'topic' option
         self._error: tuple[Any, str] | None = None  # (KafkaError, "topic-partition")
         self._controlled: set[str] = set()
-        self._producer = confluent_kafka.Producer(
+        self._producer = confluent_producer(
             {
                 **config.librdkafka_config(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
                 "on_delivery": self._delivery_callback(),

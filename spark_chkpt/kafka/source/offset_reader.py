@@ -85,13 +85,15 @@ class OffsetReader:
     @property
     def consumer(self) -> Any:
         if self._consumer is None:
-            from kafka import KafkaConsumer
+            from spark_chkpt.kafka.client.factory import kafka_consumer
 
             settings = self._config.consumer_settings(client_id=self._client_id)
             # This consumer only probes; a fetch the broker holds for fetch.max.wait.ms
             # (500 ms by default) would delay the offset requests queued behind it.
             settings["fetch_max_wait_ms"] = 10
-            self._consumer = KafkaConsumer(**settings)
+            self._consumer = kafka_consumer(
+                bootstrap_servers=self._config.bootstrap_servers, settings=settings
+            )
             # Every planning call asks for fresh metadata: a query's initialOffset,
             # prepareForTriggerAvailableNow and first latestOffset, back to back, each
             # waited about 100 ms before (space_refreshes).
@@ -319,13 +321,16 @@ class OffsetReader:
 
     def commit_group(self, *, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit ``offsets`` for ``group_id`` so lag tools see the query's progress."""
-        from kafka import KafkaConsumer
         from kafka.structs import OffsetAndMetadata
+
+        from spark_chkpt.kafka.client.factory import kafka_consumer
 
         if self._committer is None or self._committer.config["group_id"] != group_id:
             settings = self._config.consumer_settings(client_id=self._client_id + "-commit")
             settings["group_id"] = group_id
-            self._committer = KafkaConsumer(**settings)
+            self._committer = kafka_consumer(
+                bootstrap_servers=self._config.bootstrap_servers, settings=settings
+            )
         try:
             self._committer.commit(
                 {_ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1) for tp, off in offsets.items()}
