@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from spark_chkpt.cli import kafka_config
+
 
 def run(args: argparse.Namespace) -> int:
     from spark_chkpt.fs import qualify
@@ -29,6 +31,7 @@ def add_parser(sub: Any) -> None:
     )
     lineage.add_argument("table", help="the chkpt-delta (or DeltaUpsert) table's path")
     lineage.add_argument("--version", type=int, required=True, help="the Delta version")
+    kafka_config.add_argument(lineage)
     lineage.add_argument(
         "--bootstrap-servers",
         default=None,

@@ -94,12 +94,15 @@ class KafkaSink:
             sink.resume()
         return sink
 
-    def broker_calls(self, doing: str) -> AbstractContextManager[None]:
-        """Kafka calls of this sink; a broker that does not answer is one error."""
+    def broker_calls(self, doing: str, *, operation: str = "WRITE") -> AbstractContextManager[None]:
+        """Kafka calls of this sink; a broker that does not answer is one error, a
+        refused ACL another (``operation``: what the calls need on the topic)."""
         return broker_calls(
             servers=self.config.bootstrap_servers,
             settings=self.config.producer_settings,
             doing=doing,
+            operation=operation,
+            resource=self.config.topic or None,
         )
 
     def writer(self, *, batch_id: int | None, task: int, attempt_number: int) -> RecordProducer:

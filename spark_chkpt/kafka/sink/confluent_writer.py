@@ -114,7 +114,10 @@ class ConfluentProducer:
 
     def _on_error(self, error: Any) -> None:
         log.warning("confluent-kafka: %s", error)
-        if error.fatal() and self._error is None:  # e.g. the idempotent producer's state
+        refused = error.code() in (self._ck.KafkaError._AUTHENTICATION, self._ck.KafkaError._SSL)
+        # fatal: e.g. the idempotent producer's state; refused: a login or certificate
+        # the broker refuses, which no wait makes right.
+        if (error.fatal() or refused) and self._error is None:
             self._error = (error, "the producer")
 
     def send(self, batch: pa.RecordBatch) -> None:

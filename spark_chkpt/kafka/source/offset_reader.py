@@ -32,6 +32,7 @@ from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.client.access import access_checked, principal
 from spark_chkpt.kafka.client.metadata import list_offsets, space_refreshes
 from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
@@ -69,6 +70,9 @@ def require_topics(config: SourceConfig, existing: Iterable[str]) -> None:
         missing=missing,
         existing=close + [t for t in visible if t not in close],
         servers=config.bootstrap_servers,
+        secured=str(config.client_settings.get("security_protocol", "PLAINTEXT")).upper()
+        != "PLAINTEXT",
+        principal=principal(config.client_settings),
     )
 
 
@@ -332,8 +336,19 @@ class OffsetReader:
                 bootstrap_servers=self._config.bootstrap_servers, settings=settings
             )
         try:
-            self._committer.commit(
-                {_ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1) for tp, off in offsets.items()}
-            )
+            with access_checked(
+                servers=self._config.bootstrap_servers,
+                settings=self._config.client_settings,
+                operation="READ",
+                resource=group_id,
+            ):
+                self._committer.commit(
+                    {
+                        _ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1)
+                        for tp, off in offsets.items()
+                    }
+                )
+        except ChkptError:
+            raise
         except Exception as e:  # the broker's error classes vary; all mean "not committed"
             raise ChkptError(f"committing offsets of group {group_id!r} failed: {e}") from e

@@ -72,7 +72,10 @@ def _on_broker(
         def call(self: SourcePlanner, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             settings = self.config.client_settings
             with broker_calls(
-                servers=self.config.bootstrap_servers, settings=settings, doing=doing
+                servers=self.config.bootstrap_servers,
+                settings=settings,
+                doing=doing,
+                operation="DESCRIBE",
             ):
                 return retry_while_refused(
                     lambda: method(self, *args, **kwargs), settings=settings, doing=doing
