@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from spark_chkpt.cli import kafka_config
+from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     )
     lineage.add_argument("table", help="the chkpt-delta (or DeltaUpsert) table's path")
     lineage.add_argument("--version", type=int, required=True, help="the Delta version")
-    kafka_config.add_argument(lineage)
+    add_kafka_config(lineage)
     lineage.add_argument(
         "--bootstrap-servers",
         default=None,

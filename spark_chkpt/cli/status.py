@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from spark_chkpt.cli import kafka_config
+from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.paths import require_folder
 
 
@@ -233,7 +233,7 @@ def add_parser(sub: Any) -> None:
         "snapshot, committed offsets against each partition's end and the lag, savepoints",
     )
     status.add_argument("checkpoint", help="the query's checkpointLocation")
-    kafka_config.add_argument(status)
+    add_kafka_config(status)
     status.add_argument(
         "--bootstrap-servers",
         default=None,
