@@ -54,5 +54,5 @@ else:
 query = writer.option("checkpointLocation", f"{workdir}/chk").trigger(availableNow=True).start()
 query.awaitTermination()
 with open(f"{workdir}/logs/progress.json", "w") as progress:
-    progress.write(json.dumps(query.lastProgress))
+    progress.write(json.dumps(query.lastProgress, default=str))
 print("done", flush=True)

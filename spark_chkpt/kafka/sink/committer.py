@@ -30,6 +30,7 @@ from typing import Any, Literal
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, QueryIdentityError
+from spark_chkpt.kafka.client.factory import connection_settings
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
@@ -132,6 +133,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 bootstrap_servers=self.config.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,
+                client_settings=connection_settings(self.config.producer_settings),
             )
             index.topic_id = index.current_topic_id()
             return index
