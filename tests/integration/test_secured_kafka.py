@@ -43,7 +43,7 @@ CONTROL_ACLS = ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[EmbeddedKafka]:
-    with EmbeddedKafka(secured=True) as broker:
+    with EmbeddedKafka(secured=True, users=("alice", "bob", "carol")) as broker:
         for operation in {*SOURCE_ACLS, *SINK_ACLS}:
             broker.grant("alice", operation, topic="sec-", prefixed=True)
         for operation in CONTROL_ACLS:
@@ -182,9 +182,7 @@ def test_kafka_to_delta_runs_on_sasl_ssl(tmp_path: Path, kafka: EmbeddedKafka) -
     assert_no_secret_in(kafka, work, stdout, err)
 
 
-def test_status_lineage_reach_the_cluster_with_kafka_config(
-    tmp_path: Path, kafka: EmbeddedKafka
-) -> None:
+def test_status_reaches_the_cluster_with_kafka_config(tmp_path: Path, kafka: EmbeddedKafka) -> None:
     source = _source(kafka, "sec-in-cli")
     out = _topic(kafka, "sec-out-cli")
     code, _stdout, err, work, _ = run_job(
@@ -291,3 +289,35 @@ def test_a_topic_the_principal_cannot_see_is_not_said_to_be_missing(
     assert first.startswith("spark-chkpt: MissingTopicError:"), err[-4000:]
     assert "does not exist on" in first and "or is not visible to principal 'alice'" in first
     assert "failOnMissingTopic=false" not in err
+
+
+def test_a_missing_read_acl_names_the_grant(tmp_path: Path, kafka: EmbeddedKafka) -> None:
+    source = _source(kafka, "deny-in-noread")
+    kafka.grant("alice", "DESCRIBE", topic=source)  # it may see the topic, not read it
+    code, _stdout, err, _work, _ = run_job(tmp_path, kafka.options("alice"), source, "delta")
+    assert code != 0
+    assert "KafkaAuthorizationError" in err, err[-4000:]
+    assert f"refused READ on topic '{source}' to principal 'alice'" in err
+    assert f"--allow-principal User:alice --operation READ --topic '{source}'" in err
+
+
+def test_a_missing_transactional_id_acl_names_the_grant(
+    tmp_path: Path, kafka: EmbeddedKafka
+) -> None:
+    """carol may read the source and write the topic and its control topic, but holds
+    no ACL on the transactional ids."""
+    source = _source(kafka, "deny-in-txn")
+    out = _topic(kafka, "deny-out-txn")
+    for operation in SOURCE_ACLS:
+        kafka.grant("carol", operation, topic=source)
+    for operation in SINK_ACLS:
+        kafka.grant("carol", operation, topic=out)
+    for operation in CONTROL_ACLS:
+        kafka.grant("carol", operation, topic=f"__chkpt.{out}")
+    code, _stdout, err, _work, _ = run_job(
+        tmp_path, kafka.options("carol"), source, "kafka", out, "exactly-once-transactions"
+    )
+    assert code != 0
+    assert "KafkaAuthorizationError" in err, err[-4000:]
+    assert "on transactional-id 'chkpt-' to principal 'carol'" in err
+    assert "--operation WRITE --transactional-id 'chkpt-' --resource-pattern-type prefixed" in err

@@ -108,9 +108,23 @@ def test_a_librdkafka_transactional_id_refusal_is_named() -> None:
         servers="h:9093",
         settings={"sasl.username": "alice"},
         resource="chkpt-app",
+        resource_kind="transactional-id",
     )
     assert isinstance(error, KafkaAuthorizationError)
     assert "--transactional-id 'chkpt-app' --resource-pattern-type prefixed" in str(error)
+
+
+def test_the_sinks_topic_is_not_named_for_a_refused_transactional_id() -> None:
+    error = access.access_error(
+        RuntimeError("the producer: TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ..."),
+        servers="h:9093",
+        settings=SCRAM,
+        operation="WRITE",
+        resource="orders",
+    )
+    assert isinstance(error, KafkaAuthorizationError)
+    assert "refused WRITE on transactional-id 'chkpt-' to principal 'alice'" in str(error)
+    assert "--transactional-id 'chkpt-' --resource-pattern-type prefixed" in str(error)
 
 
 @pytest.mark.parametrize("text", ["broker down", "Unable to bootstrap from ['h:1']"])

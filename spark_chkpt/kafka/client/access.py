@@ -113,6 +113,9 @@ _RESOURCE_CODES: dict[str, ResourceKind] = {
     "ClusterAuthorizationFailed": "cluster",
     "CLUSTER_AUTHORIZATION_FAILED": "cluster",
 }
+# Every transactional id the project uses starts so (the sink's, with
+# delivery=exactly-once-transactions: chkpt-<appId>-<topic>-<partition>-<slot>).
+TRANSACTIONAL_PREFIX = "chkpt-"
 _DEFAULT_OPERATION: dict[str, str] = {
     "topic": "READ",
     "group": "READ",
@@ -128,9 +131,11 @@ def authorization_error(
     settings: Mapping[str, Any],
     operation: str | None = None,
     resource: str | None = None,
+    resource_kind: ResourceKind = "topic",
 ) -> KafkaAuthorizationError | None:
     """The error for a broker's ACL refusal, naming ``resource`` and ``operation`` (the
-    caller's, which knows what it asked; else what the error carries), else None."""
+    caller's, which knows what it asked, when the refused resource is of its
+    ``resource_kind``; else what the error carries), else None."""
     from kafka import errors as kafka_errors
 
     kind: ResourceKind | None = None
@@ -148,7 +153,11 @@ def authorization_error(
             if not isinstance(error, kafka_errors.AuthorizationError):
                 return None
             kind = "cluster"
+    if kind != resource_kind:  # e.g. the sink names its topic; the refusal is of its ids
+        resource, operation = None, None
     name = resource or _named_resource(error)
+    if name is None and kind == "transactional-id":
+        name = TRANSACTIONAL_PREFIX
     op = operation or _DEFAULT_OPERATION[kind]
     who = principal(settings)
     target = "the cluster" if kind == "cluster" else f"{kind} {name!r}"
@@ -250,6 +259,7 @@ def access_error(
     settings: Mapping[str, Any],
     operation: str | None = None,
     resource: str | None = None,
+    resource_kind: ResourceKind = "topic",
 ) -> ChkptError | None:
     """The named error for ``error`` if it is an authentication or authorization
     refusal, else None."""
@@ -257,7 +267,12 @@ def access_error(
         return error
     return authentication_error(error, servers=servers, settings=settings) or (
         authorization_error(
-            error, servers=servers, settings=settings, operation=operation, resource=resource
+            error,
+            servers=servers,
+            settings=settings,
+            operation=operation,
+            resource=resource,
+            resource_kind=resource_kind,
         )
     )
 
@@ -269,6 +284,7 @@ def access_checked(
     settings: Mapping[str, Any],
     operation: str | None = None,
     resource: str | None = None,
+    resource_kind: ResourceKind = "topic",
 ) -> Iterator[None]:
     """Run Kafka client calls; a refusal leaves as its named error."""
     try:
@@ -277,7 +293,12 @@ def access_checked(
         raise
     except Exception as e:
         named = access_error(
-            e, servers=servers, settings=settings, operation=operation, resource=resource
+            e,
+            servers=servers,
+            settings=settings,
+            operation=operation,
+            resource=resource,
+            resource_kind=resource_kind,
         )
         if named is None:
             raise

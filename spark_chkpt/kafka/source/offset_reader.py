@@ -341,6 +341,7 @@ class OffsetReader:
                 settings=self._config.client_settings,
                 operation="READ",
                 resource=group_id,
+                resource_kind="group",
             ):
                 self._committer.commit(
                     {
