@@ -23,6 +23,7 @@ from spark_chkpt.errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
 )
+from spark_chkpt.report import report_now
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +104,17 @@ def broker_calls(
 
     try:
         yield
-    except (BrokerUnavailableError, KafkaAuthenticationError, KafkaAuthorizationError):
+    except BrokerUnavailableError:
+        raise
+    except (KafkaAuthenticationError, KafkaAuthorizationError) as e:
+        report_now(e)
         raise
     except Exception as e:
         named = access_error(
             e, servers=servers, settings=settings, operation=operation, resource=resource
         )
         if named is not None:
-            raise named from e
+            raise report_now(named) from e
         error = unavailable(e, servers=servers, settings=settings, doing=doing)
         if error is None:
             raise
