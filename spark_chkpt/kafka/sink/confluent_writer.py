@@ -239,7 +239,8 @@ class ConfluentProducer:
             self._producer.poll(0)
             self._close()
         except (RuntimeError, self._ck.KafkaException) as e:  # the task's error matters
-            log.warning("confluent-kafka: closing a failed attempt's producer: %s", e)
+            # INFO: the task's own error, raised next, is the line a user must read first.
+            log.info("confluent-kafka: closing a failed attempt's producer: %s", e)
 
     def _close(self) -> None:
         close = getattr(self._producer, "close", None)  # confluent-kafka >= 2.12 has it
