@@ -57,21 +57,42 @@ class MissingTopicError(ConfigError):
     """A topic the ``chkpt-kafka`` source is to read (``subscribe``, ``assign``) does not
     exist on the broker when a query plans its start: refused then, naming the topic and
     the topics that do exist (close matches first), instead of a query that reads nothing.
-    ``failOnMissingTopic=false`` waits for the topic instead, as Spark's source does."""
+    ``failOnMissingTopic=false`` waits for the topic instead, as Spark's source does.
+
+    On a secured cluster (``secured``) a topic the principal may not DESCRIBE is missing
+    from its metadata too: the message says "does not exist or is not visible to this
+    principal" and names the ACL, without the hint to wait, which would wait forever."""
 
     def __init__(
-        self, *, option: str, value: str, missing: list[str], existing: list[str], servers: str
+        self,
+        *,
+        option: str,
+        value: str,
+        missing: list[str],
+        existing: list[str],
+        servers: str,
+        secured: bool = False,
+        principal: str | None = None,
     ) -> None:
         shown = ", ".join(existing[:20]) + (
             f" and {len(existing) - 20} more" if len(existing) > 20 else ""
         )
         names = ", ".join(f"'{t}'" for t in missing)
-        super().__init__(
-            option,
-            value,
-            f"topic {names} does not exist on {servers}; topics there: {shown or 'none'}. "
-            "Set failOnMissingTopic=false to wait for it to be created",
-        )
+        if secured:
+            who = f"principal {principal!r}" if principal else "this principal"
+            allowed = (
+                f"topic {names} does not exist on {servers} or is not visible to {who}; "
+                f"topics it sees: {shown or 'none'}. If it exists, grant DESCRIBE and READ: "
+                f"kafka-acls --bootstrap-server {servers} --add --allow-principal "
+                f"User:{principal or '<principal>'} --operation DESCRIBE --operation READ "
+                f"--topic '{missing[0]}'"
+            )
+        else:
+            allowed = (
+                f"topic {names} does not exist on {servers}; topics there: {shown or 'none'}. "
+                "Set failOnMissingTopic=false to wait for it to be created"
+            )
+        super().__init__(option, value, allowed)
         self.missing = missing
         self.existing = existing
 
@@ -133,6 +154,18 @@ class BrokerUnavailableError(ChkptError):
     broker and the option that sets the timeout."""
 
     retriable = True
+
+
+class KafkaAuthenticationError(ChkptError):
+    """The Kafka broker refused the client's credentials (SASL) or the TLS handshake
+    failed (an unknown CA, a wrong certificate); the message names the mechanism, the
+    principal when the settings name one (never the password) and the setting to check.
+    Raised at once: waiting longer never makes a wrong password right."""
+
+
+class KafkaAuthorizationError(ChkptError):
+    """The Kafka broker's ACLs refuse an operation on a resource (topic, group,
+    transactional id, cluster); the message names both and the ACL to grant."""
 
 
 class CorruptMarkerError(ChkptError):

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from spark_chkpt.cli import (
     broker,
     diff,
+    kafka_config,
     lineage,
     migrate,
     programs,
@@ -88,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_chkpt.errors import ChkptError
 
     try:
+        kafka_config.apply(args)
         return int(args.run(args))
     except ChkptError as e:
         print(f"spark-chkpt {args.command}: {e}", file=sys.stderr)

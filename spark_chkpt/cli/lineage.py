@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
+
 ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
 
@@ -49,6 +51,7 @@ def add_parser(sub: Any) -> None:
     )
     lineage.add_argument("table", help="the chkpt-delta (or DeltaUpsert) table's path")
     lineage.add_argument("--version", type=int, required=True, help="the Delta version")
+    add_kafka_config(lineage)
     lineage.add_argument(
         "--bootstrap-servers",
         default=None,

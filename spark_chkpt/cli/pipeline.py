@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.state import or_dash
 
 
@@ -132,6 +133,7 @@ def add_create_arguments(create: argparse.ArgumentParser) -> None:
         metavar="CHECKPOINT",
         help="--pipeline: a job's checkpointLocation (give each job once)",
     )
+    add_kafka_config(create)
     create.add_argument(
         "--bootstrap-servers",
         default=None,

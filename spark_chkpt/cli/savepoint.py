@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.paths import require_folder, require_savepoint
 from spark_chkpt.cli.pipeline import (
     add_create_arguments,
@@ -367,6 +368,7 @@ def add_parser(sub: Any) -> None:
         help="fork only: a shadow beside production, refused unless it writes nothing "
         "production owns (its table, topic, checkpoint, consumer group)",
     )
+    add_kafka_config(restore)
     restore.add_argument(
         "--bootstrap-servers",
         default=None,

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.paths import require_folder
 
 
@@ -221,6 +222,7 @@ def add_parser(sub: Any) -> None:
         "snapshot, committed offsets against each partition's end and the lag, savepoints",
     )
     status.add_argument("checkpoint", help="the query's checkpointLocation")
+    add_kafka_config(status)
     status.add_argument(
         "--bootstrap-servers",
         default=None,

@@ -104,11 +104,24 @@ def reported(method: Callable[_P, _R]) -> Callable[_P, _R]:
             said = explain(str(e))
             if said is not None:
                 print(PREFIX + said, file=sys.stderr, flush=True)
-            if isinstance(e, ChkptError):
+            if isinstance(e, ChkptError) and not getattr(e, REPORTED, False):
                 print(one_line(e), file=sys.stderr, flush=True)
             raise
 
     return call
+
+
+REPORTED = "_spark_chkpt_reported"
+
+
+def report_now(error: ChkptError) -> ChkptError:
+    """Write ``error``'s line to stderr now, where it is raised (an executor's Python
+    worker: the driver's stderr in local mode, the executor's log on a cluster), before
+    Spark's report of the failed task; the driver's :func:`reported` does not repeat it."""
+    if not getattr(error, REPORTED, False):
+        print(one_line(error), file=sys.stderr, flush=True)
+        setattr(error, REPORTED, True)
+    return error
 
 
 def install_excepthook() -> None:

@@ -88,8 +88,9 @@ class EmbeddedBroker(ServerProcess):
         return self
 
     def _wait_ready(self, deadline: Deadline) -> None:
-        from kafka import KafkaConsumer
         from kafka.errors import KafkaError
+
+        from spark_chkpt.kafka.client.factory import kafka_consumer
 
         last: Exception | None = None
         while not deadline.expired():
@@ -101,7 +102,7 @@ class EmbeddedBroker(ServerProcess):
                     f"{self.bootstrap_servers}; log {self.log_path}:\n{tail}"
                 )
             try:
-                probe = KafkaConsumer(  # no group: kafka-python warns without this
+                probe = kafka_consumer(  # no group: kafka-python warns without this
                     bootstrap_servers=self.bootstrap_servers,
                     request_timeout_ms=2000,
                     enable_auto_commit=False,

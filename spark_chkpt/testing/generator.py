@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PAGE_VIEW_SCHEMA_DDL = (
     "event_id long, app string, user_id string, page string, referrer string, "
@@ -70,14 +71,17 @@ def produce_page_views(
     count: int,
     seed: int = 1,
     spread_over: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> None:
     """Write ``count`` events starting at ``first`` to ``topic`` and flush. By default the
     app is the key (an app's events stay in one partition, so partitions are uneven);
-    ``spread_over=P`` sends event i to partition i % P instead."""
-    from kafka import KafkaProducer
+    ``spread_over=P`` sends event i to partition i % P instead. ``settings``: the
+    kafka-python client settings of a secured cluster."""
+    from spark_chkpt.kafka.client.factory import kafka_producer
 
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers.split(","),
+    producer = kafka_producer(
+        bootstrap_servers=bootstrap_servers,
+        settings=settings,
         linger_ms=20,
         batch_size=256 * 1024,
         acks="all",

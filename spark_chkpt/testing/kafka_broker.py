@@ -3,18 +3,21 @@
     with EmbeddedKafka() as kafka:
         create_topic(bootstrap_servers=kafka.bootstrap_servers, name="events", partitions=4)
 
-The broker runs in its own JVM, ``java -cp <jars> kafka.Kafka server.properties``, from
-the jars ``make setup`` fetched (``spark_chkpt.runtime.jars.jars("kafka-broker")``). Its storage
+The broker runs in its own JVM from the jars ``make setup`` fetched. Its storage
 is on disk, in a temporary folder by default or in ``data_dir``: ``restart()`` keeps it,
 so a test can stop the broker in the middle of a query and bring the same topics back.
-The public surface is the one of the Tansu launcher
-(:class:`spark_chkpt.testing.embedded_broker.EmbeddedBroker`): ``bootstrap_servers``, ``start()``,
-``stop()``, ``pause()``/``resume()``, a context manager.
+The public surface is the Tansu launcher's (``bootstrap_servers``, ``start()``, ``stop()``,
+``pause()``/``resume()``, a context manager).
 
-Settings are the ones a test wants: replication factor 1 everywhere, one partition per
-internal topic, no rebalance delay, no auto-created topics, retention and the log
-cleaner checked every second (so retention and compaction tests take seconds), and a
-small heap (``heap``, 256 MB by default).
+``secured=True`` starts the client listener as SASL_SSL: SCRAM-SHA-512 over TLS with a CA
+and broker certificate made here (openssl, PEM: ``ca_pem``), SCRAM users made at format
+time (``admin``, the super user, and ``alice``) and ``StandardAuthorizer`` (ACLs by
+:meth:`EmbeddedKafka.grant`).
+:meth:`EmbeddedKafka.client_settings` and :meth:`EmbeddedKafka.options` are one user's
+credentials as kafka-python settings and as Spark's ``kafka.*`` options.
+
+Settings are the ones a test wants (replication factor 1, no auto-created topics,
+retention and the log cleaner checked every second, a 256 MB heap).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -30,6 +34,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
@@ -94,7 +99,12 @@ class EmbeddedKafka(ServerProcess):
         startup_timeout_s: float = 60.0,
         log_path: str | os.PathLike[str] | None = None,
         settings: Mapping[str, str] | None = None,
+        secured: bool = False,
+        users: tuple[str, ...] = ("alice", "bob"),
     ) -> None:
+        self.secured = secured
+        # name -> password (random per broker); "admin" is the super user.
+        self.users = {name: secrets.token_hex(12) for name in ("admin", *users)}
         self.host = host
         self.port = port or free_port(host)
         self.controller_port = free_port(host)
@@ -158,8 +168,152 @@ class EmbeddedKafka(ServerProcess):
             "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
             "log.cleaner.threads": "1",
         }
+        if self.secured:
+            props.update(self._secured_properties())
         props.update(self.settings)
         return props
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.data_dir / "tls"
+
+    @property
+    def ca_pem(self) -> Path:
+        """The PEM file of the CA that signed the broker's certificate."""
+        return self.tls_dir / "ca.pem"
+
+    def _secured_properties(self) -> dict[str, str]:
+        listener = f"SASL_SSL://{self.host}:{self.port}"
+        admin = self.users["admin"]
+        return {
+            "listeners": f"{listener},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": listener,
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="admin" password="{admin}";'
+            ),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.tls_dir / "broker-keystore.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_pem),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # The controller listener is PLAINTEXT on loopback: its principal is ANONYMOUS.
+            "super.users": "User:admin;User:ANONYMOUS",
+        }
+
+    def _make_certificates(self) -> None:
+        """A CA and a broker certificate for 127.0.0.1 / localhost (openssl)."""
+        if (self.tls_dir / "broker-keystore.pem").is_file():
+            return
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        d = self.tls_dir
+        ext = d / "san.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        ca = "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3"
+        csr = "req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj /CN=localhost"
+        sign = (
+            "x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+            f"-out broker.pem -days 3 -extfile {ext}"
+        )
+        for command in (
+            [*ca.split(), "-subj", "/CN=spark-chkpt-test-ca"],
+            csr.split(),
+            sign.split(),
+        ):
+            done = subprocess.run(
+                ["openssl", *command], cwd=d, capture_output=True, text=True, timeout=60
+            )
+            if done.returncode != 0:
+                raise BrokerError(f"openssl {command[0]} failed: {done.stderr[-LOG_TAIL:]}")
+        (d / "broker-keystore.pem").write_text(
+            (d / "broker.key").read_text() + (d / "broker.pem").read_text()
+        )
+
+    def client_settings(self, user: str = "alice") -> dict[str, Any]:
+        """``user``'s kafka-python settings for this broker (empty when not secured)."""
+        if not self.secured:
+            return {}
+        return {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": user,
+            "sasl_plain_password": self.users[user],
+            "ssl_cafile": str(self.ca_pem),
+        }
+
+    def options(self, user: str = "alice", *, password: str | None = None) -> dict[str, str]:
+        """``user``'s Spark ``kafka.*`` options (``password``: another one, to be refused)."""
+        if not self.secured:
+            return {"kafka.bootstrap.servers": self.bootstrap_servers}
+        secret = self.users[user] if password is None else password
+        return {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{user}" password="{secret}";'
+            ),
+            "kafka.ssl.cafile": str(self.ca_pem),
+        }
+
+    def grant(
+        self,
+        user: str,
+        operation: str,
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+        transactional_id: str | None = None,
+        cluster: bool = False,
+        prefixed: bool = False,
+    ) -> None:
+        """Allow ``user`` ``operation`` (READ, WRITE, CREATE, DESCRIBE, DESCRIBE_CONFIGS...)
+        on one resource, as the super user (an ACL through kafka-python's admin client)."""
+        from kafka.admin import (
+            ACL,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePattern,
+            ResourceType,
+        )
+
+        from spark_chkpt.kafka.client.factory import kafka_admin
+
+        if topic is not None:
+            kind, name = ResourceType.TOPIC, topic
+        elif group is not None:
+            kind, name = ResourceType.GROUP, group
+        elif transactional_id is not None:
+            kind, name = ResourceType.TRANSACTIONAL_ID, transactional_id
+        else:
+            kind, name = ResourceType.CLUSTER, "kafka-cluster"
+        pattern = ResourcePattern(
+            kind,
+            name,
+            ACLResourcePatternType.PREFIXED if prefixed else ACLResourcePatternType.LITERAL,
+        )
+        acl = ACL(
+            principal=f"User:{user}",
+            host="*",
+            operation=ACLOperation[operation],
+            permission_type=ACLPermissionType.ALLOW,
+            resource_pattern=pattern,
+        )
+        admin = kafka_admin(
+            bootstrap_servers=self.bootstrap_servers, settings=self.client_settings("admin")
+        )
+        try:
+            result = admin.create_acls([acl])
+        finally:
+            admin.close()
+        if result.get("failed"):
+            raise BrokerError(f"creating ACL {acl} failed: {result['failed']}")
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -197,6 +351,10 @@ class EmbeddedKafka(ServerProcess):
             "format",
             f"--cluster-id={_cluster_id()}",
             f"--config={config}",
+            *(
+                f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
+                for name, password in (self.users.items() if self.secured else ())
+            ),
         )
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
@@ -211,6 +369,8 @@ class EmbeddedKafka(ServerProcess):
     def start(self) -> EmbeddedKafka:
         if self._process is not None:
             return self
+        if self.secured:
+            self._make_certificates()
         config = self._write_config()
         self._format(config)
         began = time.monotonic()
@@ -232,8 +392,9 @@ class EmbeddedKafka(ServerProcess):
     def _wait_ready(self, deadline: Deadline) -> None:
         """Until a metadata request lists this broker (KRaft opens the client listener
         once the node has caught up with the metadata log and is unfenced)."""
-        from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
+
+        from spark_chkpt.kafka.client.factory import kafka_admin
 
         last: Exception | None = None
         while not deadline.expired():
@@ -247,8 +408,9 @@ class EmbeddedKafka(ServerProcess):
                 time.sleep(0.05)
                 continue
             try:
-                admin = KafkaAdminClient(
+                admin = kafka_admin(
                     bootstrap_servers=self.bootstrap_servers,
+                    settings=self.client_settings("admin"),
                     request_timeout_ms=2000,
                 )
                 try:

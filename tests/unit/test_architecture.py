@@ -37,7 +37,9 @@ BASE = {
 # base); a module belongs to the longest package that holds it.
 LAYERS = {
     "spark_chkpt.alignment": set(),
-    "spark_chkpt.testing": set(),
+    # The test brokers' probes and the event generator build their clients through the
+    # one Kafka client factory, with a secured broker's credentials.
+    "spark_chkpt.testing": {"spark_chkpt.kafka.client"},
     "spark_chkpt.state": set(),
     "spark_chkpt.kafka.client": set(),
     "spark_chkpt.snapshot": {"spark_chkpt.state"},

@@ -19,7 +19,7 @@ def _forget() -> None:
 def test_a_topic_found_is_not_asked_about_again(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
 
-    def count(*, bootstrap_servers: str, name: str) -> int:
+    def count(*, bootstrap_servers: str, name: str, settings: object = None) -> int:
         asked.append(f"{bootstrap_servers}/{name}")
         return 4
 
@@ -36,7 +36,7 @@ def test_a_missing_topic_is_asked_about_at_every_batch_until_it_appears(
     counts = iter([0, 0, 3])
     asked: list[str] = []
 
-    def count(*, bootstrap_servers: str, name: str) -> int:
+    def count(*, bootstrap_servers: str, name: str, settings: object = None) -> int:
         asked.append(name)
         return next(counts)
 

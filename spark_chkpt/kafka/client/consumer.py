@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
 from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records
+from spark_chkpt.kafka.client.factory import confluent_consumer
 from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping, set_columnar
 from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
 from spark_chkpt.offsets import TopicPartition
@@ -81,11 +82,14 @@ class KafkaPythonConsumer:
     """:class:`RangeConsumer` on kafka-python's ``KafkaConsumer``."""
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
-        from kafka import KafkaConsumer
         from kafka import TopicPartition as KafkaTopicPartition
 
+        from spark_chkpt.kafka.client.factory import kafka_consumer
+
         self._ktp = KafkaTopicPartition
-        self._consumer = KafkaConsumer(**settings)
+        self._consumer = kafka_consumer(
+            bootstrap_servers=settings["bootstrap_servers"], settings=settings
+        )
         self._tps: dict[Any, TopicPartition] = {}
         self._columnar = False
         fetcher = getattr(self._consumer, "_fetcher", None)
@@ -211,7 +215,7 @@ class ConfluentConsumer:
             "logger": log,
             **settings,
         }
-        self._consumer = confluent_kafka.Consumer(config)
+        self._consumer = confluent_consumer(config)
         self._assigned: list[TopicPartition] = []
         # Partitions with a fetch response since they were assigned or sought: librdkafka's
         # cached high watermark survives unassign/assign and is stale until then.

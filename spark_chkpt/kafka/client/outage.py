@@ -18,7 +18,12 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import BrokerUnavailableError
+from spark_chkpt.errors import (
+    BrokerUnavailableError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+)
+from spark_chkpt.runtime.report import report_now
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +89,32 @@ def _classes(module: Any, *names: str) -> tuple[type[BaseException], ...]:
 
 
 @contextmanager
-def broker_calls(*, servers: str, settings: Mapping[str, Any], doing: str) -> Iterator[None]:
-    """Run Kafka client calls; an outage leaves as :class:`BrokerUnavailableError`."""
+def broker_calls(
+    *,
+    servers: str,
+    settings: Mapping[str, Any],
+    doing: str,
+    operation: str | None = None,
+    resource: str | None = None,
+) -> Iterator[None]:
+    """Run Kafka client calls; an outage leaves as :class:`BrokerUnavailableError`, a
+    refused login or ACL as the error naming it (:mod:`spark_chkpt.kafka.client.access`;
+    ``operation`` on ``resource``: what the calls need, for the ACL to grant)."""
+    from spark_chkpt.kafka.client.access import access_error
+
     try:
         yield
     except BrokerUnavailableError:
         raise
+    except (KafkaAuthenticationError, KafkaAuthorizationError) as e:
+        report_now(e)
+        raise
     except Exception as e:
+        named = access_error(
+            e, servers=servers, settings=settings, operation=operation, resource=resource
+        )
+        if named is not None:
+            raise report_now(named) from e
         error = unavailable(e, servers=servers, settings=settings, doing=doing)
         if error is None:
             raise

@@ -55,7 +55,8 @@ def read_topic_ids(settings: ConsumerSettings, topics: Sequence[str]) -> TopicId
     if settings.client != "confluent" or not topics:
         return {}
     import confluent_kafka
-    from confluent_kafka.admin import AdminClient
+
+    from spark_chkpt.kafka.client.factory import confluent_admin
 
     key = settings.key()
     with _ADMINS_LOCK:
@@ -67,7 +68,7 @@ def read_topic_ids(settings: ConsumerSettings, topics: Sequence[str]) -> TopicId
                 if k.startswith(_ADMIN_PREFIXES) or k in _ADMIN_NAMES
             }
             config["logger"] = log
-            admin = _ADMINS[key] = AdminClient(config)
+            admin = _ADMINS[key] = confluent_admin(config)
     futures = admin.describe_topics(confluent_kafka.TopicCollection(list(topics)))
     ids: dict[str, str | None] = {}
     for topic, future in futures.items():

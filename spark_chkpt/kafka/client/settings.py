@@ -276,16 +276,16 @@ def check_librdkafka(
     """
     import confluent_kafka
 
+    from spark_chkpt.kafka.client.factory import confluent_consumer, confluent_producer
+
     try:
         if role == "producer":
             # log_level 0: the check's connection attempt is not worth a log line.
-            producer = confluent_kafka.Producer(
-                {**config, "bootstrap.servers": servers, "log_level": 0}
-            )
+            producer = confluent_producer({**config, "bootstrap.servers": servers, "log_level": 0})
             producer.flush(0)
             del producer
             return
-        consumer = confluent_kafka.Consumer(
+        consumer = confluent_consumer(
             {**config, "bootstrap.servers": servers, "group.id": "spark-chkpt-check"}
         )
     except confluent_kafka.KafkaException as e:

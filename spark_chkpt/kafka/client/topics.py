@@ -1,49 +1,77 @@
-"""Topic administration for tests, demos and the sink: create, grow, describe."""
+"""Topic administration for tests, demos and the sink: create, grow, describe.
+
+Every function takes the user's kafka-python ``settings`` (the security ones reach the
+cluster with them) and builds its clients through :mod:`spark_chkpt.kafka.client.factory`;
+a refusal by the broker's ACLs leaves as the error naming the ACL to grant.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.client.access import access_checked
+
+Settings = Mapping[str, Any] | None
 
 
-def _admin(bootstrap_servers: str):  # type: ignore[no-untyped-def]
-    from kafka import KafkaAdminClient
+def _admin(bootstrap_servers: str, settings: Settings = None) -> Any:
+    from spark_chkpt.kafka.client.factory import kafka_admin
 
-    return KafkaAdminClient(
-        bootstrap_servers=bootstrap_servers.split(","), client_id="spark-chkpt-admin"
+    return kafka_admin(bootstrap_servers=bootstrap_servers, settings=settings)
+
+
+def _metadata_consumer(bootstrap_servers: str, settings: Settings) -> Any:
+    from spark_chkpt.kafka.client.factory import connection_settings, kafka_consumer
+
+    return kafka_consumer(
+        bootstrap_servers=bootstrap_servers,
+        settings=connection_settings(settings),
+        enable_auto_commit=False,
+        group_id=None,
     )
 
 
-def partition_count(*, bootstrap_servers: str, name: str) -> int:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False
-    )
+def partition_count(*, bootstrap_servers: str, name: str, settings: Settings = None) -> int:
+    """How many partitions topic ``name`` has (0: not listed, or not visible)."""
+    consumer = _metadata_consumer(bootstrap_servers, settings)
     try:
-        consumer.topics()
-        return len(consumer.partitions_for_topic(name) or ())
+        with access_checked(
+            servers=bootstrap_servers, settings=settings or {}, operation="DESCRIBE", resource=name
+        ):
+            consumer.topics()
+            return len(consumer.partitions_for_topic(name) or ())
     finally:
         consumer.close()
 
 
 def topic_configs(
-    *, bootstrap_servers: str, names: Sequence[str], keys: Sequence[str]
+    *,
+    bootstrap_servers: str,
+    names: Sequence[str],
+    keys: Sequence[str],
+    settings: Settings = None,
 ) -> dict[str, dict[str, str]] | None:
     """``keys`` of each topic's configuration as the broker applies it (topic settings
     and broker defaults alike); ``None`` from a broker without DescribeConfigs."""
     from kafka.admin import ConfigResource, ConfigResourceType
     from kafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
 
-    admin = _admin(bootstrap_servers)
+    admin = _admin(bootstrap_servers, settings)
     try:
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names],
-            config_filter="all",
-        )
+        with access_checked(
+            servers=bootstrap_servers,
+            settings=settings or {},
+            operation="DESCRIBE_CONFIGS",
+            resource=names[0],
+        ):
+            described = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name) for name in names],
+                config_filter="all",
+            )
     except (IncompatibleBrokerVersion, UnsupportedVersionError):
         return None
     finally:
@@ -55,13 +83,13 @@ def topic_configs(
     }
 
 
-def creates_topics_on_demand(*, bootstrap_servers: str) -> bool | None:
+def creates_topics_on_demand(*, bootstrap_servers: str, settings: Settings = None) -> bool | None:
     """Whether the cluster's brokers create a topic a client asks for
     (``auto.create.topics.enable``); ``None`` from a broker without DescribeConfigs."""
     from kafka.admin import ConfigResource, ConfigResourceType
     from kafka.errors import IncompatibleBrokerVersion, KafkaError, UnsupportedVersionError
 
-    admin = _admin(bootstrap_servers)
+    admin = _admin(bootstrap_servers, settings)
     try:
         nodes = [b["broker_id"] for b in admin.describe_cluster()["brokers"]]
         described = admin.describe_configs(
@@ -87,7 +115,9 @@ _NEW_TOPIC_WAIT_S = 5.0
 _PRESENT: set[tuple[str, str]] = set()
 
 
-def require_output_topic(*, bootstrap_servers: str, name: str, option: str = "topic") -> None:
+def require_output_topic(
+    *, bootstrap_servers: str, name: str, option: str = "topic", settings: Settings = None
+) -> None:
     """Refuse to write to ``name`` when it does not exist and the brokers would not create
     it: the producer would otherwise wait ``kafka.max.block.ms`` for its metadata and
     fail as if the broker were down. A broker that creates topics on demand, or that
@@ -102,15 +132,18 @@ def require_output_topic(*, bootstrap_servers: str, name: str, option: str = "to
     key = (bootstrap_servers, name)
     if key in _PRESENT:
         return
-    if partition_count(bootstrap_servers=bootstrap_servers, name=name) > 0:
+    if partition_count(bootstrap_servers=bootstrap_servers, name=name, settings=settings) > 0:
         _PRESENT.add(key)
         return
-    if creates_topics_on_demand(bootstrap_servers=bootstrap_servers) is not False:
+    if (
+        creates_topics_on_demand(bootstrap_servers=bootstrap_servers, settings=settings)
+        is not False
+    ):
         return
     deadline = Deadline.after(seconds=_NEW_TOPIC_WAIT_S)  # created a moment ago?
     while not deadline.expired():
         time.sleep(0.2)
-        if partition_count(bootstrap_servers=bootstrap_servers, name=name) > 0:
+        if partition_count(bootstrap_servers=bootstrap_servers, name=name, settings=settings) > 0:
             _PRESENT.add(key)
             return
     raise ConfigError(
@@ -122,24 +155,27 @@ def require_output_topic(*, bootstrap_servers: str, name: str, option: str = "to
     )
 
 
-def topic_names(*, bootstrap_servers: str) -> set[str]:
-    """The topics the cluster's metadata lists now."""
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False
-    )
+def topic_names(*, bootstrap_servers: str, settings: Settings = None) -> set[str]:
+    """The topics the cluster's metadata lists now (those this principal may see)."""
+    consumer = _metadata_consumer(bootstrap_servers, settings)
     try:
-        return set(consumer.topics())
+        with access_checked(servers=bootstrap_servers, settings=settings or {}):
+            return set(consumer.topics())
     finally:
         consumer.close()
 
 
 def _wait_for_partitions(
-    bootstrap_servers: str, name: str, partitions: int, timeout_s: float = 30.0
+    bootstrap_servers: str,
+    name: str,
+    partitions: int,
+    settings: Settings = None,
+    timeout_s: float = 30.0,
 ) -> None:
     deadline = Deadline.after(seconds=timeout_s)
-    while partition_count(bootstrap_servers=bootstrap_servers, name=name) < partitions:
+    while partition_count(bootstrap_servers=bootstrap_servers, name=name, settings=settings) < (
+        partitions
+    ):
         if deadline.expired():
             raise ChkptError(
                 f"topic {name!r} did not show {partitions} partitions within {timeout_s}s"
@@ -154,43 +190,54 @@ def create_topic(
     replication_factor: int = 1,
     exist_ok: bool = False,
     config: Mapping[str, str] | None = None,
+    settings: Settings = None,
 ) -> None:
     """Create ``name`` (with topic ``config`` such as ``retention.ms``) and wait until its
     metadata shows every partition."""
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = _admin(bootstrap_servers)
+    admin = _admin(bootstrap_servers, settings)
     try:
-        admin.create_topics(
-            [NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))]
-        )
+        with access_checked(
+            servers=bootstrap_servers, settings=settings or {}, operation="CREATE", resource=name
+        ):
+            admin.create_topics(
+                [NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))]
+            )
     except TopicAlreadyExistsError:
         if not exist_ok:
             raise
     finally:
         admin.close()
-    _wait_for_partitions(bootstrap_servers, name, partitions)
+    _wait_for_partitions(bootstrap_servers, name, partitions, settings)
 
 
-def add_partitions(*, bootstrap_servers: str, name: str, total: int) -> None:
+def add_partitions(
+    *, bootstrap_servers: str, name: str, total: int, settings: Settings = None
+) -> None:
     """Grow ``name`` to ``total`` partitions and wait until metadata shows them."""
     from kafka.admin import NewPartitions
 
-    admin = _admin(bootstrap_servers)
+    admin = _admin(bootstrap_servers, settings)
     try:
-        admin.create_partitions({name: NewPartitions(total)})
+        with access_checked(
+            servers=bootstrap_servers, settings=settings or {}, operation="ALTER", resource=name
+        ):
+            admin.create_partitions({name: NewPartitions(total)})
     finally:
         admin.close()
-    _wait_for_partitions(bootstrap_servers, name, total)
+    _wait_for_partitions(bootstrap_servers, name, total, settings)
 
 
-def delete_topic(*, bootstrap_servers: str, name: str, timeout_s: float = 60.0) -> None:
+def delete_topic(
+    *, bootstrap_servers: str, name: str, timeout_s: float = 60.0, settings: Settings = None
+) -> None:
     """Delete ``name`` and wait until the cluster's metadata no longer lists it (Kafka
     answers the delete first and drops the name from its metadata shortly after)."""
     from kafka.errors import UnknownTopicOrPartitionError
 
-    admin = _admin(bootstrap_servers)
+    admin = _admin(bootstrap_servers, settings)
     try:
         admin.delete_topics([name])
     except UnknownTopicOrPartitionError:
@@ -198,7 +245,7 @@ def delete_topic(*, bootstrap_servers: str, name: str, timeout_s: float = 60.0) 
     finally:
         admin.close()
     deadline = Deadline.after(seconds=timeout_s)
-    while name in topic_names(bootstrap_servers=bootstrap_servers):
+    while name in topic_names(bootstrap_servers=bootstrap_servers, settings=settings):
         if deadline.expired():
             raise ChkptError(f"topic {name!r} was still listed {timeout_s}s after its delete")
         time.sleep(0.2)

@@ -44,17 +44,17 @@ class TransactionClient:
     """One connection manager to the cluster's transaction coordinators."""
 
     def __init__(self, *, bootstrap_servers: str, settings: Mapping[str, Any]) -> None:
-        from kafka.admin import KafkaAdminClient
+        from spark_chkpt.kafka.client.factory import connection_settings, kafka_admin
 
         allowed = {
             k: v
-            for k, v in settings.items()
+            for k, v in connection_settings(settings).items()
             if k.startswith(("security_", "ssl_", "sasl_")) or k in ("request_timeout_ms",)
         }
-        self._admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap_servers.split(","),
+        self._admin = kafka_admin(
+            bootstrap_servers=bootstrap_servers,
+            settings=allowed,
             client_id="spark-chkpt-transactions",
-            **allowed,
         )
 
     def close(self) -> None:

@@ -33,7 +33,9 @@ CONTROL_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _ENSURED: set[tuple[str, str]] = set()
 
 
-def ensure_control_topic(*, bootstrap_servers: str, name: str) -> None:
+def ensure_control_topic(
+    *, bootstrap_servers: str, name: str, settings: Mapping[str, Any] | None = None
+) -> None:
     """Create control topic ``name`` (one partition, infinite retention) unless it exists,
     and refuse one whose settings would let the broker drop index entries
     (:func:`check_control_topic_config`).
@@ -52,12 +54,14 @@ def ensure_control_topic(*, bootstrap_servers: str, name: str) -> None:
         partitions=1,
         exist_ok=True,
         config=CONTROL_TOPIC_CONFIG,
+        settings=settings,
     )
     data = name.removeprefix(CONTROL_PREFIX)
     configs = topic_configs(
         bootstrap_servers=bootstrap_servers,
         names=[name, data],
         keys=["cleanup.policy", "retention.ms", "retention.bytes"],
+        settings=settings,
     )
     if configs is not None:  # None: the broker has no DescribeConfigs (Tansu)
         check_control_topic_config(name=name, config=configs[name], data_config=configs[data])
@@ -117,7 +121,7 @@ class ControlTopic(BarrierIndex):
 
     def _client(self) -> Any:
         if self._consumer is None:
-            from kafka import KafkaConsumer
+            from spark_chkpt.kafka.client.factory import kafka_consumer
 
             settings = {
                 **self._settings,
@@ -128,7 +132,9 @@ class ControlTopic(BarrierIndex):
                 "auto_offset_reset": "earliest",
                 "fetch_max_wait_ms": 50,
             }
-            self._consumer = KafkaConsumer(**settings)
+            self._consumer = kafka_consumer(
+                bootstrap_servers=self.bootstrap_servers, settings=settings
+            )
             # Each refresh asks whether the control topic exists (a metadata request):
             # about 100 ms each, per downstream batch, before space_refreshes. And it
             # polls to the end it asked for: no sleep with the answer in hand.

@@ -75,12 +75,17 @@ class KafkaSink:
                 "spark.speculation, or use delivery=barriers",
             )
         if config.topic:
-            require_output_topic(bootstrap_servers=config.bootstrap_servers, name=config.topic)
+            require_output_topic(
+                bootstrap_servers=config.bootstrap_servers,
+                name=config.topic,
+                settings=config.producer_settings,
+            )
             # Before any task produces: a reader that found no control topic would read
             # the first snapshot's records, confirmed or not, as a plain topic's.
             ensure_control_topic(
                 bootstrap_servers=config.bootstrap_servers,
                 name=config.control_topic or control_topic_for(config.topic),
+                settings=config.producer_settings,
             )
         sink = cls(config=config, snapshot=config.snapshot_settings())
         if config.transactional:
@@ -89,12 +94,15 @@ class KafkaSink:
             sink.resume()
         return sink
 
-    def broker_calls(self, doing: str) -> AbstractContextManager[None]:
-        """Kafka calls of this sink; a broker that does not answer is one error."""
+    def broker_calls(self, doing: str, *, operation: str = "WRITE") -> AbstractContextManager[None]:
+        """Kafka calls of this sink; a broker that does not answer is one error, a
+        refused ACL another (``operation``: what the calls need on the topic)."""
         return broker_calls(
             servers=self.config.bootstrap_servers,
             settings=self.config.producer_settings,
             doing=doing,
+            operation=operation,
+            resource=self.config.topic or None,
         )
 
     def writer(self, *, batch_id: int | None, task: int, attempt_number: int) -> RecordProducer:

@@ -27,6 +27,7 @@ from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, cont
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, FencedError, QueryIdentityError
 from spark_chkpt.failpoints import FaultPoint, armed, failpoint
+from spark_chkpt.kafka.client.factory import connection_settings
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
@@ -101,14 +102,12 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     def _producer(self) -> Any:
         def build() -> Any:
-            from kafka import KafkaProducer
+            from spark_chkpt.kafka.client.factory import kafka_producer
 
-            return KafkaProducer(
-                **{
-                    **self.config.producer_settings,
-                    "bootstrap_servers": self.config.bootstrap_servers.split(","),
-                    "client_id": f"spark-chkpt-barriers-{self.app_id[:8]}",
-                }
+            return kafka_producer(
+                bootstrap_servers=self.config.bootstrap_servers,
+                settings=self.config.producer_settings,
+                client_id=f"spark-chkpt-barriers-{self.app_id[:8]}",
             )
 
         return _BARRIER_PRODUCERS.get(barrier_producer_key(self.config), build=build)
@@ -125,13 +124,18 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         control = self.config.control_topic or control_topic_for(topic)
         key = (self.config.bootstrap_servers, control, topic)
         # First: the reader's metadata below is then fetched after the topic exists.
-        ensure_control_topic(bootstrap_servers=self.config.bootstrap_servers, name=control)
+        ensure_control_topic(
+            bootstrap_servers=self.config.bootstrap_servers,
+            name=control,
+            settings=self.config.producer_settings,
+        )
 
         def build() -> ControlTopic:
             index = ControlTopic(
                 bootstrap_servers=self.config.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,
+                client_settings=connection_settings(self.config.producer_settings),
             )
             index.topic_id = index.current_topic_id()
             return index

@@ -25,6 +25,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
+from spark_chkpt.kafka.client.factory import confluent_producer
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
 from spark_chkpt.kafka.sink.committable import Header, ProducedOutput
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -71,7 +72,7 @@ class ConfluentProducer:
         self._per_partition: dict[int, int] = {}  # the same, with a 'topic' option
         self._error: tuple[Any, str] | None = None  # (KafkaError, "topic-partition")
         self._controlled: set[str] = set()
-        self._producer = confluent_kafka.Producer(
+        self._producer = confluent_producer(
             {
                 **config.librdkafka_config(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
                 "on_delivery": self._delivery_callback(),
@@ -113,7 +114,10 @@ class ConfluentProducer:
 
     def _on_error(self, error: Any) -> None:
         log.warning("confluent-kafka: %s", error)
-        if error.fatal() and self._error is None:  # e.g. the idempotent producer's state
+        refused = error.code() in (self._ck.KafkaError._AUTHENTICATION, self._ck.KafkaError._SSL)
+        # fatal: e.g. the idempotent producer's state; refused: a login or certificate
+        # the broker refuses, which no wait makes right.
+        if (error.fatal() or refused) and self._error is None:
             self._error = (error, "the producer")
 
     def send(self, batch: pa.RecordBatch) -> None:
@@ -235,7 +239,8 @@ class ConfluentProducer:
             self._producer.poll(0)
             self._close()
         except (RuntimeError, self._ck.KafkaException) as e:  # the task's error matters
-            log.warning("confluent-kafka: closing a failed attempt's producer: %s", e)
+            # INFO: the task's own error, raised next, is the line a user must read first.
+            log.info("confluent-kafka: closing a failed attempt's producer: %s", e)
 
     def _close(self) -> None:
         close = getattr(self._producer, "close", None)  # confluent-kafka >= 2.12 has it

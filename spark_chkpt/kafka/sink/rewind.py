@@ -171,17 +171,18 @@ def write_revocations(
     """Step 5 of a Kafka rewind: a ``revoke`` entry per topic under ``generation`` (the
     plan's, or the one an interrupted restore recorded), unless one is there already.
     Returns the snapshots revoked per topic."""
-    from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KafkaPartition
+
+    from spark_chkpt.kafka.client.factory import kafka_consumer, kafka_producer
 
     gen = rewind.generation if generation is None else generation
     revoked: dict[str, tuple[int, ...]] = {}
-    servers = rewind.bootstrap_servers.split(",")
-    producer = KafkaProducer(
-        **{**rewind.client_settings, "bootstrap_servers": servers, "acks": "all"}
+    servers = rewind.bootstrap_servers
+    producer = kafka_producer(
+        bootstrap_servers=servers, settings=rewind.client_settings, acks="all"
     )
-    consumer = KafkaConsumer(
-        **{**rewind.client_settings, "bootstrap_servers": servers, "group_id": None}
+    consumer = kafka_consumer(
+        bootstrap_servers=servers, settings=rewind.client_settings, group_id=None
     )
     try:
         for part in rewind.topics:

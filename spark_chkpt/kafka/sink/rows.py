@@ -69,6 +69,7 @@ def sink_rows(batch: pa.RecordBatch, *, config: KafkaSinkConfig, controlled: set
             ensure_control_topic(
                 bootstrap_servers=config.bootstrap_servers,
                 name=config.control_topic or control_topic_for(name),
+                settings=config.producer_settings,
             )
             controlled.add(name)
         topics = column

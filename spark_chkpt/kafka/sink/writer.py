@@ -71,13 +71,14 @@ class KafkaPythonProducer:
         task: int,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        from kafka import KafkaProducer
+        from spark_chkpt.kafka.client.factory import kafka_producer
 
         self.config = config
         self.output = ProducedOutput.start(batch_id=batch_id, task=task)
         self._tag = self.output.tag
-        self._producer = KafkaProducer(
-            **config.producer_kwargs(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
+        self._producer = kafka_producer(
+            bootstrap_servers=config.bootstrap_servers,
+            settings=config.producer_kwargs(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
             **(extra or {}),
         )
         self._lock = threading.Lock()
@@ -156,20 +157,15 @@ _NO_TOPIC_SIGNS = (
 def _topic_present(config: KafkaSinkConfig, topic: str) -> bool | None:
     """Whether the cluster lists ``topic``; ``None`` when it does not answer within a
     few seconds (an outage: the caller keeps its own error, which says so)."""
-    from kafka import KafkaConsumer
+    from spark_chkpt.kafka.client.factory import connection_settings, kafka_consumer
 
-    secured = {
-        k: v
-        for k, v in config.producer_settings.items()
-        if k.startswith(("security_", "ssl_", "sasl_"))
-    }
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=config.bootstrap_servers.split(","),
+        consumer = kafka_consumer(
+            bootstrap_servers=config.bootstrap_servers,
+            settings=connection_settings(config.producer_settings),
             enable_auto_commit=False,
             request_timeout_ms=_ASK_TIMEOUT_MS,
             bootstrap_timeout_ms=_ASK_TIMEOUT_MS,
-            **secured,
         )
     except Exception:
         return None

@@ -632,6 +632,8 @@ def read_task(
             servers=config.bootstrap_servers,
             settings=config.client_settings,
             doing="reading " + ", ".join(str(s.range) for s in specs),
+            operation="READ",
+            resource=",".join(sorted({s.range.tp.topic for s in specs})),
         ),
         RangeFetcher(
             config=config, client_id=client_id, align=_TASK_ALIGNMENT[config.alignment]

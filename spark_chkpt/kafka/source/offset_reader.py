@@ -15,6 +15,7 @@ from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
+from spark_chkpt.kafka.client.access import access_checked, principal
 from spark_chkpt.kafka.client.metadata import list_offsets, space_refreshes
 from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
@@ -52,6 +53,9 @@ def require_topics(config: SourceConfig, existing: Iterable[str]) -> None:
         missing=missing,
         existing=close + [t for t in visible if t not in close],
         servers=config.bootstrap_servers,
+        secured=str(config.client_settings.get("security_protocol", "PLAINTEXT")).upper()
+        != "PLAINTEXT",
+        principal=principal(config.client_settings),
     )
 
 
@@ -68,13 +72,15 @@ class OffsetReader:
     @property
     def consumer(self) -> Any:
         if self._consumer is None:
-            from kafka import KafkaConsumer
+            from spark_chkpt.kafka.client.factory import kafka_consumer
 
             settings = self._config.consumer_settings(client_id=self._client_id)
             # This consumer only probes; a fetch the broker holds for fetch.max.wait.ms
             # (500 ms by default) would delay the offset requests queued behind it.
             settings["fetch_max_wait_ms"] = 10
-            self._consumer = KafkaConsumer(**settings)
+            self._consumer = kafka_consumer(
+                bootstrap_servers=self._config.bootstrap_servers, settings=settings
+            )
             # Every planning call asks for fresh metadata: a query's initialOffset,
             # prepareForTriggerAvailableNow and first latestOffset, back to back, each
             # waited about 100 ms before (space_refreshes).
@@ -302,16 +308,31 @@ class OffsetReader:
 
     def commit_group(self, *, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit ``offsets`` for ``group_id`` so lag tools see the query's progress."""
-        from kafka import KafkaConsumer
         from kafka.structs import OffsetAndMetadata
+
+        from spark_chkpt.kafka.client.factory import kafka_consumer
 
         if self._committer is None or self._committer.config["group_id"] != group_id:
             settings = self._config.consumer_settings(client_id=self._client_id + "-commit")
             settings["group_id"] = group_id
-            self._committer = KafkaConsumer(**settings)
-        try:
-            self._committer.commit(
-                {_ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1) for tp, off in offsets.items()}
+            self._committer = kafka_consumer(
+                bootstrap_servers=self._config.bootstrap_servers, settings=settings
             )
+        try:
+            with access_checked(
+                servers=self._config.bootstrap_servers,
+                settings=self._config.client_settings,
+                operation="READ",
+                resource=group_id,
+                resource_kind="group",
+            ):
+                self._committer.commit(
+                    {
+                        _ktp(tp): OffsetAndMetadata(off, "spark-chkpt", -1)
+                        for tp, off in offsets.items()
+                    }
+                )
+        except ChkptError:
+            raise
         except Exception as e:  # the broker's error classes vary; all mean "not committed"
             raise ChkptError(f"committing offsets of group {group_id!r} failed: {e}") from e

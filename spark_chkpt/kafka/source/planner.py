@@ -69,7 +69,12 @@ def _on_broker(
         def call(self: SourcePlanner, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             settings = self.config.client_settings
             with broker_calls(
-                servers=self.config.bootstrap_servers, settings=settings, doing=doing
+                servers=self.config.bootstrap_servers,
+                settings=settings,
+                doing=doing,
+                # The planner lists offsets (DESCRIBE) and reads the first records of a
+                # partition (READ); Kafka's READ implies DESCRIBE: one grant for both.
+                operation="READ",
             ):
                 return retry_while_refused(
                     lambda: method(self, *args, **kwargs), settings=settings, doing=doing

@@ -17,6 +17,7 @@ from typing import Any
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.fs import qualify, resolve
+from spark_chkpt.kafka.client.factory import kafka_consumer
 from spark_chkpt.kafka.client.topics import create_topic, partition_count, topic_names
 from spark_chkpt.offsets import META_KEY
 from spark_chkpt.savepoint.manifest import SavepointManifest, load_savepoint
@@ -293,10 +294,9 @@ def plan_fork(
 
 def _offsets(bootstrap_servers: str, topic: str) -> tuple[dict[int, int], dict[int, int]]:
     """The topic's first and end offsets per partition."""
-    from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), group_id=None)
+    consumer = kafka_consumer(bootstrap_servers=bootstrap_servers, group_id=None)
     try:
         tps = [KafkaPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         first = {tp.partition: int(o) for tp, o in consumer.beginning_offsets(tps).items()}

@@ -1,0 +1,226 @@
+"""The one door to Kafka clients: every consumer, producer and admin client the project
+creates, on either library, is built here from the user's settings.
+
+A secured cluster (SASL, TLS, ACLs) needs every client, not most of them, to carry the
+``kafka.*`` security settings: one topic lookup made without them waits out the bootstrap
+timeout and fails as an outage. So no module constructs a kafka-python ``KafkaConsumer``,
+``KafkaProducer``, ``KafkaAdminClient`` or ``KafkaClient``, nor a confluent-kafka
+``Consumer``, ``Producer`` or ``AdminClient`` itself (``tests/unit/test_client_factory.py``
+walks the source tree for them): it asks this module, passing the kafka-python settings
+translated from the options (:func:`~spark_chkpt.kafka.client.settings.kafka_client_settings`)
+or the librdkafka properties translated from those.
+
+The command line's clients get their settings another way: ``--kafka-config FILE`` (a
+properties file, as Kafka's own tools take) is read once by the CLI and set with
+:func:`use_process_settings` as the defaults under every client the process builds, so
+each command reaches a secured cluster however deep in the library its clients are made.
+A query's own options (``kafka.*``) are never process-wide. A client that cannot be
+built because the broker refused its credentials, its certificate or its ACLs raises
+the error :mod:`spark_chkpt.kafka.client.access` names, at once, not after a timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+# kafka-python settings an admin client (and a bare metadata lookup) keeps of a
+# consumer's or producer's: how to reach and authenticate to the cluster.
+_CONNECTION_PREFIXES = ("security_", "ssl_", "sasl_")
+_CONNECTION_NAMES = {
+    "request_timeout_ms",
+    "reconnect_backoff_ms",
+    "reconnect_backoff_max_ms",
+    "retry_backoff_ms",
+    "connections_max_idle_ms",
+    "metadata_max_age_ms",
+    "client_dns_lookup",
+    "api_version",
+    "bootstrap_timeout_ms",
+}
+
+
+# The CLI's --kafka-config, translated to kafka-python settings (empty in a Spark job).
+_PROCESS_SETTINGS: dict[str, Any] = {}
+
+
+def use_process_settings(settings: Mapping[str, Any]) -> None:
+    """Make kafka-python ``settings`` the defaults under every client this process builds
+    from now on (the CLI's ``--kafka-config``); a caller's own settings win."""
+    _PROCESS_SETTINGS.clear()
+    _PROCESS_SETTINGS.update(settings)
+
+
+def process_settings() -> dict[str, Any]:
+    """The settings :func:`use_process_settings` set (a copy)."""
+    return dict(_PROCESS_SETTINGS)
+
+
+def _with_defaults(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**_PROCESS_SETTINGS, **(settings or {})}
+
+
+def connection_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The part of kafka-python ``settings`` that says how to reach and authenticate to
+    the cluster (security protocol, SASL, TLS, connection timeouts)."""
+    return {
+        k: v
+        for k, v in (settings or {}).items()
+        if k.startswith(_CONNECTION_PREFIXES) or k in _CONNECTION_NAMES
+    }
+
+
+def _accepted(settings: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` the client class knows (a producer's settings given to a consumer
+    keep their connection part)."""
+    return {k: v for k, v in settings.items() if k in defaults}
+
+
+class _RefusedLogin(logging.Filter):
+    """Raises the named error from kafka-python's log call of a refused SASL login.
+
+    kafka-python logs a bootstrap connection whose SASL login the broker refused
+    ("Bootstrap connection to ... failed: SaslAuthenticationFailedError") and tries again
+    until its bootstrap timeout; the log call, inside its bootstrap loop, is the one place
+    the refusal is seen. An error raised by a logger's filter leaves through that call, so
+    the client's construction fails at once with the error that names the login."""
+
+    def __init__(self, *, servers: str, settings: Mapping[str, Any]) -> None:
+        super().__init__()
+        self._servers = servers
+        self._settings = settings
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from kafka.errors import SaslAuthenticationFailedError
+
+        from spark_chkpt.kafka.client.access import authentication_error
+
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if isinstance(arg, SaslAuthenticationFailedError):
+                error = authentication_error(arg, servers=self._servers, settings=self._settings)
+                if error is not None:
+                    raise error from arg
+        return True
+
+
+_MANAGER_LOG = "kafka.net.manager"
+
+
+@contextmanager
+def _named_failures(*, servers: str, settings: Mapping[str, Any]) -> Iterator[None]:
+    from spark_chkpt.kafka.client.access import access_error, check_tls
+
+    check_tls(servers=servers, settings=settings)
+    refused = _RefusedLogin(servers=servers, settings=settings)
+    manager = logging.getLogger(_MANAGER_LOG)
+    manager.addFilter(refused)
+    try:
+        yield
+    except Exception as e:
+        named = access_error(e, servers=servers, settings=settings)
+        if named is None:
+            raise
+        raise named from e
+    finally:
+        manager.removeFilter(refused)
+
+
+def _servers(bootstrap_servers: str | list[str]) -> list[str]:
+    if isinstance(bootstrap_servers, str):
+        return [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
+    return list(bootstrap_servers)
+
+
+def kafka_consumer(
+    *, bootstrap_servers: str | list[str], settings: Mapping[str, Any] | None = None, **fixed: Any
+) -> Any:
+    """A kafka-python ``KafkaConsumer`` with the user's ``settings`` and the caller's
+    ``fixed`` ones (``group_id``, ``client_id``...; these win)."""
+    from kafka import KafkaConsumer
+
+    config = {**_accepted(_with_defaults(settings), KafkaConsumer.DEFAULT_CONFIG), **fixed}
+    config["bootstrap_servers"] = _servers(bootstrap_servers)
+    with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
+        return KafkaConsumer(**config)
+
+
+def kafka_producer(
+    *, bootstrap_servers: str | list[str], settings: Mapping[str, Any] | None = None, **fixed: Any
+) -> Any:
+    """A kafka-python ``KafkaProducer`` with the user's ``settings`` and the caller's
+    ``fixed`` ones (these win)."""
+    from kafka import KafkaProducer
+
+    config = {**_accepted(_with_defaults(settings), KafkaProducer.DEFAULT_CONFIG), **fixed}
+    config["bootstrap_servers"] = _servers(bootstrap_servers)
+    with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
+        return KafkaProducer(**config)
+
+
+def kafka_admin(
+    *,
+    bootstrap_servers: str | list[str],
+    settings: Mapping[str, Any] | None = None,
+    client_id: str = "spark-chkpt-admin",
+    **fixed: Any,
+) -> Any:
+    """A kafka-python ``KafkaAdminClient`` with the connection part of ``settings``."""
+    from kafka.admin import KafkaAdminClient
+
+    config = {
+        **_accepted(connection_settings(_with_defaults(settings)), KafkaAdminClient.DEFAULT_CONFIG),
+        "client_id": client_id,
+        **fixed,
+    }
+    config["bootstrap_servers"] = _servers(bootstrap_servers)
+    with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
+        return KafkaAdminClient(**config)
+
+
+def kafka_client(
+    *, bootstrap_servers: str | list[str], settings: Mapping[str, Any] | None = None, **fixed: Any
+) -> Any:
+    """A kafka-python ``KafkaClient`` (the network client under the others) with the
+    connection part of ``settings``."""
+    from kafka import KafkaClient
+
+    defaults = KafkaClient.DEFAULT_CONFIG
+    config = {**_accepted(connection_settings(_with_defaults(settings)), defaults), **fixed}
+    config["bootstrap_servers"] = _servers(bootstrap_servers)
+    return KafkaClient(**config)
+
+
+def confluent_consumer(config: Mapping[str, Any]) -> Any:
+    """A confluent-kafka (librdkafka) ``Consumer`` of ``config``: librdkafka properties,
+    the user's translated by :func:`~spark_chkpt.kafka.client.settings.librdkafka_settings`."""
+    import confluent_kafka
+
+    _check_librdkafka_tls(config)
+    return confluent_kafka.Consumer(dict(config))
+
+
+def confluent_producer(config: Mapping[str, Any]) -> Any:
+    """A confluent-kafka (librdkafka) ``Producer`` of ``config`` (translated by
+    :func:`~spark_chkpt.kafka.client.settings.librdkafka_producer_settings`)."""
+    import confluent_kafka
+
+    _check_librdkafka_tls(config)
+    return confluent_kafka.Producer(dict(config))
+
+
+def confluent_admin(config: Mapping[str, Any]) -> Any:
+    """A confluent-kafka (librdkafka) ``AdminClient`` of ``config``."""
+    from confluent_kafka.admin import AdminClient
+
+    _check_librdkafka_tls(config)
+    return AdminClient(dict(config))
+
+
+def _check_librdkafka_tls(config: Mapping[str, Any]) -> None:
+    from spark_chkpt.kafka.client.access import check_tls
+
+    servers = config.get("bootstrap.servers")
+    if servers:
+        check_tls(servers=str(servers), settings=config)
