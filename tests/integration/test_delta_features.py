@@ -105,7 +105,6 @@ REFUSED = {
     "typeWidening": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.enableTypeWidening'='true')"),
     "clustering": ("id BIGINT, v STRING", "CLUSTER BY (id)"),
     "identityColumns": ("id BIGINT, v STRING, sk BIGINT GENERATED ALWAYS AS IDENTITY", ""),
-    "columnMapping": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.columnMapping.mode'='name')"),
 }
 
 
