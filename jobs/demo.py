@@ -4,7 +4,8 @@
 
 1. starts the embedded broker and writes the seeds' example, per-app page-view events;
 2. starts the Kafka → Delta job (``jobs/kafka_to_delta.py``) as its own driver process;
-3. SIGKILLs that driver (Python and JVM) while a micro-batch is in flight;
+3. SIGKILLs that driver's whole process tree (Python, JVM, PySpark's workers) while a
+   micro-batch is in flight;
 4. writes more events, restarts the job, lets it drain the topic;
 5. reads the Delta table back with ``deltalake`` and prints the verification.
 """
@@ -192,8 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             rows_then = DeltaTable(str(table)).to_pyarrow_table().num_rows if table.exists() else 0
             _say(
-                f"SIGKILL the job's driver (Python + JVM) while batch {in_flight} was in "
-                f"flight (exit {job.returncode})"
+                "SIGKILL the job's whole process tree (Python, JVM, PySpark's workers) "
+                f"while batch {in_flight} was in flight (exit {job.returncode})"
             )
             _say(
                 f"  state left behind: Delta has {rows_then} rows; Spark planned batch "

@@ -32,7 +32,7 @@ def test_demo_survives_kill_9_and_reports_exactly_once(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "SIGKILL the job's driver (Python + JVM) while batch" in out
+    assert "SIGKILL the job's whole process tree (Python, JVM, PySpark's workers) while" in out
     assert "rows in the table           3600" in out
     assert "missing / duplicated ids    0 / 0" in out
     assert "exactly-once                yes" in out
