@@ -376,3 +376,29 @@ def end_held(pids: Sequence[int], *, timeout_s: float = 120) -> None:
     for pid in pids:
         if alive(pid):
             kill_tree(pid)
+
+
+def racing_appends(uri: str, options: dict[str, str]) -> list[int]:
+    """48 delta-rs appends of one row each from 8 threads at once, on a table of one
+    row (-1): the rows of the appends that returned without an error."""
+    import concurrent.futures
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(uri, pa.table({"n": pa.array([-1], pa.int64())}), storage_options=options)
+
+    def append(n: int) -> bool:
+        try:
+            write_deltalake(
+                uri, pa.table({"n": pa.array([n], pa.int64())}), mode="append",
+                storage_options=options,
+            )  # fmt: skip
+        except Exception as e:  # out of retries: delta-rs's CommitFailedError
+            assert "commit" in str(e).lower(), e
+            return False
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        done = pool.map(append, range(48))
+        return [n for n, ok in zip(range(48), done, strict=True) if ok]

@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from spark_chkpt.recovery.rebuild import table_snapshots
 from spark_chkpt.testing.s3_server import S3Server
-from tests.helpers import kafka_stream, produce
+from tests.helpers import kafka_stream, produce, racing_appends
 
 pytestmark = pytest.mark.fault
 
@@ -132,28 +132,13 @@ def test_delta_rs_gives_up_no_put_if_absent_on_s3(s3_server: S3Server, s3_bucket
     # delta-rs 1.x directly: with conditional put disabled it cannot commit on S3 at all
     # (no lock configured) and says so; AWS_S3_ALLOW_UNSAFE_RENAME alone still commits
     # put-if-absent: of 8 threads appending at once, every commit that succeeded is there.
-    import concurrent.futures
 
     table = f"s3://{s3_bucket}/unsafe"
     unsafe = {**s3_server.storage_options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
     disabled = {**unsafe, "aws_conditional_put": "disabled"}
     with pytest.raises(OSError, match="conditional put is disabled"):
         write_deltalake(f"{table}-disabled", pa.table({"n": [0]}), storage_options=disabled)
-    write_deltalake(table, pa.table({"n": pa.array([-1], pa.int64())}), storage_options=unsafe)
-
-    def append(n: int) -> bool:
-        try:
-            write_deltalake(
-                table, pa.table({"n": pa.array([n], pa.int64())}), mode="append",
-                storage_options=unsafe,
-            )  # fmt: skip
-        except Exception as e:  # out of retries: delta-rs's CommitFailedError
-            assert "commit" in str(e).lower(), e
-            return False
-        return True
-
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        committed = [n for n, ok in zip(range(48), pool.map(append, range(48)), strict=True) if ok]
+    committed = racing_appends(table, unsafe)
     found = DeltaTable(table, storage_options=unsafe)
     assert sorted(found.to_pyarrow_table().column("n").to_pylist()) == [-1, *committed]
     assert found.version() == len(committed)

@@ -16,6 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 from spark_chkpt.fs import resolve
 from spark_chkpt.testing.s3_proxy import ProxyMode, StoreProxy
 from spark_chkpt.testing.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.helpers import racing_appends
 
 pytestmark = pytest.mark.integration
 
@@ -118,27 +119,6 @@ def test_delta_rs_commits_on_the_server(
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2]
 
 
-def _racing_appends(uri: str, options: dict[str, str]) -> list[int]:
-    """48 delta-rs appends of one row each from 8 threads at once, on a table of one
-    row (-1): the rows of the appends that returned without an error."""
-    write_deltalake(uri, pa.table({"n": pa.array([-1], pa.int64())}), storage_options=options)
-
-    def append(n: int) -> bool:
-        try:
-            write_deltalake(
-                uri, pa.table({"n": pa.array([n], pa.int64())}), mode="append",
-                storage_options=options,
-            )  # fmt: skip
-        except Exception as e:  # out of retries: delta-rs's CommitFailedError
-            assert "commit" in str(e).lower(), e
-            return False
-        return True
-
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        done = pool.map(append, range(48))
-        return [n for n, ok in zip(range(48), done, strict=True) if ok]
-
-
 def test_racing_delta_rs_commits_conflict_and_lose_nothing(
     s3_server: S3Server, s3_bucket: str, no_aws_env: None
 ) -> None:
@@ -146,7 +126,7 @@ def test_racing_delta_rs_commits_conflict_and_lose_nothing(
     # version's _delta_log file (conflicts happened) and retried with the next version;
     # every append that returned is in the table once, one version each.
     uri = f"s3://{s3_bucket}/race"
-    committed = _racing_appends(uri, s3_server.storage_options)
+    committed = racing_appends(uri, s3_server.storage_options)
     found = DeltaTable(uri, storage_options=s3_server.storage_options)
     assert sorted(found.to_pyarrow_table().column("n").to_pylist()) == [-1, *committed]
     assert found.version() == len(committed)
@@ -163,7 +143,7 @@ def test_racing_delta_rs_commits_lose_appends_where_if_none_match_is_ignored(
     uri = f"s3://{s3_bucket}/race"
     with StoreProxy(upstream=s3_server.endpoint, mode=ProxyMode.IGNORE_IF_NONE_MATCH) as proxy:
         options = {**s3_server.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
-        committed = _racing_appends(uri, options)
+        committed = racing_appends(uri, options)
         found = DeltaTable(uri, storage_options=options)
         rows = found.to_pyarrow_table().column("n").to_pylist()
     assert proxy.counts["if-none-match stripped"] > 48
