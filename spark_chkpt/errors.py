@@ -163,6 +163,13 @@ class KafkaAuthenticationError(ChkptError):
     Raised at once: waiting longer never makes a wrong password right."""
 
 
+class KafkaSecurityProtocolError(KafkaAuthenticationError):
+    """The client's ``kafka.security.protocol`` is not the one the broker's listener
+    speaks (a PLAINTEXT or SASL_PLAINTEXT client at a TLS port); the message names the
+    broker, both protocols and the option to set. Raised at once, not after the
+    bootstrap timeout as an outage."""
+
+
 class KafkaAuthorizationError(ChkptError):
     """The Kafka broker's ACLs refuse an operation on a resource (topic, group,
     transactional id, cluster); the message names both and the ACL to grant."""

@@ -130,3 +130,36 @@ def test_the_sinks_topic_is_not_named_for_a_refused_transactional_id() -> None:
 @pytest.mark.parametrize("text", ["broker down", "Unable to bootstrap from ['h:1']"])
 def test_other_errors_are_left_alone(text: str) -> None:
     assert access.access_error(RuntimeError(text), servers="h:1", settings=SCRAM) is None
+
+
+def test_a_plaintext_listener_or_a_tls_client_is_no_protocol_mismatch() -> None:
+    """The probe behind :func:`access.protocol_mismatch` calls a broker that drops the
+    TLS handshake (a plaintext listener reads it as a garbled request) or that is down
+    finds no mismatch: those stay the outage they are. A TLS client is never probed."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def plaintext_broker() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4)  # the request's size: far over the limit, the connection dropped
+        conn.close()
+
+    thread = threading.Thread(target=plaintext_broker, daemon=True)
+    thread.start()
+    servers = f"127.0.0.1:{port}"
+    try:
+        assert access.protocol_mismatch(servers=servers, settings={}) is None
+        thread.join(timeout=5)
+    finally:
+        listener.close()
+    down = socket.create_server(("127.0.0.1", 0))
+    down_port = down.getsockname()[1]
+    down.close()
+    assert access.protocol_mismatch(servers=f"127.0.0.1:{down_port}", settings={}) is None
+    assert (
+        access.protocol_mismatch(servers="no-such-host:1", settings={"security_protocol": "SSL"})
+        is None
+    )

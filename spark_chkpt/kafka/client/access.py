@@ -18,7 +18,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from spark_chkpt.errors import ChkptError, KafkaAuthenticationError, KafkaAuthorizationError
+from spark_chkpt.errors import (
+    ChkptError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaSecurityProtocolError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +255,66 @@ def check_tls(*, servers: str, settings: Mapping[str, Any]) -> None:
             continue
         finally:
             raw.close()
+
+
+# (host, port) -> whether it answered a TLS handshake, probed at most once per process.
+_SPEAKS_TLS: dict[tuple[str, int], bool] = {}
+
+
+def _speaks_tls(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers a TLS handshake (its certificate not checked: only
+    whether the listener speaks TLS at all). A broker that does not answer is not TLS."""
+    import socket
+    import ssl
+
+    if (host, port) in _SPEAKS_TLS:
+        return _SPEAKS_TLS[(host, port)]
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        raw = socket.create_connection((host, port), timeout=_HANDSHAKE_TIMEOUT_S)
+    except OSError:
+        return False  # not remembered: a broker down now may be up later
+    try:
+        with context.wrap_socket(raw, server_hostname=host):
+            answer = True
+    except ssl.SSLError as e:
+        answer = "ALERT" in str(e).upper()  # a TLS listener that refused this client
+    except OSError:
+        answer = False  # a plaintext listener drops the handshake as a garbled request
+    finally:
+        raw.close()
+    _SPEAKS_TLS[(host, port)] = answer
+    return answer
+
+
+def protocol_mismatch(
+    *, servers: str, settings: Mapping[str, Any]
+) -> KafkaSecurityProtocolError | None:
+    """The error for a client whose bootstrap connection failed because it speaks
+    PLAINTEXT (or SASL_PLAINTEXT) to a broker's TLS listener, else None. kafka-python
+    reads the dropped connection as a broker that is down and retries until its bootstrap
+    timeout; one TLS handshake per broker (once per process) says what is wrong."""
+    protocol = str(_either(settings, "security_protocol") or "PLAINTEXT").upper()
+    if protocol in ("SSL", "SASL_SSL"):
+        return None
+    for server in servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            number = int(port)
+        except ValueError:
+            continue
+        if _speaks_tls(host, number):
+            return KafkaSecurityProtocolError(
+                f"Kafka broker {server.strip()} speaks TLS, but the client's "
+                f"kafka.security.protocol is {protocol}: set kafka.security.protocol to "
+                "SASL_SSL (a SASL listener, with kafka.sasl.mechanism and "
+                "kafka.sasl.jaas.config) or SSL, as the broker's listener at that port "
+                "is configured, and kafka.ssl.cafile to the CA that signed its "
+                "certificate; the broker is not down, waiting longer does not help"
+            )
+    return None
 
 
 def access_error(

@@ -79,7 +79,8 @@ def _accepted(settings: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[
 
 
 class _RefusedLogin(logging.Filter):
-    """Raises the named error from kafka-python's log call of a refused SASL login.
+    """Raises the named error from kafka-python's log call of a refused SASL login, or of
+    a failed bootstrap connection of a PLAINTEXT client to a TLS listener.
 
     kafka-python logs a bootstrap connection whose SASL login the broker refused
     ("Bootstrap connection to ... failed: SaslAuthenticationFailedError") and tries again
@@ -95,13 +96,17 @@ class _RefusedLogin(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         from kafka.errors import SaslAuthenticationFailedError
 
-        from spark_chkpt.kafka.client.access import authentication_error
+        from spark_chkpt.kafka.client.access import authentication_error, protocol_mismatch
 
         for arg in record.args if isinstance(record.args, tuple) else ():
             if isinstance(arg, SaslAuthenticationFailedError):
                 error = authentication_error(arg, servers=self._servers, settings=self._settings)
                 if error is not None:
                     raise error from arg
+            elif isinstance(arg, Exception) and str(record.msg).startswith("Bootstrap"):
+                mismatch = protocol_mismatch(servers=self._servers, settings=self._settings)
+                if mismatch is not None:
+                    raise mismatch from arg
         return True
 
 
