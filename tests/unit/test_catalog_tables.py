@@ -79,3 +79,20 @@ def test_a_table_the_driver_did_not_resolve_names_register(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as raised:
         DeltaSinkConfig.from_options(base(tmp_path, table="db.events"))
     assert "spark_chkpt.register(spark) before start()" in str(raised.value)
+
+
+def test_delta_upsert_takes_path_or_table_and_needs_the_session_for_a_table(
+    tmp_path: Path,
+) -> None:
+    from pyspark.sql import SparkSession
+
+    from spark_chkpt import DeltaUpsert
+
+    assert SparkSession.getActiveSession() is None  # a unit test: no JVM
+    chk = str(tmp_path / "chk")
+    with pytest.raises(ConfigError, match="give either path or table, not both"):
+        DeltaUpsert(
+            path=str(tmp_path / "t"), table="db.events", keys=["id"], checkpoint_location=chk
+        )
+    with pytest.raises(ConfigError, match="resolved with the active SparkSession"):
+        DeltaUpsert(table="db.events", keys=["id"], checkpoint_location=chk)
