@@ -119,3 +119,34 @@ def test_expired_log_cleanup_off_keeps_every_commit(tmp_path: Path) -> None:
     sink_commits(target, range(3, 11), None)
     assert checkpoints(uri) == [5, 10]
     assert commits(uri) == list(range(11))
+
+
+def test_the_upserts_merge_checkpoints_at_the_tables_interval(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge
+
+    uri = tmp_path / "upserted"
+    write_deltalake(
+        str(uri),
+        pa.table({"id": [0]}, schema=SCHEMA),
+        configuration={"delta.checkpointInterval": "3"},
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+    )
+    target = DeltaTarget(uri=str(uri))
+    merger = KeyedMerge(target=target, keys=["id"], delete_column="_delete")
+    (uri / STAGING_DIR).mkdir()
+    for batch in range(1, 8):  # versions 1..7
+        name = f"{STAGING_DIR}/batch-{batch}.parquet"
+        pq.write_table(pa.table({"id": [batch]}, schema=SCHEMA), str(uri / name))
+        merger.merge(
+            DeltaTable(str(uri)),
+            files=[name],
+            schema=SCHEMA,
+            app_id=APP,
+            version=batch,
+            metadata={},
+            batch_size=1024,
+        )
+    assert checkpoints(uri) == [3, 6]
+    assert DeltaTable(str(uri)).to_pyarrow_table().num_rows == 8
