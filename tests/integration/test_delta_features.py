@@ -360,10 +360,12 @@ def test_a_catalog_table_that_cannot_be_written_is_refused_at_start_naming_why(
         f"{db}.plain": f"chkpt-delta: table {db}.plain is a parquet table, not a Delta table",
         f"{db}.recent": f"chkpt-delta: table {db}.recent is a view, not a table",
     }
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "errors.md").read_text()
     for name, message in refusals.items():
         with pytest.raises(CatalogTableError) as raised:
             start_named(df, tmp_path / "chk", name)
         assert str(raised.value).startswith(message), str(raised.value)
+        assert f"`{str(raised.value).replace(db, 'DB')}`" in page  # the errors page's row
     with pytest.raises(CatalogTableError, match="does not exist"):
         start_named(df, tmp_path / "chk", f"{db}.created", to_table=True)
     assert not spark.catalog.tableExists(f"{db}.created")  # nothing registered
