@@ -306,19 +306,18 @@ def start_named(df: DataFrame, chk: Path, table: str, *, to_table: bool = False)
     return writer.toTable(table) if to_table else writer.option("table", table).start()
 
 
-def test_a_catalog_table_is_written_by_its_name_and_by_to_table(
+def test_a_catalog_table_is_written_by_name_with_to_table_and_delta_upsert(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     from deltalake import DeltaTable
 
     db = database(spark, tmp_path)
     spark.sql(f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta")
-    query = start_named(rows_stream(spark, tmp_path / "in", ROWS), tmp_path / "chk", f"{db}.events")
-    query.awaitTermination(240)
-    assert query.exception() is None, str(query.exception())[:3000]
-    more = [{"id": i, "v": f"v{i}"} for i in range(100, 105)]
+    spark.sql(f"INSERT INTO {db}.events VALUES (100, 'v100')")
+    more = [{"id": 100, "v": "v100"}]
+    # toTable(name) is option("table", name).start() (one query proves both: CI time)
     query = start_named(
-        rows_stream(spark, tmp_path / "in2", more), tmp_path / "chk2", f"{db}.events", to_table=True
+        rows_stream(spark, tmp_path / "in", ROWS), tmp_path / "chk", f"{db}.events", to_table=True
     )
     query.awaitTermination(240)
     assert query.exception() is None, str(query.exception())[:3000]
