@@ -312,7 +312,12 @@ def test_a_catalog_table_is_written_by_name_with_to_table_and_delta_upsert(
     from deltalake import DeltaTable
 
     db = database(spark, tmp_path)
-    spark.sql(f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta")
+    # interval 2: delta-spark's INSERT is version 1, the sink's commit version 2 and its
+    # checkpoint (log_upkeep), which delta-spark reads the table from below
+    spark.sql(
+        f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES ('delta.checkpointInterval'='2')"
+    )
     spark.sql(f"INSERT INTO {db}.events VALUES (100, 'v100')")
     more = [{"id": 100, "v": "v100"}]
     # toTable(name) is option("table", name).start() (one query proves both: CI time)
@@ -325,6 +330,10 @@ def test_a_catalog_table_is_written_by_name_with_to_table_and_delta_upsert(
     assert_same(spark.table(f"{db}.events"), expected)
     location = spark.sql(f"DESCRIBE DETAIL {db}.events").first()["location"]  # type: ignore[index]
     assert location.startswith("file:") and str(tmp_path / "warehouse") in location
+    log_dir = Path(location.removeprefix("file:")) / "_delta_log"
+    assert sorted(p.name for p in log_dir.glob("*.checkpoint.parquet")) == [
+        f"{2:020d}.checkpoint.parquet"
+    ]
     assert sorted(DeltaTable(location).to_pyarrow_table().column("id").to_pylist()) == sorted(
         r["id"] for r in ROWS + more
     )
