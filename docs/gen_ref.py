@@ -93,6 +93,10 @@ OPTIONS: tuple[OptionsRef, ...] = (
             "minPauseBetweenSnapshots": "timing.min_pause_ms",
             "storage.*": "storage_options",
             "delta.*": "table_properties",
+            "table": None,
+            "tableLocation": None,
+            "deadLetterTable": None,
+            "deadLetterTableLocation": None,
         },
     ),
 )

@@ -201,6 +201,17 @@ class TableFeatureError(ChkptError):
         self.table = table
 
 
+class CatalogTableError(ChkptError):
+    """A table named by the ``table`` / ``deadLetterTable`` option (or
+    ``DeltaUpsert(table=...)``, ``toTable``) cannot be written: it does not exist, is a
+    view, is not a Delta table, has no location, or is in a catalog other than the
+    session's (:mod:`spark_chkpt.delta.catalog`). ``table`` is the name as given."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
 class ConstraintViolationError(ChkptError):
     """Rows of a batch break a rule of the Delta table (a CHECK constraint, an
     invariant, a NOT NULL column, a generated column's value): the write task fails

@@ -25,6 +25,7 @@ from spark_chkpt.delta.constraints import (
     generated_columns,
     table_rules,
 )
+from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
 from spark_chkpt.delta.protocol import Operation, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import (
@@ -333,15 +334,18 @@ class DeltaTarget:
                 storage_options=self.storage_options or None,
                 configuration=dict(configuration) if configuration else None,
                 commit_properties=props,
+                post_commithook_properties=no_hooks(),
             )
-            return
-        table.create_write_transaction(
-            actions,
-            "overwrite" if overwrite else "append",
-            table.schema(),
-            partition_by=list(partition_by) or None,
-            commit_properties=props,
-        )
+        else:
+            table.create_write_transaction(
+                actions,
+                "overwrite" if overwrite else "append",
+                table.schema(),
+                partition_by=list(partition_by) or None,
+                commit_properties=props,
+                post_commithook_properties=no_hooks(),
+            )
+        upkeep(self)  # checkpoint and clean-up by the table's properties
 
     def generation(self, table: Any | None, *, app_id: str) -> int | None:
         """The generation of ``app_id`` the table records (:mod:`spark_chkpt.snapshot.epoch`;
@@ -374,13 +378,16 @@ class DeltaTarget:
             table.schema(),
             partition_by=list(table.metadata().partition_columns) or None,
             commit_properties=props,
+            post_commithook_properties=no_hooks(),
         )
+        upkeep(self)
 
     @staticmethod
     def restore_to(table: Any, version: int, *, props: Any) -> None:
         """delta-rs ``restore``: the table's files of ``version`` back in one commit
-        carrying ``props`` (:func:`commit_properties`)."""
-        table.restore(version, commit_properties=props)
+        carrying ``props`` (:func:`commit_properties`); the next commit's
+        :func:`~spark_chkpt.delta.log_upkeep.upkeep` checkpoints a version it made due."""
+        table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
 
     def commit_at(self, version: int) -> TxnCommit | None:
         """The commit of Delta ``version`` (its commitInfo and txn versions by app id), or

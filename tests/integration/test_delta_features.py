@@ -285,3 +285,105 @@ def test_delta_options_set_table_properties_on_creation(
         .load(str(table))
     )
     assert changes.where("_change_type = 'insert'").count() == len(ROWS)
+
+
+# -- tables named as users name them (option table, toTable, DeltaUpsert(table=...)) ------
+
+
+def database(spark: SparkSession, tmp_path: Path) -> str:
+    """A database of the session catalog whose managed tables live under ``tmp_path``."""
+    name = f"db_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'warehouse'}'")
+    return name
+
+
+def start_named(df: DataFrame, chk: Path, table: str, *, to_table: bool = False) -> Any:
+    writer = (
+        df.writeStream.format("chkpt-delta")
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+    )
+    return writer.toTable(table) if to_table else writer.option("table", table).start()
+
+
+def test_a_catalog_table_is_written_by_name_with_to_table_and_delta_upsert(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    db = database(spark, tmp_path)
+    # interval 2: delta-spark's INSERT is version 1, the sink's commit version 2 and its
+    # checkpoint (log_upkeep), which delta-spark reads the table from below
+    spark.sql(
+        f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES ('delta.checkpointInterval'='2')"
+    )
+    spark.sql(f"INSERT INTO {db}.events VALUES (100, 'v100')")
+    more = [{"id": 100, "v": "v100"}]
+    # toTable(name) is option("table", name).start() (one query proves both: CI time)
+    query = start_named(
+        rows_stream(spark, tmp_path / "in", ROWS), tmp_path / "chk", f"{db}.events", to_table=True
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None, str(query.exception())[:3000]
+    expected = spark.createDataFrame([(r["id"], r["v"]) for r in ROWS + more], INPUT_DDL)
+    assert_same(spark.table(f"{db}.events"), expected)
+    location = spark.sql(f"DESCRIBE DETAIL {db}.events").first()["location"]  # type: ignore[index]
+    assert location.startswith("file:") and str(tmp_path / "warehouse") in location
+    log_dir = Path(location.removeprefix("file:")) / "_delta_log"
+    assert sorted(p.name for p in log_dir.glob("*.checkpoint.parquet")) == [
+        f"{2:020d}.checkpoint.parquet"
+    ]
+    assert sorted(DeltaTable(location).to_pyarrow_table().column("id").to_pylist()) == sorted(
+        r["id"] for r in ROWS + more
+    )
+    # DeltaUpsert by name
+    changed = [{"id": 1, "v": "new"}, {"id": 999, "v": "new"}]
+    writer = DeltaUpsert(table=f"{db}.events", keys=["id"], checkpoint_location=str(tmp_path / "u"))
+    query = (
+        rows_stream(spark, tmp_path / "in3", changed)
+        .writeStream.foreachBatch(writer)
+        .option("checkpointLocation", str(tmp_path / "u"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None, str(query.exception())[:3000]
+    got = {r.id: r.v for r in spark.table(f"{db}.events").collect()}
+    assert len(got) == len(ROWS) + len(more) + 1 and got[1] == "new" and got[999] == "new"
+
+
+def test_a_catalog_table_that_cannot_be_written_is_refused_at_start_naming_why(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from spark_chkpt.errors import CatalogTableError, ConfigError
+
+    db = database(spark, tmp_path)
+    spark.sql(f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta")
+    spark.sql(f"CREATE TABLE {db}.plain (id BIGINT, v STRING) USING parquet")
+    spark.sql(f"CREATE VIEW {db}.recent AS SELECT * FROM {db}.events")
+    df = rows_stream(spark, tmp_path / "in", ROWS)
+    refusals = {
+        f"{db}.missing": f"chkpt-delta: table {db}.missing does not exist in the session catalog",
+        f"{db}.plain": f"chkpt-delta: table {db}.plain is a parquet table, not a Delta table",
+        f"{db}.recent": f"chkpt-delta: table {db}.recent is a view, not a table",
+    }
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "errors.md").read_text()
+    for name, message in refusals.items():
+        with pytest.raises(CatalogTableError) as raised:
+            start_named(df, tmp_path / "chk", name)
+        assert str(raised.value).startswith(message), str(raised.value)
+        assert f"`{str(raised.value).replace(db, 'DB')}`" in page  # the errors page's row
+    with pytest.raises(CatalogTableError, match="does not exist"):
+        start_named(df, tmp_path / "chk", f"{db}.created", to_table=True)
+    assert not spark.catalog.tableExists(f"{db}.created")  # nothing registered
+    with pytest.raises(ConfigError, match="give either option path or option table"):
+        (
+            df.writeStream.format("chkpt-delta")
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .option("table", f"{db}.events")
+            .start(str(tmp_path / "t"))
+        )
+    with pytest.raises(CatalogTableError, match="is a parquet table"):
+        DeltaUpsert(table=f"{db}.plain", keys=["id"], checkpoint_location=str(tmp_path / "u"))
+    assert not (tmp_path / "chk").exists()  # no query started

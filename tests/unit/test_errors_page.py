@@ -81,3 +81,20 @@ def test_the_path_not_found_message_is_the_one_raised(
     with pytest.raises(PathNotFoundError) as raised:
         require_folder("chk-typo", what="checkpoint")
     assert f"spark-chkpt snapshots: {raised.value}" in _quoted("PathNotFoundError")
+
+
+def test_the_catalog_table_messages_are_the_ones_raised(tmp_path: Path) -> None:
+    from spark_chkpt.delta.catalog import check_catalog
+    from spark_chkpt.delta.sink.options import DeltaSinkConfig
+    from spark_chkpt.errors import CatalogTableError, ConfigError
+
+    with pytest.raises(CatalogTableError) as other:
+        check_catalog("main.db.events", current_catalog="spark_catalog", writer="chkpt-delta")
+    assert str(other.value) in _quoted("is in catalog 'main'")
+    base = {"checkpointlocation": str(tmp_path / "chk"), "table": "db.events"}
+    with pytest.raises(ConfigError) as both:
+        DeltaSinkConfig.from_options({**base, "path": str(tmp_path / "t")})
+    assert str(both.value) in _quoted("give either option path or option table")
+    with pytest.raises(ConfigError) as unresolved:
+        DeltaSinkConfig.from_options(base)
+    assert str(unresolved.value) in _quoted("call spark_chkpt.register(spark) before start()")

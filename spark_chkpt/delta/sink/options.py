@@ -39,6 +39,10 @@ _KNOWN_DELTA_OPTIONS = (
     "orphanRetention",
     "otherWriters",
     "deadLetterPath",
+    "table",
+    "tableLocation",
+    "deadLetterTable",
+    "deadLetterTableLocation",
 )
 
 
@@ -75,13 +79,15 @@ class DeltaSinkConfig(SnapshotConfig):
             prefixes=("storage.", CREATION_PREFIX),
         )
         opts = lowercase(options)
-        path = opts.get("path", "").strip()
+        path = located(opts, "table", "path")
         if not path:
             raise ConfigError(
                 "path",
                 None,
-                "required: the Delta table's location (.option('path', ...) or .start(path))",
+                "required: the Delta table's location (.option('path', ...) or .start(path)),"
+                " or option table naming a Delta table of the session catalog",
             )
+        dead_letter_path = located(opts, "deadLetterTable", "deadLetterPath")
         snapshot = snapshot_options(
             opts,
             checkpoint_needed="exactly-once needs Spark's checkpoint (its offset log "
@@ -108,7 +114,7 @@ class DeltaSinkConfig(SnapshotConfig):
         for location in (
             path,
             snapshot["checkpoint_location"],
-            opts.get("deadletterpath", "").strip(),
+            dead_letter_path,
         ):
             if location:
                 remember_bucket_options(location, storage)
@@ -129,9 +135,7 @@ class DeltaSinkConfig(SnapshotConfig):
             ),
             storage_options=storage,
             other_writers=other_writers,
-            dead_letter_path=qualify(opts["deadletterpath"].strip())
-            if opts.get("deadletterpath", "").strip()
-            else None,
+            dead_letter_path=qualify(dead_letter_path) if dead_letter_path else None,
             table_properties=check_creation_properties(options),
         )
 
@@ -151,3 +155,30 @@ class DeltaSinkConfig(SnapshotConfig):
                 ",".join(self.partition_by),
                 "at least one column must stay out of the partition columns",
             )
+
+
+def located(opts: Mapping[str, str], name_option: str, path_option: str) -> str:
+    """The location of the table option ``path_option`` or ``name_option`` gives
+    (``opts`` lower-cased; "" if neither): a table name is resolved on the driver when
+    the query starts (:func:`spark_chkpt.delta.catalog.install_table_option`), which
+    hands the sink its location as ``<name_option>Location``."""
+    path = opts.get(path_option.lower(), "").strip()
+    table = opts.get(name_option.lower(), "").strip()
+    if not table:
+        return path
+    if path:
+        raise ConfigError(
+            name_option,
+            table,
+            f"give either option {path_option} or option {name_option}, not both",
+        )
+    location = opts.get(f"{name_option}Location".lower(), "").strip()
+    if not location:
+        raise ConfigError(
+            name_option,
+            table,
+            "a catalog table is resolved to its location by the driver's Python process "
+            "when the query starts: call spark_chkpt.register(spark) before start() "
+            "(classic PySpark; on Spark Connect give option " + path_option + " instead)",
+        )
+    return location

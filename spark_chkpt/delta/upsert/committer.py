@@ -61,7 +61,9 @@ class UpsertBatch(TableBatch):
 class DeltaUpsert:
     """``foreachBatch(DeltaUpsert(...))``: each batch upserted by ``keys``, exactly once.
 
-    ``path``: the Delta table (created by the first batch). ``keys``: the key columns,
+    ``path``: the Delta table (created by the first batch); or ``table``: the name of
+    a Delta table of the session catalog (``db.events``, which must exist), resolved to
+    its location with the active SparkSession. ``keys``: the key columns,
     unique within a batch. ``checkpoint_location``: the query's checkpoint folder; the
     app id of ``txn(appId, N)`` is its query id unless ``app_id`` is given (as the
     ``chkpt-delta`` sink's ``txnAppId``). A batch row whose boolean ``delete_column`` is
@@ -76,7 +78,8 @@ class DeltaUpsert:
     def __init__(
         self,
         *,
-        path: str,
+        path: str | None = None,
+        table: str | None = None,
         keys: Sequence[str],
         checkpoint_location: str,
         app_id: str | None = None,
@@ -101,8 +104,12 @@ class DeltaUpsert:
             raise ConfigError("keys", keys, "name one or more key columns, e.g. keys=['app']")
         if len(set(keys)) != len(keys):
             raise ConfigError("keys", list(keys), "each key column once")
+        if table is not None:
+            path = _table_location(table, path)
         if not path:
-            raise ConfigError("path", path, "the Delta table's path or URI")
+            raise ConfigError(
+                "path", path, "the Delta table's path or URI (or table: a catalog table's name)"
+            )
         if not checkpoint_location:
             raise ConfigError(
                 "checkpoint_location", checkpoint_location, "the query's checkpointLocation"
@@ -482,3 +489,23 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
             metadata=self.commit_metadata(record, batch_id),
             batch_size=self.upsert.batch_size,
         )
+
+
+def _table_location(table: str, path: str | None) -> str:
+    """The location of catalog table ``table`` (``DeltaUpsert(table=...)``), resolved
+    with the active SparkSession of the driver that builds the upsert."""
+    from pyspark.sql import SparkSession
+
+    from spark_chkpt.delta.catalog import resolve_table
+
+    if path:
+        raise ConfigError("table", table, "give either path or table, not both")
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise ConfigError(
+            "table",
+            table,
+            "a catalog table is resolved with the active SparkSession: build DeltaUpsert "
+            "on the driver once the session exists, or give path",
+        )
+    return resolve_table(spark, table, writer=WRITER).location

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
 from spark_chkpt.delta.table import DeltaTarget, commit_properties
 from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
 
@@ -191,6 +192,7 @@ class KeyedMerge:
             target_alias=TARGET,
             streamed_exec=True,
             commit_properties=props,
+            post_commithook_properties=no_hooks(),
         )
         if delete is not None:
             flag = f"{SOURCE}.{quote(delete)}"
@@ -214,6 +216,7 @@ class KeyedMerge:
                     f"written. (delta-rs: {e})"
                 ) from e
             raise
+        upkeep(self.target)  # checkpoint and clean-up by the table's properties
         return MergeFigures.from_metrics(metrics)
 
 
