@@ -146,3 +146,35 @@ def test_the_txn_lookup_finds_a_commit_made_after_the_table_was_read(tmp_path: P
     q.commit(1, q.stage(1, [2]))
     found = target.find_txn_commit(stale, app_id=q.coordinator().app_id, txn_version=1)
     assert found is not None and found.version == 1
+
+
+def test_expired_logs_are_cleaned_at_checkpoints_only(tmp_path: Path) -> None:
+    """delta-rs lists the whole log to clean expired commits after every commit by
+    default; the sink's commits leave that to the commit that lands on a checkpoint
+    version (as delta-spark does), so the log is still cleaned."""
+    from spark_chkpt.delta.table import post_commit_hooks
+
+    uri = str(tmp_path / "t")
+    write_deltalake(
+        uri,
+        rows(1),
+        configuration={
+            "delta.checkpointInterval": "4",
+            "delta.logRetentionDuration": "interval 0 seconds",
+        },
+    )
+    target = DeltaTarget(uri=uri)
+    log_dir = tmp_path / "t" / "_delta_log"
+    for i in range(1, 8):  # commit i makes version i; delta-rs checkpoints 3 and 7
+        table = target.latest()
+        assert table is not None
+        hooks = post_commit_hooks(table)
+        assert (hooks.cleanup_expired_logs is False) == (i not in (3, 7))
+        write_deltalake(uri, rows(1, first=i), mode="append", post_commithook_properties=hooks)
+        if i == 5:  # checkpoint 3 cleaned what was before it, 4 and 5 cleaned nothing
+            assert not (log_dir / f"{0:020d}.json").exists()
+            assert (log_dir / f"{4:020d}.json").exists()
+    # version 7 was a checkpoint: the commits before it, expired, were cleaned there
+    assert not (log_dir / f"{4:020d}.json").exists()
+    assert (log_dir / f"{7:020d}.checkpoint.parquet").exists()
+    assert DeltaTable(uri).to_pyarrow_table().num_rows == 8

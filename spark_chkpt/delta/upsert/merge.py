@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.table import DeltaTarget, commit_properties
+from spark_chkpt.delta.table import DeltaTarget, commit_properties, post_commit_hooks
 from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -191,6 +191,7 @@ class KeyedMerge:
             target_alias=TARGET,
             streamed_exec=True,
             commit_properties=props,
+            post_commithook_properties=post_commit_hooks(table),
         )
         if delete is not None:
             flag = f"{SOURCE}.{quote(delete)}"
