@@ -8,7 +8,7 @@ the sink itself created (so the query's schema fits), then N appends, each addin
 of one of that table's Parquet files, written as Delta JSON commits, with a delta-rs
 checkpoint every 100 versions (as Delta does by default). delta-rs and delta-spark read
 it as any table. :func:`measure` then runs the same query (same topic, its own
-checkpoint), after a warm-up run, into a fresh table and into the aged one and reports
+checkpoint), after a warm-up run, in pairs: a fresh table, then the aged one; it reports
 each one's median batch (Spark's ``triggerExecution``, the first batch left out) and the ratio.
 """
 
@@ -88,9 +88,10 @@ def measure(
     versions: list[int],
     batches: int = 20,
     per_batch: int = 500,
+    rounds: int = 2,
 ) -> dict[str, Any]:
-    """The fresh table's median batch and, per N of ``versions``, the aged table's and
-    its ratio to the fresh one (one run each, in one session)."""
+    """Per N of ``versions``, ``rounds`` pairs of runs (a fresh table, then one of N
+    versions): the medians of each side and their ratio, in one session."""
     from deltalake import DeltaTable
 
     from bench.batch_cost import fill
@@ -112,37 +113,43 @@ def measure(
         return float(statistics.median(ms))
 
     median_batch("aged-warm-up")  # the session's first query pays its warm-up
-    fresh = median_batch("aged-fresh")
-    rows: dict[str, Any] = {"per_batch": per_batch, "batches": batches, "fresh_ms": fresh}
+    rows: dict[str, Any] = {"per_batch": per_batch, "batches": batches, "rounds": rounds}
+    fresh_all: list[float] = []
     for n in versions:
-        name = f"aged-{n}"
-        prepared = age(template=workdir / "aged-fresh", table=workdir / name, versions=n)
-        before = int(DeltaTable(str(workdir / name)).version())
-        aged = median_batch(name)
+        pairs = []
+        for r in range(rounds):  # a fresh run, then an aged one: the machine's drift
+            fresh = median_batch(f"aged-fresh-{n}-{r}")
+            name = f"aged-{n}-{r}"
+            prepared = age(template=workdir / "aged-warm-up", table=workdir / name, versions=n)
+            before = int(DeltaTable(str(workdir / name)).version())
+            aged = median_batch(name)
+            pairs.append({"fresh_ms": fresh, "aged_ms": aged, "prepare_s": round(prepared, 1)})
+            fresh_all.append(fresh)
+            shutil.rmtree(workdir / name, ignore_errors=True)
+        fresh_median = statistics.median(p["fresh_ms"] for p in pairs)
+        aged_median = statistics.median(p["aged_ms"] for p in pairs)
         rows[str(n)] = {
-            "prepare_s": round(prepared, 1),
             "versions": before,
-            "median_ms": aged,
-            "ratio": round(aged / fresh, 2),
+            "pairs": pairs,
+            "fresh_ms": fresh_median,
+            "median_ms": aged_median,
+            "ratio": round(aged_median / fresh_median, 2),
         }
-        shutil.rmtree(workdir / name, ignore_errors=True)
-    # the fresh table once more, after the aged ones: the session's drift
-    rows["fresh_again_ms"] = median_batch("aged-fresh-again")
+    rows["fresh_ms"] = statistics.median(fresh_all)
     return rows
 
 
 def report_lines(rows: dict[str, Any]) -> list[str]:
-    fresh = rows["fresh_ms"]
     lines = [
         f"aged table: chkpt-kafka -> chkpt-delta, availableNow, {rows['per_batch']}-record "
-        f"batches, median batch (triggerExecution, first batch left out)",
-        f"  fresh table            {fresh:8.0f} ms",
+        f"batches, median batch (triggerExecution, first batch left out), "
+        f"{rows['rounds']} pairs of runs (fresh, aged) per size",
     ]
     for key, row in rows.items():
         if isinstance(row, dict):
+            each = ", ".join(f"{p['fresh_ms']:.0f}/{p['aged_ms']:.0f}" for p in row["pairs"])
             lines.append(
-                f"  {int(key):>7,} versions/files {row['median_ms']:8.0f} ms  "
-                f"{row['ratio']:.2f}x fresh  (prepared in {row['prepare_s']} s)"
+                f"  {int(key):>7,} versions/files: fresh {row['fresh_ms']:.0f} ms, aged "
+                f"{row['median_ms']:.0f} ms, {row['ratio']:.2f}x fresh  (pairs: {each})"
             )
-    lines.append(f"  fresh table again      {rows['fresh_again_ms']:8.0f} ms")
     return lines
