@@ -534,6 +534,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the source's decode option in every chkpt-kafka row: records is the read "
         "path before columns (for a before/after figure in one checkout)",
     )
+    parser.add_argument(
+        "--aged-table-only",
+        action="store_true",
+        help="run only the aged table row (bench/aged_table.py): a batch's cost into a "
+        "fresh Delta table and into tables of --aged-versions versions and files",
+    )
+    parser.add_argument(
+        "--aged-versions",
+        default="1000,10000",
+        help="versions (one file each) of the aged tables, comma-separated",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -544,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _scaling(args, workdir, result=None)
     if args.batch_cost_only:
         return _batch_cost_only(args, workdir)
+    if args.aged_table_only:
+        return _aged_table_only(args, workdir)
     if args.aligned_read_only:
         return _aligned_read_only(args)
     result = run(
@@ -626,6 +639,28 @@ def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:
     print("\n".join(table_lines([tuple(r) for r in cost["anatomy"]], total=total)), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(cost, indent=2))
+    return 0
+
+
+def _aged_table_only(args: argparse.Namespace, workdir: Path) -> int:
+    """``--aged-table-only``: the aged table row alone, in one warm session."""
+    from bench import aged_table
+    from bench.query import bench_session
+
+    with _broker(args.bootstrap_servers) as servers:
+        spark = bench_session(partitions=args.partitions)
+        rows = aged_table.measure(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            partitions=args.partitions,
+            client=args.client,
+            versions=[int(n) for n in args.aged_versions.split(",") if n.strip()],
+        )
+        spark.stop()
+    print("\n".join(aged_table.report_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -41,12 +41,12 @@ class DeltaHooks(SnapshotCoordinator[TB]):
     target: DeltaTarget
 
     def sink_generation(self, batch: TB) -> int | None:
-        return self.target.generation(self.target.open(), app_id=self.app_id)
+        return self.target.generation(self.target.latest(), app_id=self.app_id)
 
     def open_table(self, batch: TB) -> Any:
         """Step 3: the table as it is now (None: not created yet) and the app's
         ``txn(appId)`` in it, kept on ``batch``; returns the table."""
-        batch.table = table = self.target.open()
+        batch.table = table = self.target.latest()
         batch.done = table.transaction_version(self.app_id) if table is not None else None
         return table
 
@@ -87,10 +87,12 @@ class DeltaHooks(SnapshotCoordinator[TB]):
         """The commitInfo of a snapshot's commit: its record and the batch id."""
         return {SNAPSHOT_KEY: record.to_json(), "chkpt.batchId": batch_id}
 
-    def version_of(self, batch_id: int) -> int | None:
+    def version_of(self, batch_id: int, *, table: Any = None) -> int | None:
         """The Delta version the app's commit of ``batch_id`` became (another writer may
-        have committed since, so not simply the latest version)."""
-        table = self.target.open()
+        have committed since, so not simply the latest version); ``table``: the table
+        the commit was made on (its later JSON commits are read, the table is not
+        advanced), else the latest."""
+        table = table if table is not None else self.target.latest()
         if table is None:
             return None
         commit = self.target.find_txn_commit(table, app_id=self.app_id, txn_version=batch_id)

@@ -25,7 +25,7 @@ class DeltaTarget(Protocol):
     uri: str
     location: Location
 
-    def open(self) -> Any | None: ...
+    def latest(self) -> Any | None: ...
     def open_at(self, version: int) -> Any: ...
 
 
@@ -83,7 +83,7 @@ def upkeep(target: DeltaTarget) -> int | None:
     files by its ``delta.logRetentionDuration``. Returns the version checkpointed (None:
     none). A failure is logged, never raised: the commit is done, as delta-spark does."""
     try:
-        table = target.open()
+        table = target.latest()  # the table kept across batches: no reload per commit
         if table is None:
             return None
         settings = LogSettings.of(dict(table.metadata().configuration or {}))

@@ -9,8 +9,10 @@ attempts. More: docs/concepts/delta-internals.md (spark_chkpt/delta/table.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
@@ -66,8 +68,30 @@ class TxnCommit:
     txns: dict[str, int] = field(default_factory=dict)  # every txn it set (commit_at)
 
 
+@dataclass
+class _Kept:
+    """A ``DeltaTable`` kept across batches (:meth:`DeltaTarget.latest`): the version it
+    was last checked at, the table's id then, and a digest of that version's JSON commit
+    (a table deleted and created again at the same path has other commits)."""
+
+    table: Any
+    version: int
+    table_id: str
+    digest: str
+    anchor: int  # the checkpoint it was loaded from (0: none): its log starts there
+
+
+# One DeltaTable per (uri, storage options) in this Python process, advanced with the
+# new commits only (delta-rs update_incremental); see DeltaTarget.latest.
+_KEPT: dict[tuple[str, tuple[tuple[str, str], ...]], _Kept] = {}
+_KEPT_LOCK = threading.Lock()
+# How this process got its tables: "loaded" from scratch, "advanced" by new commits only.
+LOADS: dict[str, int] = {"loaded": 0, "advanced": 0}
+
+
 class DeltaTarget:
-    """One Delta table addressed by URI, opened fresh for each decision."""
+    """One Delta table addressed by URI: :meth:`latest` for a batch's decisions (one
+    table per process, advanced by the new commits), :meth:`open` opened fresh."""
 
     def __init__(self, *, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri
@@ -81,6 +105,88 @@ class DeltaTarget:
         if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options or None):
             return None
         return DeltaTable(self.uri, storage_options=self.storage_options or None)
+
+    def latest(self) -> Any | None:
+        """The ``DeltaTable`` at its latest version, or None if there is no table yet,
+        as :meth:`open` but kept in this process across batches: the table this process
+        last saw is advanced by the commits made since (delta-rs ``update_incremental``:
+        its last checkpoint and older commits are not read again), so a batch's cost
+        does not grow with the table's history. Every caller gets the same object,
+        advanced on each call (other writers' commits, a protocol or schema change are
+        seen as by :meth:`open`). It is loaded again from scratch when the version it
+        was last checked at no longer has the same JSON commit (the table was deleted
+        or replaced by a new table at the same path), the JSON commit of the checkpoint it
+        was loaded from is gone (log cleanup: delta-rs reads that log again on demand),
+        its version went backwards, or its table id changed."""
+        key = (self.uri, tuple(sorted(self.storage_options.items())))
+        with _KEPT_LOCK:
+            kept = _KEPT.pop(key, None)
+            table = self._advanced(kept) if kept is not None else None
+            if table is None:
+                anchor = self._last_checkpoint()
+                table = self.open()
+                if table is None:
+                    return None
+                LOADS["loaded"] += 1
+                log.debug("Delta table %s loaded at version %s", self.uri, table.version())
+            else:
+                assert kept is not None
+                anchor = kept.anchor
+                LOADS["advanced"] += 1
+                log.debug("Delta table %s advanced to version %s", self.uri, table.version())
+            version = int(table.version())
+            digest = self._commit_digest(version)
+            if digest is not None and self._has_commit(anchor):
+                _KEPT[key] = _Kept(table, version, str(table.metadata().id), digest, anchor)
+            return table
+
+    def _advanced(self, kept: _Kept) -> Any | None:
+        """``kept``'s table advanced to the latest version; None if it must be loaded
+        again (see :meth:`latest`)."""
+        if self._commit_digest(kept.version) != kept.digest:
+            return None  # deleted, replaced, or that commit cleaned up: load again
+        if not self._has_commit(kept.anchor):
+            # the log it reads on demand (delta-rs reads txns lazily) was cleaned up
+            return None
+        if not self._has_commit(int(kept.table.version()) + 1):
+            return kept.table  # nothing new: delta-rs's listing of the log is skipped
+        try:
+            kept.table.update_incremental()
+        except Exception as e:  # the table is gone or unreadable: load it afresh
+            log.debug("Delta table %s: update_incremental failed (%s)", self.uri, e)
+            return None
+        if int(kept.table.version()) < kept.version:
+            return None
+        if str(kept.table.metadata().id) != kept.table_id:
+            return None
+        return kept.table
+
+    def _last_checkpoint(self) -> int:
+        """The version of the table's last checkpoint (``_last_checkpoint``), 0 if none."""
+        try:
+            text = self.location.child("_delta_log", "_last_checkpoint").read_text()
+            return int(json.loads(text)["version"])
+        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def _has_commit(self, version: int) -> bool:
+        return self.location.child("_delta_log", f"{version:020d}.json").exists()
+
+    def last_version(self, table: Any) -> int:
+        """The table's latest version: ``table``'s, or a later one whose JSON commit is
+        there (a commit made since ``table`` was read), found without listing the log."""
+        version = int(table.version())
+        while self._has_commit(version + 1):
+            version += 1
+        return version
+
+    def _commit_digest(self, version: int) -> str | None:
+        """A digest of the JSON commit of ``version`` (None: there is none)."""
+        try:
+            data = self.location.child("_delta_log", f"{version:020d}.json").read_bytes()
+        except (FileNotFoundError, OSError):
+            return None
+        return hashlib.sha1(data, usedforsecurity=False).hexdigest()
 
     def require(self) -> Any:
         """The ``DeltaTable`` at its latest version; :class:`NotADeltaTableError` (with
@@ -166,7 +272,7 @@ class DeltaTarget:
     def column_mapping(self, table: Any | None = None) -> ColumnMapping | None:
         """The table's column mapping (None: no table yet, or no mapping); ``table``:
         the opened table, else it is opened."""
-        table = table if table is not None else self.open()
+        table = table if table is not None else self.latest()
         return ColumnMapping.of_table(table) if table is not None else None
 
     def planned_mapping(self, batch_schema: pa.Schema, table: Any = None) -> ColumnMapping | None:
@@ -411,14 +517,15 @@ class DeltaTarget:
     def find_txn_commit(self, table: Any, *, app_id: str, txn_version: int) -> TxnCommit | None:
         """The commit whose ``txn`` action set ``app_id`` to ``txn_version``, or None.
 
-        Reads the JSON commits from the table's latest version back, with no fixed limit
+        Reads the JSON commits from the table's latest version (:meth:`last_version`:
+        ``table`` may be older than the commit looked for) back, with no fixed limit
         (any number of other writers' commits may have followed), and stops at the first
         of: that commit; a commit of ``app_id`` with a lower txn version (``app_id``'s
         versions only grow, so the one wanted is not further back); a version whose JSON
         commit is gone (cleaned up after a checkpoint); version 0.
         """
         log_dir = self.location.child("_delta_log")
-        for version in range(int(table.version()), -1, -1):
+        for version in range(self.last_version(table), -1, -1):
             try:
                 text = log_dir.child(f"{version:020d}.json").read_text()
             except FileNotFoundError:

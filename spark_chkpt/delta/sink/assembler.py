@@ -76,9 +76,9 @@ class DeltaSink:
             letters = DeltaTarget(
                 uri=config.dead_letter_path, storage_options=config.storage_options
             )
-            letters.check_features(letters.open(), writer="chkpt-delta", operation="append")
+            letters.check_features(letters.latest(), writer="chkpt-delta", operation="append")
         target = DeltaTarget(uri=config.path, storage_options=config.storage_options)
-        table = target.open()
+        table = target.latest()
         if table is None:
             return self
         target.check_features(
@@ -99,7 +99,7 @@ class DeltaSink:
         the partition columns of a table that exists (as delta-spark takes them)."""
         store = self.config.storage_options
         target = DeltaTarget(uri=self.config.path, storage_options=store)
-        table = target.open()
+        table = target.latest()
         mapping = target.planned_mapping(self.arrow_schema, table) if table is not None else None
         config = self.config
         if table is not None and not config.partition_by:

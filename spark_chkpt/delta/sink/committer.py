@@ -194,10 +194,10 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             )
             if schema_plan.new_columns and batch.mapping is not None:
                 self.target.add_mapped_columns(table, batch.mapping)
-                table = self.target.open()
+                table = self.target.latest()
             elif schema_plan.new_columns:
                 self.target.add_columns(table, schema, schema_plan.new_columns)
-                table = self.target.open()
+                table = self.target.latest()
         if self.dead_letters is not None:
             # Idempotent (its own txn(appId, N)): a retry after a conflict finds it done.
             letters = self.dead_letters.commit(
@@ -243,7 +243,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
     def completed(self, batch: DeltaBatch, record: SnapshotRecord) -> SnapshotRecord:
         record = replace(
             record,
-            table_version=self.version_of(batch.batch_id),
+            table_version=self.version_of(batch.batch_id, table=batch.table),
             commit_ms=elapsed_ms(batch.started),
         )
         log.info(
@@ -294,7 +294,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         files = [f for m in messages if m is not None for f in m.files]
         if self.dead_letters is not None:
             self.dead_letters.abort(messages)
-        removed = self.target.delete_unreferenced(files, self.target.open())
+        removed = self.target.delete_unreferenced(files, self.target.latest())
         log.warning("chkpt-delta batch %d aborted: removed %d staged file(s)", batch_id, removed)
         return removed
 

@@ -97,7 +97,7 @@ class DeadLetters:
         staged with (a column-mapped dead-letter table must still have it)."""
         letters = letters_of(outputs)
         target = self.target
-        table = target.open()
+        table = target.latest()
         done = table.transaction_version(self.app_id) if table is not None else None
         if done is not None and done >= batch_id:
             return self._replayed(table, letters, batch_id=batch_id)
@@ -114,7 +114,7 @@ class DeadLetters:
             with committing(
                 f"chkpt-delta could not commit batch {batch_id}'s dead letters to {target.uri}"
             ):
-                current = table if retry == 0 else target.open()
+                current = table if retry == 0 else target.latest()
                 # another writer may have turned a feature on since the start
                 target.check_features(current, writer="chkpt-delta", operation="append")
                 target.commit(
@@ -135,7 +135,7 @@ class DeadLetters:
                 count,
                 target.uri,
             )
-        found = target.find_txn_commit(target.open(), app_id=self.app_id, txn_version=batch_id)
+        found = target.find_txn_commit(target.latest(), app_id=self.app_id, txn_version=batch_id)
         return CommittedLetters(count, found.version if found is not None else None)
 
     def _replayed(
@@ -153,4 +153,4 @@ class DeadLetters:
 
     def abort(self, outputs: Sequence[StagedOutput | None]) -> None:
         """Delete a failed attempt's staged letters (never files the table references)."""
-        self.target.delete_unreferenced(letters_of(outputs), self.target.open())
+        self.target.delete_unreferenced(letters_of(outputs), self.target.latest())

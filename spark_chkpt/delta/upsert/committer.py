@@ -239,7 +239,7 @@ class DeltaUpsert:
                     "Nothing was written.",
                 )
         schema = to_arrow_schema(batch_schema, timezone="UTC")
-        table = self.target.open()
+        table = self.target.latest()
         self.rules, self.generated = None, None
         if table is not None:
             # every feature the table requires, before anything is staged; the table's
@@ -338,7 +338,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         record = replace(
             record,
             merge=batch.figures.as_dict() if batch.figures is not None else record.merge,
-            table_version=self.version_of(batch.batch_id),
+            table_version=self.version_of(batch.batch_id, table=batch.table),
             commit_ms=elapsed_ms(batch.started),
         )
         log.info(
@@ -412,7 +412,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
             name = STAGED_NAME.match(info.base_name)
             if name is not None and name["app"] == mine:
                 removed += bool(self.target.location.child(STAGING_DIR, info.base_name).delete())
-        if self.target.open() is None:  # files of crashed attempts to create the table
+        if self.target.latest() is None:  # files of crashed attempts to create the table
             removed += self.target.remove_orphans(app_id=app_id, older_than_s=0)
         if removed:
             log.warning(
@@ -450,7 +450,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
     def _discard(self, staged: StagedBatch) -> None:
         """Delete staged files no table version references."""
         if staged.create:
-            self.target.delete_unreferenced(staged.files, self.target.open())
+            self.target.delete_unreferenced(staged.files, self.target.latest())
             return
         for f in staged.files:
             self.target.location.child(f.path).delete()
