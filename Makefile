@@ -31,8 +31,8 @@ $(STAMP): setup.cfg pyproject.toml
 # Partition growth too (test_topic_growth.py): running queries whose topics grow, on each
 # client; a pooled consumer that read the topic before it grew failed on each client in
 # turn (librdkafka "Unknown partition", kafka-python KeyError, issue 35).
-OTHER_CLIENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py \
-	tests/integration/test_topic_growth.py
+OTHER_CLIENT_TESTS := tests/kafka/source/test_kafka_source.py tests/alignment/test_alignment.py \
+	tests/kafka/source/test_topic_growth.py
 
 # Two pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
 # a test file per worker at a time (a module's fixtures are built once): the kill chains

@@ -65,7 +65,7 @@ def test_split_covers_each_range_exactly(spans: list[tuple[int, int]], min_parts
 
 
 def test_split_follows_sparks_rounding() -> None:
-    """Spark 4.2's numbers (tests/integration/test_kafka_parity.py compares the tasks
+    """Spark 4.2's numbers (tests/kafka/source/test_kafka_parity.py compares the tasks
     with format("kafka")): 3 x 15 records at minPartitions=7 is 2 pieces each, 6 in all,
     the smaller piece first; a range too small to split is left out of the share."""
     ranges = [OffsetRange(TopicPartition("t", p), 0, 15) for p in range(3)]

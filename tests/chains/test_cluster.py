@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from spark_chkpt.testing.generator import produce_page_views
 from spark_chkpt.testing.processes import kill_tree
-from tests.fault.test_exactly_once import (
+from tests.chains.test_exactly_once import (
     EVENTS,
     _killed,
     assert_exactly_once,

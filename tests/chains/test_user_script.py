@@ -74,7 +74,7 @@ def test_script_exits_0_every_time_with_and_without_spark_stop(
     """Two runs at a time, one ending with ``spark.stop()``; before the exit hook 5 of 6
     such runs died with SIGABRT (``terminate called without an active exception``) after
     printing their result. The race itself is repeated without Spark, twelve times, by
-    tests/unit/test_teardown.py (it needs no Spark, and eight Spark runs cost 7 minutes)."""
+    tests/runtime/test_teardown.py (it needs no Spark, and eight Spark runs cost 7 minutes)."""
     results = []
     for round_ in range(1):
         pair = [

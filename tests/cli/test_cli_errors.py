@@ -2,7 +2,7 @@
 the repository, without ``PYSPARK_PYTHON``) on the wrong input (issue 51): one
 ``spark-chkpt <command>:`` line naming what is wrong, a non-zero exit, no traceback and
 no second line of delta-rs's Rust error. Real checkpoint folders and delta-rs tables
-(``tests/unit/test_fencing.py``'s ``Run``), no Spark."""
+(``tests/savepoint/test_fencing.py``'s ``Run``), no Spark."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import chkpt_cli
-from tests.unit.test_fencing import Run
+from tests.savepoint.test_fencing import Run
 
 
 def one_line(done: object, *, starts: str) -> str:

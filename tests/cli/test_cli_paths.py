@@ -2,7 +2,7 @@
 as such, the folder that keeps savepoints given to ``restore`` lists them, ``state`` on a
 stateless query answers before Spark starts; a savepoint made is INFO, not a warning;
 ``--mode`` and ``recover`` appear in the help. On real checkpoint folders and delta-rs
-tables (``tests/unit/test_fencing.py``'s ``Run``), without Spark."""
+tables (``tests/savepoint/test_fencing.py``'s ``Run``), without Spark."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.cli import main
-from tests.unit.test_fencing import Run, ids_of
+from tests.savepoint.test_fencing import Run, ids_of
 
 
 def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

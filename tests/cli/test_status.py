@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.delta.sink.test_coordinator import Query
 from tests.helpers import chkpt_cli, ok
-from tests.unit.test_coordinator import Query
 
 pytestmark = pytest.mark.integration
 

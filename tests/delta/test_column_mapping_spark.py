@@ -301,7 +301,7 @@ def test_kill_9_after_staging_on_a_column_mapped_table(
     folders, physical names); the restart cleans those files and commits the batch
     once: delta-spark reads every event once, with its values."""
     from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
-    from tests.fault.test_exactly_once import (
+    from tests.chains.test_exactly_once import (
         EVENTS,
         _killed,
         referenced,

@@ -18,8 +18,8 @@ from spark_chkpt.errors import SavepointError
 from spark_chkpt.savepoint.manifest import MANIFEST, load_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.snapshot.store import SnapshotStore
-from tests.unit.test_coordinator import APP_ID, SCHEMA
-from tests.unit.test_fencing import DEAD_SCHEMA, Run, ids_of
+from tests.delta.sink.test_coordinator import APP_ID, SCHEMA
+from tests.savepoint.test_fencing import DEAD_SCHEMA, Run, ids_of
 
 
 def letters_of(batch_id: int) -> list[int]:

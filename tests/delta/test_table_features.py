@@ -5,7 +5,7 @@ turns on while a batch is staged, found at the commit (no retries as conflicts).
 The tables here are real Delta tables (delta-rs) in ``tmp_path``; the other writer's
 commit that turns a feature on is a protocol action written into the log as a writer
 that has the feature would write it. The matrix against delta-spark's own tables is
-``tests/integration/test_delta_features.py``.
+``tests/delta/test_delta_features.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from spark_chkpt.delta.protocol import (
     check_table,
 )
 from spark_chkpt.errors import ConfigError, TableFeatureError
-from tests.unit.test_coordinator import SCHEMA, Query, make_batch
+from tests.delta.sink.test_coordinator import SCHEMA, Query, make_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS_PAGE = (ROOT / "docs" / "reference" / "errors.md").read_text()

@@ -310,7 +310,7 @@ def test_sink_accepts_the_safe_delivery_settings(
 def test_sink_kafka_client_option_and_environment_default(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SPARK_CHKPT_KAFKA_CLIENT", "SPARK_CHKPT_KAFKA_SINK_CLIENT"):
         monkeypatch.delenv(name, raising=False)
-    # librdkafka by default (tests/unit/test_client_defaults.py: when it is not).
+    # librdkafka by default (tests/kafka/client/test_client_defaults.py: when it is not).
     assert sink().client == "confluent" and sink().librdkafka_settings is not None
     assert sink(**{"kafka.client": "kafka-python"}).client == "kafka-python"
     assert sink(**{"kafka.client": "kafka-python"}).librdkafka_settings is None

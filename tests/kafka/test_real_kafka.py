@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.kafka.client.topics import create_topic, topic_configs
 from tests.helpers import BROKER_ENV, drain_to_files, kafka_stream, produce
-from tests.integration.test_kafka_source import batch
+from tests.kafka.source.test_kafka_source import batch
 
 pytestmark = [
     pytest.mark.integration,

@@ -1,6 +1,6 @@
 """Lag from a progress's endOffset and latestOffset (spark_chkpt.metrics.lag); the
 figures are checked against Spark's own Kafka source's metrics in
-tests/integration/test_kafka_parity.py."""
+tests/kafka/source/test_kafka_parity.py."""
 
 from __future__ import annotations
 

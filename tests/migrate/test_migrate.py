@@ -2,7 +2,7 @@
 as Spark 4.2 writes them (``metadata``, ``offsets/N``: version, batch metadata, one
 Kafka offset line per source; ``commits/N``), next to a real Delta table whose commits
 carry ``txn(<query id>, N)`` as delta-spark's streaming sink writes it. The chain on
-the real broker, Spark and delta-spark is ``tests/integration/test_migrate.py``."""
+the real broker, Spark and delta-spark is ``tests/migrate/test_migrate_spark.py``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The code a reader copies from the docs is the code the tests run.
 
 Python and shell blocks of the pages (``docs/**/*.md``) must be snippet includes of
-``docs/examples/`` (which ``tests/integration/test_docs_examples.py`` runs) or one of
+``docs/examples/`` (which ``tests/project/test_docs_examples.py`` runs) or one of
 the few commands listed below with the test that runs them; the README, which GitHub
 shows without the include step, must hold verbatim sections of those files."""
 
@@ -23,10 +23,10 @@ INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
 
 # Commands that are not example files, and what runs them.
 RUN_ELSEWHERE = {
-    "make wheel": "tests/integration/test_wheel.py (python -m build, as the target)",
-    "pip install dist/spark_chkpt-*.whl": "tests/integration/test_wheel.py",
+    "make wheel": "tests/project/test_wheel.py (python -m build, as the target)",
+    "pip install dist/spark_chkpt-*.whl": "tests/project/test_wheel.py",
     "BOOTSTRAP_SERVERS=127.0.0.1:9092 TOPIC=page-views WORK=/tmp/chkpt python kafka_to_delta.py": (
-        "tests/integration/test_docs_examples.py (the same script, the same variables)"
+        "tests/project/test_docs_examples.py (the same script, the same variables)"
     ),
 }
 

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.testing.generator import produce_page_views
-from tests.fault.test_exactly_once import EVENTS, _killed, assert_exactly_once, run_job
+from tests.chains.test_exactly_once import EVENTS, _killed, assert_exactly_once, run_job
 from tests.helpers import user_env
 
 pytestmark = pytest.mark.fault

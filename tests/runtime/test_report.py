@@ -15,7 +15,7 @@ from spark_chkpt.restart import ExitCode, RestartConfig
 from spark_chkpt.restart.failure import classify
 from spark_chkpt.restart.options import FixedDelay
 from spark_chkpt.runtime.report import explain, install_excepthook, reported
-from tests.unit.test_restart import FakeQuery, query_error, supervise
+from tests.restart.test_restart import FakeQuery, query_error, supervise
 
 CONNECT_BACK_TEXT = (
     "[STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted due to stage "

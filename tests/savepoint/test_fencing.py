@@ -23,7 +23,7 @@ from spark_chkpt.recovery.rebuild import recover_checkpoint
 from spark_chkpt.savepoint.manifest import create_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.snapshot.settings import SnapshotSettings
-from tests.unit.test_coordinator import (
+from tests.delta.sink.test_coordinator import (
     APP_ID,
     OTHER_APP,
     SCHEMA,

@@ -29,8 +29,8 @@ from deltalake import DeltaTable
 from spark_chkpt.savepoint.manifest import list_savepoints
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, produce_page_views
 from spark_chkpt.testing.processes import kill_tree
-from tests.fault.test_stateful import counts_below, table_counts
 from tests.helpers import user_env
+from tests.state.test_stateful_kill import counts_below, table_counts
 
 pytestmark = pytest.mark.fault
 

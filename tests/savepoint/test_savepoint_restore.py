@@ -208,8 +208,9 @@ def test_rewind_checks(tmp_path: Path, ran: tuple[Path, Path]) -> None:
 
 
 def test_a_kafka_sink_rewinds_only_with_its_brokers_and_forks(tmp_path: Path) -> None:
-    """A Kafka sink's rewind writes a revocation (tests/integration/test_pipeline_savepoint.py):
-    without the brokers it is refused before anything is written; a fork needs none."""
+    """A Kafka sink's rewind writes a revocation
+    (tests/savepoint/pipeline/test_pipeline_savepoint.py): without the brokers it is refused
+    before anything is written; a fork needs none."""
     chk = tmp_path / "chk"
     checkpoint_through(chk, 2, table=tmp_path / "unused", sink="chkpt-kafka")
     point = create_savepoint(checkpoint_location=str(chk), savepoint_dir=str(tmp_path / "sp"))

@@ -22,7 +22,7 @@ from spark_chkpt.savepoint.manifest import create_savepoint
 from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.state.files import StateFilesError, state_files
 from spark_chkpt.state.reader import read_state
-from tests.integration.test_state import (
+from tests.state.test_state_spark import (
     EVENTS,
     HDFS,
     PROVIDER,

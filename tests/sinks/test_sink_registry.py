@@ -21,9 +21,9 @@ from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.sinks import register_sink_kind, registry, sink_kind, sink_kinds
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, Rewound
-from tests.unit.test_architecture import modules, under
-from tests.unit.test_coordinator import SCHEMA
-from tests.unit.test_fencing import Run, ids_of
+from tests.delta.sink.test_coordinator import SCHEMA
+from tests.project.test_architecture import modules, under
+from tests.savepoint.test_fencing import Run, ids_of
 
 # A sink's own packages: the one place that may name its kind.
 SINK_PACKAGES = ("spark_chkpt.delta.sink", "spark_chkpt.delta.upsert", "spark_chkpt.kafka.sink")

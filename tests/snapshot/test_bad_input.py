@@ -12,7 +12,7 @@ import pytest
 
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
-from tests.unit.test_coordinator import SCHEMA, Query
+from tests.delta.sink.test_coordinator import SCHEMA, Query
 
 
 def test_a_corrupt_snapshot_record_is_rewritten_from_the_commit(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ where their state handling differs):
 5. a last run to the end.
 
 (``after-snapshot`` sits between 3 and 4 in the same code path; the chkpt-delta suite,
-tests/fault/test_exactly_once.py, kills there.) In complete mode the test then reads the
+tests/chains/test_exactly_once.py, kills there.) In complete mode the test then reads the
 keyed state of snapshot 2 with ``spark-chkpt state`` and compares it with the counts of
 ``offsets/2``: the state after kills and replays is the seeds' ``(app, count)`` at
 barrier 2.
@@ -56,7 +56,7 @@ KILLS = (
 # Upsert and windowed run the two kills where their state differs from complete mode's:
 # a state version half written (in-write) and a batch in Delta whose state version the
 # restart commits again (after-delta-commit). The two other steps run the same code in
-# every mode and are killed in complete mode here and in tests/fault/test_exactly_once.py
+# every mode and are killed in complete mode here and in tests/chains/test_exactly_once.py
 # (cutting them saves four job runs, about four minutes of CI).
 UPSERT_KILLS = ("in-write@1", "after-delta-commit@2")
 # Windowed: batches 0 and 1 emit nothing (no window closed yet: the watermark a batch

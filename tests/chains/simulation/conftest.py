@@ -3,7 +3,7 @@
 - ``ci`` (the default): at least 2,000 schedules in under 5 minutes on a 2-core machine,
   no example database (a fresh clone has none), no deadline (delta-rs commits vary).
 - ``long``: 100,000 schedules of up to 20 steps, the nightly size:
-  ``.venv/bin/python -m pytest tests/simulation --hypothesis-profile=long`` (name the
+  ``.venv/bin/python -m pytest tests/chains/simulation --hypothesis-profile=long`` (name the
   folder: the profiles are registered when this conftest loads).
 - ``probe``: 100 schedules, to try a change or a hole quickly
   (``SPARK_CHKPT_SIM_ENABLE=<hole>``).

@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.testing.generator import produce_page_views
-from tests.fault.test_exactly_once import EVENTS, _killed, job_command
+from tests.chains.test_exactly_once import EVENTS, _killed, job_command
 from tests.helpers import produce, user_env
 
 pytestmark = pytest.mark.fault

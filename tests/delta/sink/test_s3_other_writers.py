@@ -8,7 +8,7 @@ bounded and recorded in each snapshot record.
 The table is on the project's S3 server (moto, tests/conftest.py's ``s3_server``), which
 enforces ``If-None-Match: *`` as S3 does: where two commits of one version race, one
 gets 412 and retries. That the assertions can fail where the header is ignored,
-tests/integration/test_s3_store.py shows with delta-rs's racing commits through a proxy
+tests/test_s3_store.py shows with delta-rs's racing commits through a proxy
 that strips it. Checkpoints stay local: the race is the table's. Then delta-rs's own
 answer to the settings that would give put-if-absent up."""
 

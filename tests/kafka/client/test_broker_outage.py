@@ -1,5 +1,5 @@
 """The broker freezes mid-run (SIGSTOP of its process, the Kafka JVM or Tansu, then
-SIGCONT; a restart of the broker with its data kept is tests/fault/test_kafka_broker.py's
+SIGCONT; a restart of the broker with its data kept is tests/kafka/client/test_kafka_restart.py's
 business). A pause within the clients' timeouts is waited out; a longer outage fails the
 query with one error naming the broker and the timeout to raise, and a restart after the
 broker is back goes on. Every event ends in the Delta table exactly once."""
@@ -159,13 +159,13 @@ def test_an_outage_between_the_data_and_the_barriers_confirms_each_snapshot_once
     and stalls before the barriers (SPARK_CHKPT_STALL_AT); the broker freezes there, the
     barrier writes time out and A fails naming the broker. After SIGCONT a restart of A
     resumes from the intent: each snapshot is completed once, B holds every event once."""
-    from tests.fault.test_two_stage import (
+    from tests.chains.test_two_stage import (
         EVENTS,
         index_entries,
         stage,
         wait_for_every_event,
     )
-    from tests.fault.test_two_stage import (
+    from tests.chains.test_two_stage import (
         assert_exactly_once as assert_two_stage_exactly_once,
     )
 

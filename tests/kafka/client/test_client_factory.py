@@ -15,7 +15,7 @@ import pytest
 from spark_chkpt.errors import KafkaAuthenticationError, KafkaAuthorizationError
 from spark_chkpt.kafka.client import access, factory
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("spark_chkpt", "connectors", "jobs")
 FACTORY = ROOT / "spark_chkpt" / "kafka" / "client" / "factory.py"
 CLIENTS = {

@@ -14,7 +14,7 @@ import pytest
 from spark_chkpt.kafka.client.topics import create_topic
 from spark_chkpt.testing.generator import produce_page_views
 from spark_chkpt.testing.kafka_broker import EmbeddedKafka
-from tests.fault.test_broker_outage import FIRST, SECOND, exactly_once, job, wait_for_rows
+from tests.kafka.client.test_broker_outage import FIRST, SECOND, exactly_once, job, wait_for_rows
 
 pytestmark = pytest.mark.fault
 

@@ -1,6 +1,6 @@
 """kafka-python metadata refreshed until it knows each partition's leader (issue 35).
 
-The broker-backed proofs are ``tests/integration/test_added_partition.py`` and
+The broker-backed proofs are ``tests/kafka/source/test_added_partition.py`` and
 ``test_topic_growth.py``; these pin the refresh loop's edges with a stand-in for
 kafka-python's cluster metadata."""
 

@@ -101,7 +101,7 @@ def test_a_metadata_answer_without_brokers_is_retried_like_a_refused_connection(
 ) -> None:
     """A KRaft broker paused longer than its session timeout is fenced by the controller,
     and for a moment after it resumes its metadata lists no brokers: kafka-python raises
-    MetadataEmptyBrokerList. tests/fault/test_broker_outage.py saw stage B's planner die
+    MetadataEmptyBrokerList. tests/kafka/client/test_broker_outage.py saw stage B's planner die
     on it although the outage was shorter than B's timeouts. Red before: raised at once."""
     from spark_chkpt.kafka.client import outage
 

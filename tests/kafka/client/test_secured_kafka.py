@@ -32,7 +32,7 @@ from tests.helpers import chkpt_cli, user_env
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "secured_job.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "user_scripts" / "secured_job.py"
 EVENTS = 200
 # What alice, the job's principal, may do on the topics whose names start with "sec-"
 # and on their control topics; the failure tests use other names.

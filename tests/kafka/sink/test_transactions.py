@@ -236,7 +236,7 @@ def test_driver_down_longer_than_transaction_timeout(
        restart cannot commit the rest and fails with TransactionLostError naming them;
        batch 3 is partly visible and never twice. That is the schedule this mode cannot
        make exactly once (docs/known-limits.md). Options that allow a longer restart than
-       the timeout are refused at start (tests/unit/test_kafka_transactions.py)."""
+       the timeout are refused at start (tests/kafka/sink/test_kafka_transactions.py)."""
     source = make_topic(partitions=3, suffix="in")
     out = make_topic(partitions=3, suffix="out")
     events = 4 * PER_BATCH

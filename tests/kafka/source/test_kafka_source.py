@@ -221,7 +221,7 @@ def test_partitions_appearing_mid_stream_are_read_from_earliest(
 ) -> None:
     # A new topic matching the subscribed pattern: its partitions are absent from the
     # batch's start offsets (partitions added to a topic with CreatePartitions are
-    # tests/integration/test_real_kafka.py's).
+    # tests/kafka/test_real_kafka.py's).
     first = make_topic(partitions=1, suffix="a")
     produce(producer, first, [b"a-%d" % i for i in range(5)])
     pattern = re.escape(first[:-1]) + "[ab]"
