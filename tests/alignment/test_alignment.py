@@ -18,7 +18,8 @@ from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, BARRIER_HEADER
 from spark_chkpt.metrics.reporter import SnapshotReporter
 from tests.helpers import Upstream, drain_to_files, kafka_stream, produce
 
-pytestmark = pytest.mark.integration
+# make test's second pass runs this module again, each format on its other client.
+pytestmark = [pytest.mark.integration, pytest.mark.other_clients]
 
 T0 = [b"t0-%d" % i for i in range(6)]  # snapshot 0, confirmed by barrier 0
 TX = [b"tx-%d" % i for i in range(3)]  # a failed attempt: no barrier names it

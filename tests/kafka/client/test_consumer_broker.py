@@ -23,6 +23,8 @@ from spark_chkpt.kafka.source.prefetch import PrefetchBuffer
 from spark_chkpt.offsets import OffsetRange, TopicPartition
 from tests.helpers import produce, produce_transactions
 
+pytestmark = pytest.mark.integration
+
 
 def _config(bootstrap_servers: str, topic: str, client: str, **options: str) -> SourceConfig:
     return SourceConfig.from_options(

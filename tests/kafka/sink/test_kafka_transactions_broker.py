@@ -24,6 +24,8 @@ from spark_chkpt.kafka.sink.transactional import (
     transactional_producer,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def open_transaction(servers: str, topic: str, txn_id: str, values: list[bytes]) -> tuple[int, int]:
     """Produce ``values`` in a transaction left open, like a write task; (pid, epoch)."""

@@ -18,7 +18,8 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_chkpt.kafka.client.topics import create_topic, delete_topic
 from tests.helpers import drain_to_files, produce, produce_transactions
 
-pytestmark = pytest.mark.integration
+# make test's second pass runs this module again, each format on its other client.
+pytestmark = [pytest.mark.integration, pytest.mark.other_clients]
 
 KEY_COLUMNS = ["key", "value", "topic", "partition", "offset"]
 

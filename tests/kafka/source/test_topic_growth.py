@@ -36,8 +36,10 @@ from pyspark.sql import SparkSession
 from spark_chkpt.kafka.client.topics import add_partitions, partition_count
 from tests.helpers import BROKER_ENV, kafka_stream
 
+# make test's second pass runs this module again, each format on its other client.
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.other_clients,
     pytest.mark.skipif(
         os.environ.get(BROKER_ENV) == "tansu", reason="Tansu has no CreatePartitions"
     ),
