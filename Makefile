@@ -31,16 +31,16 @@ $(STAMP): setup.cfg pyproject.toml
 # Partition growth too (test_topic_growth.py): running queries whose topics grow, on each
 # client; a pooled consumer that read the topic before it grew failed on each client in
 # turn (librdkafka "Unknown partition", kafka-python KeyError, issue 35).
-OTHER_CLIENT_TESTS := tests/integration/test_kafka_source.py tests/integration/test_alignment.py \
-	tests/integration/test_topic_growth.py
+# The modules marked other_clients (pytestmark) run in the second pass.
+OTHER_CLIENT_TESTS := -m other_clients
 
 # Two pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
 # a test file per worker at a time (a module's fixtures are built once): the kill chains
 # and Spark tests mostly wait on JVM starts and triggers, so two fit the 2-core machine
 # (about half the serial time). Files go out in collection order (--no-loadscope-reorder),
-# so tests/fault's few long kill chains start first: xdist's default order, most tests
-# first, left them to the end on one worker while the other sat idle. PYTEST_WORKERS=0
-# runs in one process.
+# which tests/conftest.py sorts by kind, so the few long kill chains (marked fault) start
+# first: xdist's default order, most tests first, left them to the end on one worker
+# while the other sat idle. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
@@ -50,7 +50,7 @@ test: setup
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)
 
 unit: setup
-	$(BIN)/python -m pytest -m "not integration and not fault" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/python -m spark_chkpt.jobs.demo

@@ -270,7 +270,7 @@ def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
 
 
 CLI_PAGE = Path(__file__).resolve().parent / "reference" / "cli.md"
-CLI_GENERATED = "<!-- generated: python docs/hooks.py --write-cli (tests/unit/test_docs.py) -->"
+CLI_GENERATED = "<!-- generated: python docs/hooks.py --write-cli (tests/project/test_docs.py) -->"
 
 
 def cli_page() -> str:

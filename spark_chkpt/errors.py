@@ -1,6 +1,6 @@
 """The project's errors, all of them: one root, a ``retriable`` flag where callers retry.
 
-Every exception class spark-chkpt defines lives here (``tests/unit/test_architecture.py``
+Every exception class spark-chkpt defines lives here (``tests/project/test_architecture.py``
 checks it), named ``...Error``. Those that callers or tests catch as ``ValueError`` or
 ``TypeError`` subclass it too. :class:`CommitFailureReason` says why a snapshot's commit
 failed, in the spirit of Flink's ``CheckpointFailureReason``.

@@ -1,7 +1,15 @@
 """Shared fixtures: the broker (the real Kafka broker, embedded; Tansu with
 SPARK_CHKPT_TEST_BROKER=tansu; or KAFKA_BOOTSTRAP_SERVERS), one SparkSession (with
 Spark's Kafka connector and delta-spark: ``make setup`` fetched them), and a
-uniquely named topic per test."""
+uniquely named topic per test.
+
+And the kind of each test, as markers (the tests sit beside the package they test, so
+the folder no longer says what a test costs): a module declares ``integration`` (the
+broker or Spark) or ``fault`` (a kill chain) in its ``pytestmark``; every other test is
+marked ``unit`` here, and a test using the broker's or the SparkSession's fixture is
+marked ``broker`` / ``spark``. A ``unit`` test that uses either fixture is a collection
+error naming its module. ``make unit`` runs ``-m unit``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,39 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+
+# A test's kind -> the fixtures that need a broker or a JVM; the kinds a module declares.
+RESOURCE_MARKERS = {"bootstrap_servers": "broker", "spark": "spark"}
+DECLARED_KINDS = ("integration", "fault")
+# xdist (--dist loadfile --no-loadscope-reorder) hands files out in collection order: the
+# few long kill chains first, then the Spark and broker tests, then the unit tests, so no
+# worker is left alone with a long chain at the end.
+RUN_ORDER = {"fault": 0, "integration": 1}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its kind (before ``-m`` selects) and order the files by kind."""
+    misdeclared: set[str] = set()
+    for item in items:
+        declared = {mark.name for mark in item.iter_markers()}
+        used = {mark for fixture, mark in RESOURCE_MARKERS.items() if fixture in item.fixturenames}
+        for mark in sorted(used):
+            item.add_marker(mark)
+        if not declared.intersection(DECLARED_KINDS):
+            if used:
+                misdeclared.add(item.nodeid.split("::")[0])
+            item.add_marker("unit")
+    if misdeclared:
+        raise pytest.UsageError(
+            "spark-chkpt: tests using the broker or Spark without pytestmark = "
+            f"pytest.mark.integration (or fault): {', '.join(sorted(misdeclared))}"
+        )
+
+    def kind(item: pytest.Item) -> int:
+        return min((RUN_ORDER.get(mark.name, 2) for mark in item.iter_markers()), default=2)
+
+    items.sort(key=kind)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ Each sink's object lives in its own package (``delta/sink/kind.py``,
 sinks, every question that depends on the sink: a third sink is its package and one
 line in :data:`_BUILT_IN`. A record or savepoint without a sink (an earlier release's)
 is a ``chkpt-delta`` one. No module outside a sink's package compares a kind's name
-(``tests/unit/test_sink_registry.py``).
+(``tests/sinks/test_sink_registry.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A user's script that stops its chkpt-delta query with ``query.stop()`` while a batch
 commits (the commit held there by the test's stall): it must say what happened in one
-line, with no traceback (tests/integration/test_user_script.py)."""
+line, with no traceback (tests/chains/test_user_script.py)."""
 
 import os
 import sys

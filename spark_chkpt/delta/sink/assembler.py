@@ -9,7 +9,7 @@ tasks with Spark's writer. It hands each write task a
 driver's ``commit`` and ``abort`` a
 :class:`~spark_chkpt.delta.sink.committer.DeltaCoordinator` (phase 2). This is the one
 module that knows both sides: the writer's module imports no committer
-(``tests/unit/test_architecture.py`` checks it).
+(``tests/project/test_architecture.py`` checks it).
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ class ConfluentConsumer:
     small through ``queued.min.messages`` (per partition) and ``queued.max.messages.kbytes``.
 
     librdkafka behaviours a pooled consumer must undo (each found against the broker and
-    pinned by ``tests/integration/test_consumer.py``):
+    pinned by ``tests/kafka/client/test_consumer_broker.py``):
 
     - a partition's pause survives unassign/assign: :meth:`assign` resumes first;
     - the cached high watermark survives reassignment: :meth:`highwater` answers only

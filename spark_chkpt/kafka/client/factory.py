@@ -5,7 +5,7 @@ A secured cluster (SASL, TLS, ACLs) needs every client, not most of them, to car
 ``kafka.*`` security settings: one topic lookup made without them waits out the bootstrap
 timeout and fails as an outage. So no module constructs a kafka-python ``KafkaConsumer``,
 ``KafkaProducer``, ``KafkaAdminClient`` or ``KafkaClient``, nor a confluent-kafka
-``Consumer``, ``Producer`` or ``AdminClient`` itself (``tests/unit/test_client_factory.py``
+``Consumer``, ``Producer`` or ``AdminClient`` itself (``tests/kafka/client/test_client_factory.py``
 walks the source tree for them): it asks this module, passing the kafka-python settings
 translated from the options (:func:`~spark_chkpt.kafka.client.settings.kafka_client_settings`)
 or the librdkafka properties translated from those.

@@ -135,7 +135,7 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
     rejected = _SOURCE_REJECTED if role == "consumer" else _PRODUCER_REJECTED
     # The Java client's reconnect.backoff.max.ms (1 s), not kafka-python's 30 s: after a
     # broker restart of 10 s a kafka-python client's next bootstrap attempt came after
-    # its 30 s bootstrap timeout, and the query failed (tests/fault/test_kafka_restart.py).
+    # its 30 s bootstrap timeout, and the query failed (tests/kafka/client/test_kafka_restart.py).
     settings: dict[str, Any] = {"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
     for key, raw in options.items():
         option = key.lower()

@@ -10,7 +10,7 @@ write task its producer (phase 1, executors: :mod:`spark_chkpt.kafka.sink.writer
 :mod:`spark_chkpt.kafka.sink.transactional`) and the driver's ``commit`` and ``abort``
 a :class:`~spark_chkpt.kafka.sink.committer.KafkaCoordinator` (phase 2). This is the one
 module that knows both sides: the producers' modules import no committer
-(``tests/unit/test_architecture.py`` checks it).
+(``tests/project/test_architecture.py`` checks it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""Dead letters under kill -9: the driver dies after the batch's dead letters are
+committed but before its table commit, and after both; the restart must leave every
+good event in the table once and every malformed record in the dead-letter table once."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_chkpt.testing.generator import produce_page_views
+from tests.chains.test_exactly_once import EVENTS, _killed, job_command
+from tests.helpers import produce, user_env
+
+pytestmark = pytest.mark.fault
+
+BAD = 30
+
+
+def run(
+    tmp_path: Path, servers: str, topic: str, *, kill_at: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        *job_command(tmp_path, servers, topic),
+        *("--set", "job.badRecords=deadLetter"),
+        *("--set", f"sink.deadLetterPath={tmp_path / 'dead'}"),
+    ]
+    env = user_env(**({"SPARK_CHKPT_KILL_AT": kill_at} if kill_at else {}))
+    return subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+
+@pytest.mark.parametrize("kill_at", ["after-dead-letters@1", "after-delta-commit@1"])
+def test_dead_letters_exactly_once_across_a_kill(
+    tmp_path: Path,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: object,
+    kill_at: str,
+) -> None:
+    topic = make_topic(partitions=3)
+    produce_page_views(bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=EVENTS // 2)
+    produce(producer, topic, [b"{bad %d" % i for i in range(BAD)], partitions=3)
+    produce_page_views(
+        bootstrap_servers=bootstrap_servers, topic=topic, first=EVENTS // 2, count=EVENTS // 2
+    )
+    _killed(run(tmp_path, bootstrap_servers, topic, kill_at=kill_at))
+    dead_before = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().num_rows
+    assert dead_before > 0  # batch 1's letters were committed before the kill
+    result = run(tmp_path, bootstrap_servers, topic)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    ids = DeltaTable(str(tmp_path / "table")).to_pyarrow_table(columns=["event_id"])
+    assert sorted(ids.column("event_id").to_pylist()) == list(range(EVENTS))
+    dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
+    positions = Counter((r["partition"], r["offset"]) for r in dead)
+    assert len(positions) == BAD and max(positions.values()) == 1
+    assert sorted(r["value"] for r in dead) == sorted(b"{bad %d" % i for i in range(BAD))

@@ -1,0 +1,165 @@
+"""Every Kafka client the project creates comes through ``spark_chkpt.kafka.client.factory``.
+
+A client built elsewhere would miss the user's ``kafka.*`` security settings: on a secured
+cluster it waits out the bootstrap timeout and fails as an outage (a bare
+``KafkaConsumer(bootstrap_servers=...)`` in the topic administration did exactly that).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from spark_chkpt.errors import KafkaAuthenticationError, KafkaAuthorizationError
+from spark_chkpt.kafka.client import access, factory
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGES = ("spark_chkpt", "connectors", "jobs")
+FACTORY = ROOT / "spark_chkpt" / "kafka" / "client" / "factory.py"
+CLIENTS = {
+    "KafkaConsumer",
+    "KafkaProducer",
+    "KafkaAdminClient",
+    "KafkaClient",
+    "Consumer",
+    "Producer",
+    "AdminClient",
+}
+
+
+def _constructions(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name in CLIENTS:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}(...)")
+    return found
+
+
+def test_no_kafka_client_is_constructed_outside_the_factory() -> None:
+    outside = [
+        each
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != FACTORY
+        for each in _constructions(path)
+    ]
+    assert not outside, "Kafka clients built outside kafka/client/factory.py:\n" + "\n".join(
+        outside
+    )
+
+
+def test_the_walk_sees_a_construction() -> None:
+    """The check above can fail: the factory itself constructs every kind."""
+    names = {each.rsplit(" ", 1)[1].removesuffix("(...)") for each in _constructions(FACTORY)}
+    assert names == CLIENTS
+
+
+SCRAM = {
+    "security_protocol": "SASL_SSL",
+    "sasl_mechanism": "SCRAM-SHA-512",
+    "sasl_plain_username": "alice",
+    "sasl_plain_password": "s3cret-pw",
+}
+
+
+def test_an_admin_client_keeps_the_connection_settings_only() -> None:
+    kept = factory.connection_settings({**SCRAM, "linger_ms": 5, "acks": "all"})
+    assert kept == SCRAM
+
+
+def test_a_refused_login_names_mechanism_principal_and_setting_never_the_password() -> None:
+    from kafka.errors import SaslAuthenticationFailedError
+
+    error = access.access_error(
+        SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed"),
+        servers="h:9093",
+        settings=SCRAM,
+    )
+    assert isinstance(error, KafkaAuthenticationError)
+    text = str(error)
+    assert "SASL_SSL SCRAM-SHA-512" in text and "'alice'" in text
+    assert "kafka.sasl.jaas.config" in text
+    assert "s3cret-pw" not in text
+
+
+def test_a_missing_acl_names_resource_operation_and_the_grant() -> None:
+    from kafka.errors import TopicAuthorizationFailedError
+
+    error = access.access_error(
+        TopicAuthorizationFailedError({"orders"}),
+        servers="h:9093",
+        settings=SCRAM,
+        operation="WRITE",
+    )
+    assert isinstance(error, KafkaAuthorizationError)
+    assert "WRITE on topic 'orders' to principal 'alice'" in str(error)
+    assert "--allow-principal User:alice --operation WRITE --topic 'orders'" in str(error)
+
+
+def test_a_librdkafka_transactional_id_refusal_is_named() -> None:
+    error = access.access_error(
+        RuntimeError("KafkaError{code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED}"),
+        servers="h:9093",
+        settings={"sasl.username": "alice"},
+        resource="chkpt-app",
+        resource_kind="transactional-id",
+    )
+    assert isinstance(error, KafkaAuthorizationError)
+    assert "--transactional-id 'chkpt-app' --resource-pattern-type prefixed" in str(error)
+
+
+def test_the_sinks_topic_is_not_named_for_a_refused_transactional_id() -> None:
+    error = access.access_error(
+        RuntimeError("the producer: TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ..."),
+        servers="h:9093",
+        settings=SCRAM,
+        operation="WRITE",
+        resource="orders",
+    )
+    assert isinstance(error, KafkaAuthorizationError)
+    assert "refused WRITE on transactional-id 'chkpt-' to principal 'alice'" in str(error)
+    assert "--transactional-id 'chkpt-' --resource-pattern-type prefixed" in str(error)
+
+
+@pytest.mark.parametrize("text", ["broker down", "Unable to bootstrap from ['h:1']"])
+def test_other_errors_are_left_alone(text: str) -> None:
+    assert access.access_error(RuntimeError(text), servers="h:1", settings=SCRAM) is None
+
+
+def test_a_plaintext_listener_or_a_tls_client_is_no_protocol_mismatch() -> None:
+    """The probe behind :func:`access.protocol_mismatch` calls a broker that drops the
+    TLS handshake (a plaintext listener reads it as a garbled request) or that is down
+    finds no mismatch: those stay the outage they are. A TLS client is never probed."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def plaintext_broker() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4)  # the request's size: far over the limit, the connection dropped
+        conn.close()
+
+    thread = threading.Thread(target=plaintext_broker, daemon=True)
+    thread.start()
+    servers = f"127.0.0.1:{port}"
+    try:
+        assert access.protocol_mismatch(servers=servers, settings={}) is None
+        thread.join(timeout=5)
+    finally:
+        listener.close()
+    down = socket.create_server(("127.0.0.1", 0))
+    down_port = down.getsockname()[1]
+    down.close()
+    assert access.protocol_mismatch(servers=f"127.0.0.1:{down_port}", settings={}) is None
+    assert (
+        access.protocol_mismatch(servers="no-such-host:1", settings={"security_protocol": "SSL"})
+        is None
+    )

@@ -1,0 +1,43 @@
+"""The real Kafka broker stops in the middle of a running Kafka -> Delta query and comes
+back on the same port with its data (Kafka's storage is on disk; Tansu's is in memory, so
+this needs the Kafka broker): a clean stop (SIGTERM, controlled shutdown) or a crash
+(SIGKILL, the logs recovered at start). The query waits it out and every event ends in
+the Delta table exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_chkpt.kafka.client.topics import create_topic
+from spark_chkpt.testing.generator import produce_page_views
+from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+from tests.kafka.client.test_broker_outage import FIRST, SECOND, exactly_once, job, wait_for_rows
+
+pytestmark = pytest.mark.fault
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_a_broker_restart_with_its_data_kept_is_waited_out(tmp_path: Path, how: str) -> None:
+    with EmbeddedKafka(data_dir=tmp_path / "kafka") as broker:
+        servers = broker.bootstrap_servers
+        create_topic(bootstrap_servers=servers, name="views", partitions=3)
+        produce_page_views(bootstrap_servers=servers, topic="views", first=0, count=FIRST)
+        process = job(tmp_path, broker, "views", trigger="processingTime=1 second")
+        try:
+            wait_for_rows(tmp_path, 500, process=process, timeout=240)
+            if how == "sigkill":
+                broker.kill()
+                broker.start()
+            else:
+                broker.restart(keep_data=True)
+            produce_page_views(bootstrap_servers=servers, topic="views", first=FIRST, count=SECOND)
+            wait_for_rows(tmp_path, FIRST + SECOND, process=process, timeout=240)
+            time.sleep(2)  # a duplicate would land in the next batch
+            assert process.poll() is None, "the query failed instead of waiting"
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    exactly_once(tmp_path, FIRST + SECOND)
