@@ -213,22 +213,27 @@ class OffsetReader:
         consumer.assign(list(ktps.values()))
         for tp, ktp in ktps.items():
             consumer.seek(ktp, ends[tp] - 1)
-        answered: set[TopicPartition] = set()
+        # A partition has answered once a fetch response for it was parsed: that sets its
+        # high watermark (a response without records too). One poll parses every fetch
+        # response that has arrived, so the loop runs about once per fetch round trip,
+        # not once per partition; position() is not asked (kafka-python validates every
+        # assigned partition's position on each call: quadratic in the partitions).
+        pending = dict(ktps)
+        result: dict[TopicPartition, int] = {}
         deadline = Deadline.after(seconds=_PROBE_SECONDS)
-        while len(answered) < len(tps) and not deadline.expired():
-            polled = consumer.poll(
-                timeout_ms=max(1, int(deadline.remaining() * 1000)), max_records=1
-            )
-            returned = {TopicPartition(k.topic, k.partition) for k, v in polled.items() if v}
-            for tp, ktp in ktps.items():
-                if tp in returned or consumer.position(ktp) >= ends[tp]:
-                    answered.add(tp)
-        result = {}
-        for tp, ktp in ktps.items():
-            hw = consumer.highwater(ktp)
-            if hw is not None:
-                result[tp] = int(hw)
-        consumer.assign([])
+        try:
+            while pending and not deadline.expired():
+                consumer.poll(
+                    timeout_ms=max(1, int(deadline.remaining() * 1000)),
+                    max_records=len(pending),
+                )
+                for tp, ktp in list(pending.items()):
+                    hw = consumer.highwater(ktp)
+                    if hw is not None:
+                        result[tp] = int(hw)
+                        del pending[tp]
+        finally:
+            consumer.assign([])
         return result
 
     def for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
