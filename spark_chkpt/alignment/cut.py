@@ -410,9 +410,11 @@ def _barriers(
     end: Mapping[TopicPartition, int],
     topic: str,
 ) -> int:
+    first = {tp.partition: off for tp, off in begin.items() if tp.topic == topic}
+    last = {tp.partition: off for tp, off in end.items() if tp.topic == topic}
     return sum(
         1
         for e in entries
         for p, pos in e.positions.items()
-        if begin.get(TopicPartition(topic, p), 0) <= pos < end.get(TopicPartition(topic, p), 0)
+        if first.get(p, 0) <= pos < last.get(p, 0)
     )
