@@ -155,3 +155,22 @@ def test_the_log_end_probe_corrects_every_partition_in_one_fetch_round() -> None
     assert consumer.polls == 1
     assert consumer.validations == 0
     assert consumer.assigned == []
+
+
+def test_the_probe_fetches_only_from_partitions_whose_listed_end_moved() -> None:
+    """A partition with no new record batch keeps its probed end without a fetch; one
+    whose listed end moved is probed again, alone."""
+    consumer = _ProbeConsumer(listed={0: 11, 1: 21, 2: 0}, true_ends={0: 15, 1: 25, 2: 0})
+    reader = _reader(consumer)
+    tps = [TopicPartition("t", p) for p in range(3)]
+    assert reader.latest(tps) == {tps[0]: 15, tps[1]: 25, tps[2]: 0}
+    assert consumer.polls == 1
+    assert reader.latest(tps) == {tps[0]: 15, tps[1]: 25, tps[2]: 0}
+    assert consumer.polls == 1  # nothing moved: no fetch
+    consumer.listed[1], consumer.true_ends[1] = 26, 30
+    probed: list[list[KTP]] = []
+    assign = consumer.assign
+    consumer.assign = lambda ktps: (probed.append(list(ktps)), assign(ktps))  # type: ignore[method-assign]
+    assert reader.latest(tps) == {tps[0]: 15, tps[1]: 30, tps[2]: 0}
+    assert consumer.polls == 2
+    assert probed[0] == [KTP("t", 1)]

@@ -68,6 +68,9 @@ class OffsetReader:
         self._consumer: Any = None
         self._committer: Any = None
         self.topics_seen: set[str] = set()  # every topic in the last partitions() metadata
+        # Per partition: the listed log end when last probed, and the high watermark the
+        # probe found (see latest()).
+        self._probed: dict[TopicPartition, tuple[int, int]] = {}
 
     @property
     def consumer(self) -> Any:
@@ -198,11 +201,27 @@ class OffsetReader:
         ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
         if self.consumer.config.get("isolation_level") == "read_committed":
             return ends  # the last stable offsets (see the module docstring)
-        begins = self._listed_earliest(tps)
-        probe = [tp for tp in tps if ends[tp] > begins[tp]]
+        # A partition whose listed end has not moved since it was probed has no new record
+        # batch (batches are never appended to): its probed high watermark still holds.
+        # Only partitions that got records since are fetched from (and asked their
+        # earliest offset), so an idle partition costs no fetch per batch.
+        moved = [tp for tp in tps if self._probed.get(tp, (None, 0))[0] != ends[tp]]
+        for tp in tps:
+            known = self._probed.get(tp)
+            if known is not None and known[0] == ends[tp]:
+                ends[tp] = max(ends[tp], known[1])
+        begins = self._listed_earliest(moved)
+        probe = [tp for tp in moved if ends[tp] > begins[tp]]
+        for tp in moved:
+            if ends[tp] <= begins[tp]:  # empty: nothing to probe until records come
+                self._probed[tp] = (ends[tp], ends[tp])
         if probe:
-            for tp, hw in self._high_watermarks(probe, ends).items():
-                ends[tp] = max(ends[tp], hw)
+            probed = self._high_watermarks(probe, ends)
+            for tp in probe:
+                hw = probed.get(tp)
+                if hw is not None:  # unanswered before the deadline: asked again next time
+                    self._probed[tp] = (ends[tp], hw)
+                    ends[tp] = max(ends[tp], hw)
         return ends
 
     def _high_watermarks(
