@@ -167,7 +167,9 @@ class SourcePlanner:
                 topic_id=topic_id,
             )
             self._indexes[topic] = index
-        index.refresh()
+        # partitions() fetched every topic's metadata for this planning call: whether
+        # the control topic still exists is read from it, not asked again.
+        index.refresh(topics=self.offsets.topics_seen or None)
         return index.complete()
 
     def revocations(self, topic: str) -> list[IndexEntry]:
