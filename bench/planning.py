@@ -96,9 +96,10 @@ def batches(*, servers: str, topic: str, per_batch: int) -> Iterator[dict[str, f
 
 
 def measure(
-    *, servers: str, partitions: int, records_per_partition: int = 20
+    *, servers: str, partitions: int, records_per_partition: int = 20, profile: Any = None
 ) -> list[dict[str, Any]]:
-    """A row per topic kind (plain, barriers) for ``partitions`` partitions."""
+    """A row per topic kind (plain, barriers) for ``partitions`` partitions; ``profile``
+    (a ``cProfile.Profile``) runs during the planning only."""
     topic = f"plan-p{partitions}"
     print(f"[bench] planning: filling {partitions} partitions", flush=True)
     fill(
@@ -110,7 +111,11 @@ def measure(
     per_batch = max(1, partitions * records_per_partition // 10)
     rows = []
     for kind, name in (("plain", topic), ("barriers", f"{topic}-barriers")):
+        if profile is not None:
+            profile.enable()
         timed = list(batches(servers=servers, topic=name, per_batch=per_batch))
+        if profile is not None:
+            profile.disable()
         rows.append(row(label=f"{partitions} partitions, {kind}", timed=timed))
     return rows
 
@@ -153,17 +158,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", default=",".join(str(c) for c in COUNTS))
     parser.add_argument("--records-per-partition", type=int, default=20)
     parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument(
+        "--profile", default=None, help="write cProfile stats of the whole run to this file"
+    )
     args = parser.parse_args(argv)
+    import cProfile
+
     from bench.pipeline import _broker
 
     rows: list[dict[str, Any]] = []
+    profile = cProfile.Profile() if args.profile else None
     with _broker(args.bootstrap_servers) as servers:
         for count in (int(c) for c in args.partitions.split(",") if c.strip()):
             rows += measure(
                 servers=servers,
                 partitions=count,
                 records_per_partition=args.records_per_partition,
+                profile=profile,
             )
+    if profile is not None:
+        profile.dump_stats(args.profile)
     print("\n".join(table_lines(rows)), flush=True)
     return 0
 
