@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
+from spark_chkpt.alignment.aligner import Aligner
 from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.errors import AlignmentError, RevokedSnapshotError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
@@ -80,19 +80,41 @@ def completed_snapshots(
     """Entries whose barrier every partition has reached by the end of its log, in
     snapshot order, as the aligner completes them. A partition whose barrier lies before
     ``start`` (an unaligned batch took it further than the others) has delivered it
-    already; an entry must still have a barrier at or after ``start`` somewhere."""
-    aligner: Aligner[None] = Aligner(channels=partitions, mode="at-least-once")
-    by_id = {}
+    already; an entry must still have a barrier at or after ``start`` somewhere.
+
+    The aligner's state machine for this case (every partition's barriers in snapshot
+    order, no channel ending, no records) run inline: a barrier newer than the pending
+    snapshot subsumes it, an older or equal one of a finished snapshot is stale, and the
+    pending snapshot completes once every partition has brought its barrier. Fed to
+    :class:`Aligner` barrier by barrier, 1,000 partitions cost ~40 ms per batch."""
+    Aligner(channels=partitions, mode="at-least-once")  # the aligner's argument checks
+    channels = set(partitions)
+    first = {tp: start.get(tp, 0) for tp in channels}
+    by_id: dict[int, IndexEntry] = {}
     done: list[IndexEntry] = []
+    latest = -1  # the highest snapshot begun (barriers up to it are stale once it ends)
+    pending: int | None = None
+    arrived: set[TopicPartition] = set()
     for entry in sorted(entries, key=lambda e: e.snapshot_id):
         by_id[entry.snapshot_id] = entry
-        events = []
-        if not any(entry.positions.get(tp.partition, -1) >= start.get(tp, 0) for tp in partitions):
+        positions = entry.positions
+        if not any(positions.get(tp.partition, -1) >= first[tp] for tp in partitions):
             continue
+        snapshot = entry.snapshot_id
         for tp in partitions:
-            if entry.positions.get(tp.partition) is not None:
-                events += aligner.on_barrier(channel=tp, snapshot_id=entry.snapshot_id)
-        done += [by_id[e.snapshot_id] for e in events if isinstance(e, SnapshotCompleted)]
+            if positions.get(tp.partition) is None:
+                continue
+            if pending is None or snapshot > pending:
+                if pending is None and snapshot <= latest:
+                    continue  # trailing barrier of a finished snapshot
+                pending, arrived, latest = snapshot, {tp}, snapshot  # begins (subsumes)
+            elif snapshot == pending:
+                arrived.add(tp)
+            else:
+                continue  # older than the pending one
+            if len(arrived) == len(channels):
+                done.append(by_id[pending])
+                pending, arrived = None, set()
     return done
 
 
@@ -289,11 +311,8 @@ def entries_ahead(
 ) -> list[IndexEntry]:
     """Entries with a barrier at or after ``begin`` on some partition: the snapshots whose
     records can be in a batch starting there."""
-    return [
-        e
-        for e in entries
-        if any(pos >= begin.get(TopicPartition(topic, p), 0) for p, pos in e.positions.items())
-    ]
+    first = {tp.partition: off for tp, off in begin.items() if tp.topic == topic}
+    return [e for e in entries if any(pos >= first.get(p, 0) for p, pos in e.positions.items())]
 
 
 def record_filters(
