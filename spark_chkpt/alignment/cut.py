@@ -344,10 +344,15 @@ def record_filters(
     revoked_attempts = frozenset(a for r in revocations for a in r.attempts)
     ahead = entries_ahead(entries, begin, topic)
     confirmed = frozenset(a for e in ahead for a in e.attempts)
+    # Entries that list every partition of the batch confirm nothing extra anywhere: only
+    # the others are looked at per partition, and partitions they all list share one set.
+    numbers = {tp.partition for tp in end}
+    partial = [e for e in entries if not numbers <= e.positions.keys()]
+    shared = confirmed - revoked_attempts
     filters = {}
     for tp, until in end.items():
         missing = frozenset(
-            a for e in entries if tp.partition not in e.positions for a in e.attempts
+            a for e in partial if tp.partition not in e.positions for a in e.attempts
         )
         if mode in ("aligned", "unaligned"):
             bound = until
@@ -361,7 +366,7 @@ def record_filters(
                     last[e.app_id] = max(last.get(e.app_id, -1), pos)
             bound = min(last.values(), default=-1) + 1
         filters[tp] = RecordFilter(
-            confirmed=(confirmed | missing) - revoked_attempts,
+            confirmed=((confirmed | missing) - revoked_attempts) if missing else shared,
             confirm_until=bound,
             revoked=tuple(
                 sorted(
