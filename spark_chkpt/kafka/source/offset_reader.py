@@ -25,10 +25,15 @@ log = logging.getLogger(__name__)
 _PROBE_SECONDS = 2.0
 
 
-def _ktp(tp: TopicPartition) -> Any:
-    from kafka import TopicPartition as KafkaTopicPartition
+_KAFKA_TP: list[Any] = []  # kafka-python's TopicPartition, imported on first use
 
-    return KafkaTopicPartition(tp.topic, tp.partition)
+
+def _ktp(tp: TopicPartition) -> Any:
+    if not _KAFKA_TP:
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        _KAFKA_TP.append(KafkaTopicPartition)
+    return _KAFKA_TP[0](tp.topic, tp.partition)
 
 
 def require_topics(config: SourceConfig, existing: Iterable[str]) -> None:
@@ -143,7 +148,7 @@ class OffsetReader:
             return {}
         ktps = [_ktp(tp) for tp in tps]
         got = list_offsets(self.consumer, ktps, lambda: self.consumer.beginning_offsets(ktps))
-        return {tp: int(got[_ktp(tp)]) for tp in tps}
+        return {tp: int(got[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
 
     def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The offset of the first record a fetch from offset 0 returns, per partition
@@ -198,7 +203,7 @@ class OffsetReader:
             return {}
         ktps = [_ktp(tp) for tp in tps]
         listed = list_offsets(self.consumer, ktps, lambda: self.consumer.end_offsets(ktps))
-        ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
+        ends = {tp: int(listed[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
         if self.consumer.config.get("isolation_level") == "read_committed":
             return ends  # the last stable offsets (see the module docstring)
         # A partition whose listed end has not moved since it was probed has no new record
