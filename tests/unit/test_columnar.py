@@ -150,38 +150,3 @@ def test_headers_stay_encoded_until_coded_once_per_distinct_encoding() -> None:
     ]
     mixed = RecordColumns.from_records([*records[:3], Record(None, b"x", 3, 3, 0, None)])
     assert not mixed.dense_headers and header_codes(mixed)[0].tolist() == [0, 1, 2, -1]
-
-
-def test_record_batches_past_the_readers_end_stay_undecoded() -> None:
-    """A fetch returns a partition's records to the end of the log (its byte limit), the
-    read task wants 300: batches beginning at or after offset 300 are not decoded, the
-    next fetch starts at the first of them; ends are per fetcher."""
-    from kafka.consumer.fetcher import Fetcher as KafkaFetcher
-
-    from spark_chkpt.kafka.client.fetcher_hook import read_until, set_columnar
-
-    class _Fetcher:
-        PartitionRecords = KafkaFetcher.PartitionRecords
-
-        def __init__(self) -> None:
-            self.config: dict[str, Any] = {}
-
-    tp = TopicPartition("t", 0)
-    data = _fetch(1000, codec=0)  # batches of 97: 0, 97, 194, 291, 388, ...
-    mine, other = _Fetcher(), _Fetcher()
-    assert set_columnar(mine, on=True) and set_columnar(other, on=True)
-    read_until(mine, {tp: 300})
-    read_until(other, {tp: 50})
-    records = mine.PartitionRecords(0, tp, MemoryRecords(data))  # type: ignore[call-arg]
-    taken = [c for chunk in iter(lambda: records.take(128), []) for c in chunk]
-    assert sum(len(c) for c in taken) == 388  # through the batch holding offset 299
-    assert taken[-1].last_offset == 387
-    assert records.next_fetch_offset == 388
-    assert not records  # drained: kafka-python fetches from 388 next
-    # A fetch at or past the end decodes everything (no stop that would stall it).
-    late = mine.PartitionRecords(300, tp, MemoryRecords(data))  # type: ignore[call-arg]
-    assert sum(len(c) for chunk in iter(lambda: late.take(None), []) for c in chunk) == 700
-    # The other fetcher's own end.
-    early = other.PartitionRecords(0, tp, MemoryRecords(data))  # type: ignore[call-arg]
-    assert sum(len(c) for chunk in iter(lambda: early.take(None), []) for c in chunk) == 97
-    assert early.next_fetch_offset == 97

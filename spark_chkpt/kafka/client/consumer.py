@@ -27,11 +27,7 @@ from typing import Any, Literal, Protocol
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
 from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records
 from spark_chkpt.kafka.client.factory import confluent_consumer
-from spark_chkpt.kafka.client.fetcher_hook import (
-    drain_before_sleeping,
-    read_until,
-    set_columnar,
-)
+from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping, set_columnar
 from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
 from spark_chkpt.offsets import TopicPartition
 
@@ -106,13 +102,6 @@ class KafkaPythonConsumer:
         fetcher = getattr(self._consumer, "_fetcher", None)
         self._columnar = fetcher is not None and set_columnar(fetcher, on=on)
         return self._columnar
-
-    def read_until(self, ends: Mapping[TopicPartition, int]) -> None:
-        """Where the reader stops per partition: a columnar poll leaves the record batches
-        beginning at or after it undecoded (``fetcher_hook.read_until``)."""
-        fetcher = getattr(self._consumer, "_fetcher", None)
-        if self._columnar and fetcher is not None:
-            read_until(fetcher, {self._k(tp): end for tp, end in ends.items()})
 
     def _k(self, tp: TopicPartition) -> Any:
         return self._ktp(tp.topic, tp.partition)

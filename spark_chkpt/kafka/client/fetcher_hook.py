@@ -12,7 +12,7 @@ release that changes them is a change here only.
 from __future__ import annotations
 
 import bisect
-from typing import Any, ClassVar
+from typing import Any
 
 from spark_chkpt.kafka.client.columnar import (
     LOG_APPEND_TIME,
@@ -42,18 +42,7 @@ def partition_records_class() -> type:
     from kafka.consumer.fetcher import Fetcher, IsolationLevel
 
     class ColumnarPartitionRecords(Fetcher.PartitionRecords):
-        """``Fetcher.PartitionRecords`` whose ``take(n)`` returns columns (see module doc).
-
-        ``until``: per kafka-python ``TopicPartition``, the offset its reader stops at
-        (:func:`read_until`, set on one fetcher's own subclass): record batches that
-        begin at or after it are left undecoded and fetched again when asked for. A
-        fetch returns up to ``max.partition.fetch.bytes`` per partition, however few
-        records the task reads there: with 64 partitions of 312 records a batch, every
-        task decoded each partition's ~3,000 records to the end of the log, batch after
-        batch (the prefetch buffer keeps them only for the next task of the same Python
-        worker)."""
-
-        until: ClassVar[dict[Any, int]] = {}
+        """``Fetcher.PartitionRecords`` whose ``take(n)`` returns columns (see module doc)."""
 
         def __init__(self, fetch_offset: int, tp: Any, records: Any, **kwargs: Any) -> None:
             super().__init__(fetch_offset, tp, records, **kwargs)
@@ -62,9 +51,6 @@ def partition_records_class() -> type:
             self._cursor = 0
             self._final_offset = fetch_offset
             self._error: Exception | None = None
-            until = self.until.get(tp)
-            # Only a stop past where this fetch starts: a fetch at or past it decodes all.
-            self._stop_at = until if until is not None and until > fetch_offset else None
 
         def _decode(self) -> RecordColumns:
             from kafka.errors import CorruptRecordError
@@ -77,11 +63,6 @@ def partition_records_class() -> type:
                 batch = records.next_batch()
                 last_batch = None
                 while batch is not None:
-                    if self._stop_at is not None and batch.base_offset >= self._stop_at:
-                        # Past the reader's end: the next fetch starts at this batch.
-                        self._final_offset = batch.base_offset
-                        last_batch = None
-                        break
                     last_batch = batch
                     if self.check_crcs and not batch.validate_crc():
                         raise CorruptRecordError(
@@ -194,20 +175,8 @@ def set_columnar(fetcher: Any, *, on: bool) -> bool:
         return False
     if not _CLASS:
         _CLASS.append(partition_records_class())
-    own = vars(fetcher).get("PartitionRecords")
-    if not (isinstance(own, type) and issubclass(own, _CLASS[0])):
-        # A subclass of this fetcher's own: its read_until() ends concern it alone.
-        fetcher.PartitionRecords = type("ColumnarPartitionRecords", (_CLASS[0],), {"until": {}})
+    fetcher.PartitionRecords = _CLASS[0]
     return True
-
-
-def read_until(fetcher: Any, ends: dict[Any, int]) -> None:
-    """Tell a columnar fetcher (:func:`set_columnar`) where its reader stops, per
-    kafka-python ``TopicPartition``: record batches beginning at or after that offset
-    are not decoded (see ``ColumnarPartitionRecords``). Replaces the previous ends."""
-    own = vars(fetcher).get("PartitionRecords")
-    if isinstance(own, type) and _CLASS and issubclass(own, _CLASS[0]):
-        own.until = dict(ends)  # type: ignore[attr-defined]
 
 
 def drain_before_sleeping(fetcher: Any) -> bool:

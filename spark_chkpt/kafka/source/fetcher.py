@@ -197,9 +197,6 @@ class RangeFetcher:
         # barriers the filters judge whole chunks (column_judge) and the aligner is
         # handed segments of columns cut at the barriers.
         self._columnar = self._set_columnar(consumer, want=True)
-        stop = getattr(consumer, "read_until", None)
-        if stop is not None:  # decode no record batch that begins past a range's end
-            stop({tp: c.spec.range.end for tp, c in channels.items()})
         begins = consumer.beginning_offsets(list(channels))
         aligner: Aligner[Any] | None = None
         if any(c.spec.markers for c in channels.values()) and len(channels) > 1:
@@ -316,9 +313,6 @@ class RangeFetcher:
             self._consumer.close()
             self._consumer = build_consumer(self._settings)
         self._columnar = self._set_columnar(self._consumer, want=self._columnar)
-        stop = getattr(self._consumer, "read_until", None)
-        if stop is not None:
-            stop({c.tp: c.spec.range.end for c in open_channels})
         self._consumer.assign({c.tp: c.position for c in open_channels})
         for channel in channels.values():
             channel.assigned = not channel.done
