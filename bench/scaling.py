@@ -3,6 +3,8 @@ executors. The state-size rows are in :mod:`bench.state_scaling`.
 
     python -m bench --scaling-only            # these rows and the state rows alone
     python -m bench --scaling                 # after the other rows, in the same run
+    python -m bench.scaling partitions --counts 4,64 --native   # the partitions rows alone,
+                                              # Spark's own kafka source beside them
 
 * partitions: the same ``records`` over topics of 4, 16 and 64 partitions, each drained
   by the warm Kafka → Delta job (``chkpt-kafka`` → ``chkpt-delta``, exactly once,
@@ -19,6 +21,7 @@ Delta commits give it (``commit_ms``), p50 and p99 over the run's batches.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -106,8 +109,12 @@ def measure_partitions(
     client: str,
     repeat: int = 2,
     counts: Sequence[int] = PARTITIONS,
+    native: bool = False,
 ) -> list[dict[str, Any]]:
-    """The job on the same records over each partition count; the fastest of ``repeat``."""
+    """The job on the same records over each partition count; the fastest of ``repeat``.
+    ``native``: Spark's own ``kafka`` → ``delta`` on the same topics, turn by turn with
+    the job (the session needs the connectors: ``bench_session(connectors=True)``)."""
+    from bench.native import kafka_to_delta
     from bench.query import run_query
 
     topics = {p: f"scale-p{p}" for p in counts}
@@ -121,6 +128,7 @@ def measure_partitions(
         name="scale-warmup",
     )
     best: dict[int, tuple[float, str]] = {}
+    best_native: dict[int, tuple[float, int]] = {}
     for round_no in range(repeat):
         order = list(counts)[round_no % len(counts) :] + list(counts)[: round_no % len(counts)]
         for p in order:
@@ -134,7 +142,17 @@ def measure_partitions(
             )
             if p not in best or seconds < best[p][0]:
                 best[p] = (seconds, name)
-    return [
+            if native:
+                seconds, batches = kafka_to_delta(
+                    spark=spark,
+                    kafka_settings=_settings(servers, topics[p], per_trigger, client),
+                    records=records,
+                    workdir=workdir,
+                    name=f"native-{name}",
+                )
+                if p not in best_native or seconds < best_native[p][0]:
+                    best_native[p] = (seconds, batches)
+    rows = [
         row(
             label=f"{p} partitions",
             records=records,
@@ -143,6 +161,19 @@ def measure_partitions(
         )
         for p in counts
     ]
+    for p in counts if native else ():
+        rows.append(
+            {
+                **row(
+                    label=f"{p} partitions, Spark kafka → delta",
+                    records=records,
+                    seconds=best_native[p][0],
+                    commits=[],
+                ),
+                "batches": best_native[p][1],
+            }
+        )
+    return rows
 
 
 def measure_executors(
@@ -218,8 +249,45 @@ def _child(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(_child())
+def _partitions(argv: Sequence[str]) -> int:
+    """``python -m bench.scaling partitions``: the partitions rows alone (and Spark's
+    own source on the same topics with ``--native``), on a broker of their own."""
+    import tempfile
+
+    from bench.query import bench_session
+
+    parser = argparse.ArgumentParser(prog="python -m bench.scaling partitions")
+    parser.add_argument("--counts", default=",".join(str(p) for p in PARTITIONS))
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--client", default="kafka-python")
+    parser.add_argument("--native", action="store_true")
+    parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        servers = args.bootstrap_servers
+        if not servers:  # the real Kafka broker, as bench.pipeline starts it
+            from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+
+            servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+        spark = bench_session(partitions=4, connectors=args.native)
+        rows = measure_partitions(
+            spark=spark,
+            servers=servers,
+            workdir=Path(tempfile.mkdtemp(prefix="bench-scaling-")),
+            records=args.records,
+            per_trigger=max(1, args.records // 10),
+            client=args.client,
+            repeat=args.repeat,
+            counts=[int(c) for c in args.counts.split(",") if c.strip()],
+            native=args.native,
+        )
+        spark.stop()
+    print("\n".join(table_lines(rows, title="Partitions")), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
 
 
 def run(
@@ -283,3 +351,9 @@ def report_lines(scaling: dict[str, Any]) -> list[str]:
     lines += table_lines(scaling["executors"], title="Executors (Kafka → Delta, warm)")
     lines += [""]
     return lines + state_lines(scaling["state"])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["partitions"]:
+        sys.exit(_partitions(sys.argv[2:]))
+    sys.exit(_child())

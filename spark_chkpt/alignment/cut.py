@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
+from spark_chkpt.alignment.aligner import Aligner
 from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.errors import AlignmentError, RevokedSnapshotError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
@@ -80,19 +80,41 @@ def completed_snapshots(
     """Entries whose barrier every partition has reached by the end of its log, in
     snapshot order, as the aligner completes them. A partition whose barrier lies before
     ``start`` (an unaligned batch took it further than the others) has delivered it
-    already; an entry must still have a barrier at or after ``start`` somewhere."""
-    aligner: Aligner[None] = Aligner(channels=partitions, mode="at-least-once")
-    by_id = {}
+    already; an entry must still have a barrier at or after ``start`` somewhere.
+
+    The aligner's state machine for this case (every partition's barriers in snapshot
+    order, no channel ending, no records) run inline: a barrier newer than the pending
+    snapshot subsumes it, an older or equal one of a finished snapshot is stale, and the
+    pending snapshot completes once every partition has brought its barrier. Fed to
+    :class:`Aligner` barrier by barrier, 1,000 partitions cost ~40 ms per batch."""
+    Aligner(channels=partitions, mode="at-least-once")  # the aligner's argument checks
+    channels = set(partitions)
+    first = {tp: start.get(tp, 0) for tp in channels}
+    by_id: dict[int, IndexEntry] = {}
     done: list[IndexEntry] = []
+    latest = -1  # the highest snapshot begun (barriers up to it are stale once it ends)
+    pending: int | None = None
+    arrived: set[TopicPartition] = set()
     for entry in sorted(entries, key=lambda e: e.snapshot_id):
         by_id[entry.snapshot_id] = entry
-        events = []
-        if not any(entry.positions.get(tp.partition, -1) >= start.get(tp, 0) for tp in partitions):
+        positions = entry.positions
+        if not any(positions.get(tp.partition, -1) >= first[tp] for tp in partitions):
             continue
+        snapshot = entry.snapshot_id
         for tp in partitions:
-            if entry.positions.get(tp.partition) is not None:
-                events += aligner.on_barrier(channel=tp, snapshot_id=entry.snapshot_id)
-        done += [by_id[e.snapshot_id] for e in events if isinstance(e, SnapshotCompleted)]
+            if positions.get(tp.partition) is None:
+                continue
+            if pending is None or snapshot > pending:
+                if pending is None and snapshot <= latest:
+                    continue  # trailing barrier of a finished snapshot
+                pending, arrived, latest = snapshot, {tp}, snapshot  # begins (subsumes)
+            elif snapshot == pending:
+                arrived.add(tp)
+            else:
+                continue  # older than the pending one
+            if len(arrived) == len(channels):
+                done.append(by_id[pending])
+                pending, arrived = None, set()
     return done
 
 
@@ -289,11 +311,8 @@ def entries_ahead(
 ) -> list[IndexEntry]:
     """Entries with a barrier at or after ``begin`` on some partition: the snapshots whose
     records can be in a batch starting there."""
-    return [
-        e
-        for e in entries
-        if any(pos >= begin.get(TopicPartition(topic, p), 0) for p, pos in e.positions.items())
-    ]
+    first = {tp.partition: off for tp, off in begin.items() if tp.topic == topic}
+    return [e for e in entries if any(pos >= first.get(p, 0) for p, pos in e.positions.items())]
 
 
 def record_filters(
@@ -325,10 +344,15 @@ def record_filters(
     revoked_attempts = frozenset(a for r in revocations for a in r.attempts)
     ahead = entries_ahead(entries, begin, topic)
     confirmed = frozenset(a for e in ahead for a in e.attempts)
+    # Entries that list every partition of the batch confirm nothing extra anywhere: only
+    # the others are looked at per partition, and partitions they all list share one set.
+    numbers = {tp.partition for tp in end}
+    partial = [e for e in entries if not numbers <= e.positions.keys()]
+    shared = confirmed - revoked_attempts
     filters = {}
     for tp, until in end.items():
         missing = frozenset(
-            a for e in entries if tp.partition not in e.positions for a in e.attempts
+            a for e in partial if tp.partition not in e.positions for a in e.attempts
         )
         if mode in ("aligned", "unaligned"):
             bound = until
@@ -342,7 +366,7 @@ def record_filters(
                     last[e.app_id] = max(last.get(e.app_id, -1), pos)
             bound = min(last.values(), default=-1) + 1
         filters[tp] = RecordFilter(
-            confirmed=(confirmed | missing) - revoked_attempts,
+            confirmed=((confirmed | missing) - revoked_attempts) if missing else shared,
             confirm_until=bound,
             revoked=tuple(
                 sorted(
@@ -410,9 +434,11 @@ def _barriers(
     end: Mapping[TopicPartition, int],
     topic: str,
 ) -> int:
+    first = {tp.partition: off for tp, off in begin.items() if tp.topic == topic}
+    last = {tp.partition: off for tp, off in end.items() if tp.topic == topic}
     return sum(
         1
         for e in entries
         for p, pos in e.positions.items()
-        if begin.get(TopicPartition(topic, p), 0) <= pos < end.get(TopicPartition(topic, p), 0)
+        if first.get(p, 0) <= pos < last.get(p, 0)
     )

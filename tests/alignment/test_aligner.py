@@ -246,6 +246,21 @@ def test_all_channels_ended_completes() -> None:
     assert [type(e) for e in events] == [SnapshotCompleted]
 
 
+def test_a_snapshot_of_many_channels_completes_on_its_last_open_barrier_only() -> None:
+    """The driver's cut feeds 1,000 partitions' barriers one by one: no completion until
+    every open channel has brought its barrier, counting channels that ended after theirs."""
+    channels = list(range(500))
+    aligner: Aligner[str] = Aligner(channels=channels, clock=FakeClock())
+    aligner.on_barrier(channel=0, snapshot_id=1)
+    assert aligner.on_end_of_channel(channel=0) == []  # brought its barrier, then ended
+    assert aligner.on_end_of_channel(channel=1) == []  # ended without one
+    for channel in channels[2:-1]:
+        assert aligner.on_barrier(channel=channel, snapshot_id=1) == []
+    assert aligner.on_barrier(channel=channels[-1], snapshot_id=1) == [
+        SnapshotCompleted(1, "aligned", (), 0.0)
+    ]
+
+
 def test_unknown_channel_and_record_after_end_raise() -> None:
     aligner: Aligner[str] = Aligner(channels=[0, 1], clock=FakeClock())
     with pytest.raises(ValueError, match="unknown channel 7"):

@@ -459,3 +459,63 @@ def test_aligned_end_is_always_right_after_a_snapshot(
     assert record_filters(
         topic=T, mode="aligned", begin=start, end=cut.end, entries=entries
     ) == dict(cut.filters)
+
+
+def _completed_by_the_aligner(
+    entries: Sequence[IndexEntry],
+    start: Mapping[TopicPartition, int],
+    partitions: Sequence[TopicPartition],
+) -> list[IndexEntry]:
+    """completed_snapshots as it was written before it ran the aligner's states inline:
+    every barrier through :class:`Aligner` (the reference)."""
+    from spark_chkpt.alignment.aligner import Aligner, SnapshotCompleted
+
+    aligner: Aligner[None] = Aligner(channels=partitions, mode="at-least-once")
+    by_id = {}
+    done: list[IndexEntry] = []
+    for entry in sorted(entries, key=lambda e: e.snapshot_id):
+        by_id[entry.snapshot_id] = entry
+        events = []
+        if not any(entry.positions.get(tp.partition, -1) >= start.get(tp, 0) for tp in partitions):
+            continue
+        for tp in partitions:
+            if entry.positions.get(tp.partition) is not None:
+                events += aligner.on_barrier(channel=tp, snapshot_id=entry.snapshot_id)
+        done += [by_id[e.snapshot_id] for e in events if isinstance(e, SnapshotCompleted)]
+    return done
+
+
+@given(
+    parts=st.integers(min_value=1, max_value=4),
+    snapshots=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=5),  # snapshot id (repeats allowed)
+            st.dictionaries(
+                st.integers(min_value=0, max_value=3), st.integers(min_value=0, max_value=30)
+            ),
+        ),
+        max_size=7,
+    ),
+    starts=st.lists(st.integers(min_value=0, max_value=30), min_size=4, max_size=4),
+)
+def test_completed_snapshots_agree_with_the_aligner_fed_barrier_by_barrier(
+    parts: int, snapshots: list[tuple[int, dict[int, int]]], starts: list[int]
+) -> None:
+    from spark_chkpt.alignment.cut import completed_snapshots
+
+    partitions = [TopicPartition("t", p) for p in range(parts)]
+    entries = [
+        IndexEntry(
+            kind="complete",
+            app_id="a",
+            snapshot_id=sid,
+            topic="t",
+            attempts=(f"a.{sid}.0.0",),
+            positions={p: o for p, o in positions.items() if p < parts},
+        )
+        for sid, positions in snapshots
+    ]
+    start = {tp: starts[tp.partition] for tp in partitions}
+    got = completed_snapshots(entries, start, partitions)
+    expected = _completed_by_the_aligner(entries, start, partitions)
+    assert [id(e) for e in got] == [id(e) for e in expected]

@@ -201,3 +201,31 @@ def test_a_replay_longer_than_sparks_phase_never_makes_a_negative_row() -> None:
     assert sum(ms for ms, _, _ in rows) == pytest.approx(100.0)
     (plan,) = [(ms, what) for ms, what, _ in rows if what.startswith("latestOffset: the source")]
     assert plan[0] == 4.0 and "replay 89 ms > Spark's 4 ms phase" in plan[1]
+
+
+def test_planning_rows_give_the_first_batch_apart_and_the_median_of_the_others() -> None:
+    from bench import planning
+
+    def batch(latest: float, tasks: float, commit: float) -> dict[str, float]:
+        total = latest + tasks + commit
+        return {"latest_ms": latest, "tasks_ms": tasks, "commit_ms": commit, "batch_ms": total}
+
+    timed = [
+        batch(900.0, 50.0, 50.0),
+        batch(40.0, 5.0, 5.0),
+        batch(60.0, 5.0, 5.0),
+        batch(50.0, 10.0, 10.0),
+    ]
+    got = planning.row(label="1000 partitions, plain", timed=timed)
+    assert got == {
+        "label": "1000 partitions, plain",
+        "batches": 4,
+        "first_ms": 1000.0,
+        "latest_ms_p50": 50.0,
+        "tasks_ms_p50": 5.0,
+        "commit_ms_p50": 5.0,
+        "batch_ms_p50": 70.0,
+        "batch_ms_max": 70.0,
+    }
+    (line,) = [x for x in planning.table_lines([got]) if x.startswith("| 1000")]
+    assert line == "| 1000 partitions, plain | 4 | 1000.0 | 50.0 | 5.0 | 5.0 | 70.0 | 70.0 |"

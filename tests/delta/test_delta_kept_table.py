@@ -15,8 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from spark_chkpt.delta import table as table_module
 from spark_chkpt.delta.table import DeltaTarget
 from spark_chkpt.errors import TableFeatureError
-from tests.unit.test_coordinator import Query
-from tests.unit.test_table_features import _turn_on
+from tests.delta.sink.test_coordinator import Query
+from tests.delta.test_table_features import _turn_on
 
 
 def rows(n: int, first: int = 0) -> pa.Table:
@@ -132,7 +132,7 @@ def test_batches_with_another_writer_between_them_commit_on_the_kept_table(
 
 
 def q_rows() -> pa.Table:
-    from tests.unit.test_coordinator import SCHEMA, make_batch
+    from tests.delta.sink.test_coordinator import SCHEMA, make_batch
 
     return pa.Table.from_batches([make_batch(SCHEMA, [99], ["a"])])
 

@@ -9,7 +9,7 @@ for new index records only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from spark_chkpt.alignment.barrier import CONTROL_PREFIX, IndexEntry
@@ -17,7 +17,7 @@ from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ControlTopicConfigError
 from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping
-from spark_chkpt.kafka.client.metadata import space_refreshes
+from spark_chkpt.kafka.client.metadata import know_leaders, space_refreshes
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 
 log = logging.getLogger(__name__)
@@ -158,23 +158,29 @@ class ControlTopic(BarrierIndex):
         consumer = self._client()
         return self.control_topic in consumer.topics()
 
-    def refresh(self, *, metadata_fresh: bool = False) -> list[IndexEntry]:
+    def refresh(
+        self, *, metadata_fresh: bool = False, topics: Collection[str] | None = None
+    ) -> list[IndexEntry]:
         """Read entries appended since the last call; returns the new ones.
 
         ``metadata_fresh``: this reader's metadata was fetched a moment ago
         (:meth:`current_topic_id`), so whether the control topic exists is taken from it
-        instead of from one more metadata request."""
+        instead of from one more metadata request. ``topics``: the topics of metadata
+        another client fetched a moment ago (the source's offset reader, planning the
+        batch): the same, without this reader's request (a metadata answer of every
+        topic, parsed per partition: milliseconds per batch with 1,000 partitions)."""
         from kafka import TopicPartition
 
         consumer = self._client()
         cluster = getattr(consumer, "_cluster", None)
-        if metadata_fresh and cluster is not None:
+        if topics is None and metadata_fresh and cluster is not None:
             topics = set(cluster.topics())
-        else:
+        elif topics is None:
             topics = consumer.topics()  # a metadata request, sent now
         if self.control_topic not in topics:
             return []
         tp = TopicPartition(self.control_topic, 0)
+        know_leaders(consumer, [tp])  # no request once this reader knows the leader
         consumer.assign([tp])
         # The position moves only once the entries read are added: a read that fails
         # half way (a broker gone, retried by the planner) is read again from the start.

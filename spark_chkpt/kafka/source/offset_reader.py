@@ -25,10 +25,15 @@ log = logging.getLogger(__name__)
 _PROBE_SECONDS = 2.0
 
 
-def _ktp(tp: TopicPartition) -> Any:
-    from kafka import TopicPartition as KafkaTopicPartition
+_KAFKA_TP: list[Any] = []  # kafka-python's TopicPartition, imported on first use
 
-    return KafkaTopicPartition(tp.topic, tp.partition)
+
+def _ktp(tp: TopicPartition) -> Any:
+    if not _KAFKA_TP:
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        _KAFKA_TP.append(KafkaTopicPartition)
+    return _KAFKA_TP[0](tp.topic, tp.partition)
 
 
 def require_topics(config: SourceConfig, existing: Iterable[str]) -> None:
@@ -68,6 +73,9 @@ class OffsetReader:
         self._consumer: Any = None
         self._committer: Any = None
         self.topics_seen: set[str] = set()  # every topic in the last partitions() metadata
+        # Per partition: the listed log end when last probed, and the high watermark the
+        # probe found (see latest()).
+        self._probed: dict[TopicPartition, tuple[int, int]] = {}
 
     @property
     def consumer(self) -> Any:
@@ -140,7 +148,7 @@ class OffsetReader:
             return {}
         ktps = [_ktp(tp) for tp in tps]
         got = list_offsets(self.consumer, ktps, lambda: self.consumer.beginning_offsets(ktps))
-        return {tp: int(got[_ktp(tp)]) for tp in tps}
+        return {tp: int(got[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
 
     def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The offset of the first record a fetch from offset 0 returns, per partition
@@ -195,14 +203,30 @@ class OffsetReader:
             return {}
         ktps = [_ktp(tp) for tp in tps]
         listed = list_offsets(self.consumer, ktps, lambda: self.consumer.end_offsets(ktps))
-        ends = {tp: int(listed[_ktp(tp)]) for tp in tps}
+        ends = {tp: int(listed[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
         if self.consumer.config.get("isolation_level") == "read_committed":
             return ends  # the last stable offsets (see the module docstring)
-        begins = self._listed_earliest(tps)
-        probe = [tp for tp in tps if ends[tp] > begins[tp]]
+        # A partition whose listed end has not moved since it was probed has no new record
+        # batch (batches are never appended to): its probed high watermark still holds.
+        # Only partitions that got records since are fetched from (and asked their
+        # earliest offset), so an idle partition costs no fetch per batch.
+        moved = [tp for tp in tps if self._probed.get(tp, (None, 0))[0] != ends[tp]]
+        for tp in tps:
+            known = self._probed.get(tp)
+            if known is not None and known[0] == ends[tp]:
+                ends[tp] = max(ends[tp], known[1])
+        begins = self._listed_earliest(moved)
+        probe = [tp for tp in moved if ends[tp] > begins[tp]]
+        for tp in moved:
+            if ends[tp] <= begins[tp]:  # empty: nothing to probe until records come
+                self._probed[tp] = (ends[tp], ends[tp])
         if probe:
-            for tp, hw in self._high_watermarks(probe, ends).items():
-                ends[tp] = max(ends[tp], hw)
+            probed = self._high_watermarks(probe, ends)
+            for tp in probe:
+                hw = probed.get(tp)
+                if hw is not None:  # unanswered before the deadline: asked again next time
+                    self._probed[tp] = (ends[tp], hw)
+                    ends[tp] = max(ends[tp], hw)
         return ends
 
     def _high_watermarks(
@@ -213,22 +237,27 @@ class OffsetReader:
         consumer.assign(list(ktps.values()))
         for tp, ktp in ktps.items():
             consumer.seek(ktp, ends[tp] - 1)
-        answered: set[TopicPartition] = set()
+        # A partition has answered once a fetch response for it was parsed: that sets its
+        # high watermark (a response without records too). One poll parses every fetch
+        # response that has arrived, so the loop runs about once per fetch round trip,
+        # not once per partition; position() is not asked (kafka-python validates every
+        # assigned partition's position on each call: quadratic in the partitions).
+        pending = dict(ktps)
+        result: dict[TopicPartition, int] = {}
         deadline = Deadline.after(seconds=_PROBE_SECONDS)
-        while len(answered) < len(tps) and not deadline.expired():
-            polled = consumer.poll(
-                timeout_ms=max(1, int(deadline.remaining() * 1000)), max_records=1
-            )
-            returned = {TopicPartition(k.topic, k.partition) for k, v in polled.items() if v}
-            for tp, ktp in ktps.items():
-                if tp in returned or consumer.position(ktp) >= ends[tp]:
-                    answered.add(tp)
-        result = {}
-        for tp, ktp in ktps.items():
-            hw = consumer.highwater(ktp)
-            if hw is not None:
-                result[tp] = int(hw)
-        consumer.assign([])
+        try:
+            while pending and not deadline.expired():
+                consumer.poll(
+                    timeout_ms=max(1, int(deadline.remaining() * 1000)),
+                    max_records=len(pending),
+                )
+                for tp, ktp in list(pending.items()):
+                    hw = consumer.highwater(ktp)
+                    if hw is not None:
+                        result[tp] = int(hw)
+                        del pending[tp]
+        finally:
+            consumer.assign([])
         return result
 
     def for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:

@@ -144,3 +144,21 @@ def test_a_refresh_on_fresh_metadata_asks_no_metadata_again() -> None:
     consumer._cluster = _Cluster(set())  # type: ignore[attr-defined]
     log.append(_complete(2))
     assert index.refresh(metadata_fresh=True) == []
+
+
+def test_a_refresh_given_fresh_topics_asks_no_metadata_of_its_own() -> None:
+    """The source's planner hands over the topics its offset reader has just listed:
+    the index reads its new entries without a metadata request of its own, and a
+    control topic missing from those topics reads as no entries."""
+    index = control_topic.ControlTopic(
+        bootstrap_servers="b:9092", control_topic="__chkpt.t", data_topic="t"
+    )
+    consumer: Any = _StaleConsumer([_complete(0)], stale_highwater=None)
+    asked: list[str] = []
+    consumer.topics = lambda: asked.append("metadata") or {"__chkpt.t"}
+    index._consumer = consumer
+    assert [e.snapshot_id for e in index.refresh(topics={"t", "__chkpt.t"})] == [0]
+    assert index.refresh(topics={"t"}) == []
+    assert asked == []
+    assert [e.snapshot_id for e in index.refresh()] == []  # without: one request
+    assert asked == ["metadata"]

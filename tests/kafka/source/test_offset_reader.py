@@ -91,3 +91,86 @@ def test_no_probe_when_every_partition_starts_at_0() -> None:
     consumer: Any = _Consumer(listed={0: 0}, present={0: 0})
     consumer.poll = None  # a fetch would fail the test
     assert _reader(consumer).earliest([TopicPartition("t", 0)]) == {TopicPartition("t", 0): 0}
+
+
+class _ProbeConsumer:
+    """kafka-python's fetch path as the latest() probe meets it: the broker lists the base
+    offset of each partition's last batch plus one (Tansu), every partition's fetch
+    response has arrived, and a poll parses them one by one until it holds
+    ``max_records`` records, each parsed response setting its partition's high
+    watermark. position() validates every assigned partition (counted)."""
+
+    def __init__(self, *, listed: dict[int, int], true_ends: dict[int, int]) -> None:
+        self.listed, self.true_ends = listed, true_ends
+        self.assigned: list[KTP] = []
+        self.high: dict[KTP, int] = {}
+        self.polls = 0
+        self.validations = 0
+        self.config = {"isolation_level": "read_uncommitted"}
+
+    def end_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+        return {k: self.listed[k.partition] for k in ktps}
+
+    def beginning_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+        return {k: 0 for k in ktps}
+
+    def assign(self, ktps: list[KTP]) -> None:
+        self.assigned = list(ktps)
+        self.high = {}
+
+    def seek(self, ktp: KTP, offset: int) -> None:
+        pass
+
+    def position(self, ktp: KTP) -> int:
+        self.validations += len(self.assigned)
+        return self.high.get(ktp, self.listed[ktp.partition] - 1)
+
+    def highwater(self, ktp: KTP) -> int | None:
+        return self.high.get(ktp)
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[KTP, list[Record]]:
+        self.polls += 1
+        got: dict[KTP, list[Record]] = {}
+        for k in self.assigned:
+            if k in self.high:
+                continue
+            if sum(len(v) for v in got.values()) >= max_records:
+                break
+            self.high[k] = self.true_ends[k.partition]
+            got[k] = [Record(self.true_ends[k.partition] - 1)]
+        return got
+
+
+def test_the_log_end_probe_corrects_every_partition_in_one_fetch_round() -> None:
+    """Tansu lists a log end short of the last batch's records; the probe's high
+    watermarks correct it, for 200 partitions in one poll (it took one poll and one
+    position() per partition before: 200 polls, 40,000 position validations)."""
+    parts = 200
+    consumer = _ProbeConsumer(
+        listed={p: 10 * p + 1 for p in range(parts)},
+        true_ends={p: 10 * p + 5 for p in range(parts)},
+    )
+    tps = [TopicPartition("t", p) for p in range(parts)]
+    assert _reader(consumer).latest(tps) == {tp: 10 * tp.partition + 5 for tp in tps}
+    assert consumer.polls == 1
+    assert consumer.validations == 0
+    assert consumer.assigned == []
+
+
+def test_the_probe_fetches_only_from_partitions_whose_listed_end_moved() -> None:
+    """A partition with no new record batch keeps its probed end without a fetch; one
+    whose listed end moved is probed again, alone."""
+    consumer = _ProbeConsumer(listed={0: 11, 1: 21, 2: 0}, true_ends={0: 15, 1: 25, 2: 0})
+    reader = _reader(consumer)
+    tps = [TopicPartition("t", p) for p in range(3)]
+    assert reader.latest(tps) == {tps[0]: 15, tps[1]: 25, tps[2]: 0}
+    assert consumer.polls == 1
+    assert reader.latest(tps) == {tps[0]: 15, tps[1]: 25, tps[2]: 0}
+    assert consumer.polls == 1  # nothing moved: no fetch
+    consumer.listed[1], consumer.true_ends[1] = 26, 30
+    probed: list[list[KTP]] = []
+    assign = consumer.assign
+    consumer.assign = lambda ktps: (probed.append(list(ktps)), assign(ktps))  # type: ignore[method-assign]
+    assert reader.latest(tps) == {tps[0]: 15, tps[1]: 30, tps[2]: 0}
+    assert consumer.polls == 2
+    assert probed[0] == [KTP("t", 1)]
