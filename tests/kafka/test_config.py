@@ -400,3 +400,36 @@ def test_sink_on_librdkafka_is_judged_by_librdkafka_at_load() -> None:
         sink(**{"kafka.client": "confluent", "kafka.compression.type": "brotli"})
     with pytest.raises(ConfigError, match=r"librdkafka rejects.*linger\.ms"):
         sink(**{"kafka.client": "confluent", "kafka.linger.ms": "200000"})
+
+
+def test_spark_jobs_pem_truststore_and_keystore_are_the_pem_files() -> None:
+    """A job moved from Spark's connector keeps its TLS options: Java clients read PEM
+    trust and key stores (``ssl.truststore.type=PEM``, Kafka 2.7+), which are the PEM
+    files the Python clients take (kafka-python's cafile / certfile, librdkafka's
+    ssl.ca.location / ssl.certificate.location)."""
+    options = {
+        "kafka.bootstrap.servers": "b:9093",
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.truststore.type": "pem",
+        "kafka.ssl.truststore.location": "/etc/kafka/ca.pem",
+        "kafka.ssl.keystore.type": "PEM",
+        "kafka.ssl.keystore.location": "/etc/kafka/alice.pem",
+        "kafka.ssl.key.password": "k3y",
+    }
+    settings = kafka_client_settings(options, role="consumer")
+    assert settings["ssl_cafile"] == "/etc/kafka/ca.pem"
+    assert settings["ssl_certfile"] == "/etc/kafka/alice.pem"
+    assert settings["ssl_password"] == "k3y"
+    assert not any("truststore" in k or "keystore" in k for k in settings)
+    produced = librdkafka_producer_settings(kafka_client_settings(options, role="producer"))
+    assert produced["ssl.ca.location"] == "/etc/kafka/ca.pem"
+    assert produced["ssl.certificate.location"] == "/etc/kafka/alice.pem"
+
+
+@pytest.mark.parametrize("kind", ["JKS", "PKCS12"])
+def test_a_java_key_store_is_refused_naming_the_pem_options(kind: str) -> None:
+    options = {"kafka.ssl.truststore.type": kind, "kafka.ssl.truststore.location": "/x.jks"}
+    with pytest.raises(ConfigError) as info:
+        kafka_client_settings(options, role="consumer")
+    assert info.value.option == "kafka.ssl.truststore.location"
+    assert "kafka.ssl.cafile" in str(info.value) and "ssl.truststore.type=PEM" in str(info.value)

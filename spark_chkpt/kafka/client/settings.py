@@ -69,12 +69,19 @@ _JAVA_ALIASES = {
     "compression.type": "compression_type",
 }
 _JAVA_ONLY = {
-    "ssl.truststore.location": "kafka-python reads PEM files: use kafka.ssl.cafile",
+    "ssl.truststore.location": "use kafka.ssl.cafile, or a PEM store: ssl.truststore.type=PEM",
     "ssl.truststore.password": "kafka-python reads PEM files: use kafka.ssl.cafile",
-    "ssl.keystore.location": "use kafka.ssl.certfile and kafka.ssl.keyfile (PEM)",
+    "ssl.keystore.location": "use kafka.ssl.certfile/keyfile, or ssl.keystore.type=PEM",
     "ssl.keystore.password": "use kafka.ssl.password",
     "ssl.key.password": "use kafka.ssl.password",
     "sasl.login.callback.handler.class": "Java login callbacks are not supported",
+}
+# Java's PEM stores (ssl.*.type=PEM, Kafka 2.7+) are the Python clients' PEM files.
+_STORE_TYPES = ("ssl.truststore.type", "ssl.keystore.type")
+_PEM_STORES = {
+    "ssl.truststore.location": ("ssl.truststore.type", "ssl_cafile"),
+    "ssl.keystore.location": ("ssl.keystore.type", "ssl_certfile"),  # key in the same file
+    "ssl.key.password": ("ssl.keystore.type", "ssl_password"),
 }
 _INT_WHEN_NONE = {"receive_buffer_bytes", "send_buffer_bytes"}
 _JAAS = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
@@ -133,10 +140,9 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
     """
     defaults = _client_defaults(role)
     rejected = _SOURCE_REJECTED if role == "consumer" else _PRODUCER_REJECTED
-    # The Java client's reconnect.backoff.max.ms (1 s), not kafka-python's 30 s: after a
-    # broker restart of 10 s a kafka-python client's next bootstrap attempt came after
-    # its 30 s bootstrap timeout, and the query failed (tests/kafka/client/test_kafka_restart.py).
+    # Java's reconnect.backoff.max.ms (1 s): kafka-python's 30 s outlasts a 10 s restart.
     settings: dict[str, Any] = {"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
+    stores = {k.lower()[6:]: str(v).strip().upper() for k, v in options.items()}
     for key, raw in options.items():
         option = key.lower()
         if not option.startswith("kafka."):
@@ -148,6 +154,11 @@ def kafka_client_settings(options: Mapping[str, str], *, role: ClientRole) -> di
             continue  # the choice of client, parsed by parse_client
         if java in rejected:
             raise ConfigError(key, raw, f"not supported: {rejected[java]}")
+        if java in _STORE_TYPES:
+            continue  # read with its location: a non-PEM store is refused there
+        if java in _PEM_STORES and stores.get(_PEM_STORES[java][0]) == "PEM":
+            settings[_PEM_STORES[java][1]] = raw
+            continue
         if java in _JAVA_ONLY:
             raise ConfigError(key, raw, f"a Java-client setting: {_JAVA_ONLY[java]}")
         if java == "sasl.jaas.config":
