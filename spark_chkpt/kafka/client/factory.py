@@ -98,12 +98,14 @@ class _RefusedLogin(logging.Filter):
 
         from spark_chkpt.kafka.client.access import authentication_error, protocol_mismatch
 
+        if not str(record.msg).startswith("Bootstrap"):
+            return True  # e.g. "Connection failed": a task of its own, where a raise is lost
         for arg in record.args if isinstance(record.args, tuple) else ():
             if isinstance(arg, SaslAuthenticationFailedError):
                 error = authentication_error(arg, servers=self._servers, settings=self._settings)
                 if error is not None:
                     raise error from arg
-            elif isinstance(arg, Exception) and str(record.msg).startswith("Bootstrap"):
+            elif isinstance(arg, Exception):
                 mismatch = protocol_mismatch(servers=self._servers, settings=self._settings)
                 if mismatch is not None:
                     raise mismatch from arg

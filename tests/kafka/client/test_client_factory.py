@@ -163,3 +163,26 @@ def test_a_plaintext_listener_or_a_tls_client_is_no_protocol_mismatch() -> None:
         access.protocol_mismatch(servers="no-such-host:1", settings={"security_protocol": "SSL"})
         is None
     )
+
+
+def test_a_refused_login_is_raised_from_the_bootstrap_loop_only() -> None:
+    """kafka-python logs a refused SASL login twice: "Connection failed" in the
+    connection's own task (scheduled apart: an error raised there never reaches the
+    caller, and the bootstrap then waits out its timeout), then "Bootstrap connection to
+    ... failed" in the bootstrap loop the caller waits on. Only the second raises."""
+    import logging
+
+    from kafka.errors import SaslAuthenticationFailedError
+
+    settings = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"}
+    refused = factory._RefusedLogin(servers="b:9093", settings=settings)
+    exc = SaslAuthenticationFailedError("SaslAuthenticationFailedError: bad credentials")
+
+    def record(msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("kafka.net.manager", logging.WARNING, "", 0, msg, args, None)
+
+    assert refused.filter(record("Connection failed: %s", exc)) is True
+    with pytest.raises(KafkaAuthenticationError):
+        refused.filter(
+            record("Bootstrap connection to %s failed: %s (backoff %.2f secs)", 0, exc, 1.0)
+        )
