@@ -219,6 +219,12 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
     source = _source(kafka, "sec-in")
     txn_out, middle = _topic(kafka, "sec-out-txn"), _topic(kafka, "sec-mid")
     options = kafka.options("alice")
+    # The barrier job gives its CA as a job moved from Spark's connector does: a PEM
+    # truststore by the Java client's names.
+    spark_style = {k: v for k, v in options.items() if k != "kafka.ssl.cafile"}
+    spark_style.update(
+        {"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(kafka.ca_pem)}
+    )
     txn = {
         "name": "txn",
         "source": source,
@@ -271,7 +277,7 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
                 "sink": "kafka",
                 "out": middle,
                 "delivery": "barriers",
-                "options": options,
+                "options": spark_style,
             },
             {"name": "delta", "source": middle, "sink": "delta", "options": options},
         ],
@@ -306,6 +312,7 @@ def test_kafka_to_kafka_transactions_killed_mid_commit_and_restarted_exactly_onc
 def test_kafka_to_kafka_with_barriers_runs_on_sasl_ssl(
     kafka: EmbeddedKafka, chains: Chains
 ) -> None:
+    """Its options name the CA as Spark's connector does (a PEM truststore)."""
     assert chains.restarted.jobs["barriers"]["ok"], chains.restarted.section("barriers")[-4000:]
     views = read_committed(kafka, chains.middle)
     assert sorted(v["event_id"] for v in views) == list(range(EVENTS))
@@ -439,6 +446,43 @@ def test_savepoint_rewind_of_the_kafka_sink_with_kafka_config(
     assert f"topic {chains.txn_out}: snapshots 1, " in restored.stdout, restored.stdout
     assert "after 0 revoked at generation 1" in restored.stdout, restored.stdout
     for done in (created, restored):
+        chains.cli_outputs.append(done.stdout + done.stderr)
+        assert kafka.users["alice"] not in done.stdout + done.stderr
+
+
+def test_pipeline_savepoint_of_the_secured_chain_with_kafka_config(
+    tmp_path: Path, kafka: EmbeddedKafka, chains: Chains
+) -> None:
+    """``savepoint create --pipeline`` of the barrier job and the Delta job reading its
+    topic, from a folder outside the repo: the cut is found in the secured control topic
+    with --kafka-config's credentials (without them: refused naming the setting, nothing
+    written). The downstream's batch ends exactly at the join's offsets."""
+    assert chains.restarted.jobs["barriers"]["ok"] and chains.restarted.jobs["delta"]["ok"]
+    config = _client_properties(kafka, tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    saved = chains.work / "pipeline-savepoints"
+    # A job is named by its checkpoint's folder: copies named apart (both are "chk").
+    jobs = chains.work / "pipeline-jobs"
+    for name in ("barriers", "delta"):
+        shutil.copytree(chains.work / name / "chk", jobs / name)
+    create = [
+        "savepoint", "create", "--pipeline", "secured",
+        "--job", str(jobs / "barriers"), "--job", str(jobs / "delta"),
+        "--dir", str(saved), "--bootstrap-servers", kafka.bootstrap_servers,
+    ]  # fmt: skip
+    refused = chkpt_cli(outside, *create)
+    assert refused.returncode != 0, refused.stdout
+    assert "kafka.security.protocol" in refused.stderr, refused.stderr[-3000:]
+    assert chkpt_cli(outside, "savepoint", "list", str(saved)).returncode != 0
+    created = chkpt_cli(outside, *create, "--kafka-config", str(config))
+    assert created.returncode == 0, (created.stdout + created.stderr)[-4000:]
+    location = created.stdout.strip().splitlines()[-1]
+    manifest = json.loads((Path(location.removeprefix("file://")) / "pipeline.json").read_text())
+    (join,) = manifest["joins"]
+    batch = jobs / "delta" / "offsets" / str(join["downstream_batch"])
+    assert json.loads(batch.read_text().splitlines()[2])[chains.middle] == join["offsets"]
+    for done in (refused, created):
         chains.cli_outputs.append(done.stdout + done.stderr)
         assert kafka.users["alice"] not in done.stdout + done.stderr
 
