@@ -72,7 +72,7 @@ def last_checkpoint(target: DeltaTarget) -> int | None:
     try:
         text = target.location.child("_delta_log", "_last_checkpoint").read_text()
         return int(json.loads(text)["version"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -27,7 +27,7 @@ from spark_chkpt.delta.constraints import (
     generated_columns,
     table_rules,
 )
-from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
+from spark_chkpt.delta.log_upkeep import last_checkpoint, no_hooks, upkeep
 from spark_chkpt.delta.protocol import Operation, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import (
@@ -123,7 +123,7 @@ class DeltaTarget:
             kept = _KEPT.pop(key, None)
             table = self._advanced(kept) if kept is not None else None
             if table is None:
-                anchor = self._last_checkpoint()
+                anchor = last_checkpoint(self) or 0
                 table = self.open()
                 if table is None:
                     return None
@@ -160,14 +160,6 @@ class DeltaTarget:
         if str(kept.table.metadata().id) != kept.table_id:
             return None
         return kept.table
-
-    def _last_checkpoint(self) -> int:
-        """The version of the table's last checkpoint (``_last_checkpoint``), 0 if none."""
-        try:
-            text = self.location.child("_delta_log", "_last_checkpoint").read_text()
-            return int(json.loads(text)["version"])
-        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
-            return 0
 
     def _has_commit(self, version: int) -> bool:
         return self.location.child("_delta_log", f"{version:020d}.json").exists()
