@@ -14,7 +14,9 @@ successes only; the first delivery error fails the task naming it.
 A broker that never answers cannot hang a task: librdkafka fails each record after
 ``message.timeout.ms`` (``kafka.delivery.timeout.ms``), and :meth:`finish` flushes for
 at most that plus one request timeout, as kafka-python's ``flush_within`` does; both end
-as :class:`~spark_chkpt.errors.BrokerUnavailableError` naming the option.
+as :class:`~spark_chkpt.errors.BrokerUnavailableError` naming the option. A refused login,
+a missing ACL, a protocol the listener does not speak: at once the kafka-python path's
+named errors (:mod:`~spark_chkpt.kafka.client.access`, ``listener``), not an outage.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
+from spark_chkpt.kafka.client.access import access_error
 from spark_chkpt.kafka.client.factory import confluent_producer
+from spark_chkpt.kafka.client.listener import protocol_mismatch
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
 from spark_chkpt.kafka.sink.committable import Header, ProducedOutput
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -42,6 +46,19 @@ log = logging.getLogger(__name__)
 
 _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
 Headers = list[tuple[str, str | bytes | None]]  # what produce() takes
+
+
+class _Log:
+    """The ``logger`` librdkafka's log lines go to: this module's, each line also shown
+    to ``seen`` (confluent-kafka calls ``log(level, "%s [%s] %s", facility, name, text)``)."""
+
+    def __init__(self, seen: Any) -> None:
+        self._seen = seen
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        log.log(level, msg, *args)
+        if args:
+            self._seen(str(args[-1]))
 
 
 class ConfluentProducer:
@@ -71,13 +88,14 @@ class ConfluentProducer:
         self._counts: dict[tuple[str, int], int] = {}  # (topic, partition) -> acknowledged
         self._per_partition: dict[int, int] = {}  # the same, with a 'topic' option
         self._error: tuple[Any, str] | None = None  # (KafkaError, "topic-partition")
+        self._mismatch: ChkptError | None = None  # a protocol the listener does not speak
         self._controlled: set[str] = set()
         self._producer = confluent_producer(
             {
                 **config.librdkafka_config(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
                 "on_delivery": self._delivery_callback(),
                 "error_cb": self._on_error,
-                "logger": log,
+                "logger": _Log(self._on_log),
                 **(extra or {}),
             }
         )
@@ -119,6 +137,18 @@ class ConfluentProducer:
         # the broker refuses, which no wait makes right.
         if (error.fatal() or refused) and self._error is None:
             self._error = (error, "the producer")
+        codes = self._ck.KafkaError
+        if error.code() == codes._TRANSPORT:
+            self._on_log(str(error.str()))
+
+    def _on_log(self, text: str) -> None:
+        """librdkafka's own hint of a dropped connection ("... might be caused by
+        incorrect security.protocol configuration"): the listener is probed (once per
+        broker and process); a mismatch ends the task at once, an outage is waited out."""
+        if "security.protocol" in text and self._mismatch is None:
+            self._mismatch = protocol_mismatch(
+                servers=self.config.bootstrap_servers, settings=self.config.producer_settings
+            )
 
     def send(self, batch: pa.RecordBatch) -> None:
         rows = sink_rows(batch, config=self.config, controlled=self._controlled)
@@ -194,13 +224,23 @@ class ConfluentProducer:
                     ) from e
 
     def _raise_if_failed(self) -> None:
+        if self._mismatch is not None:
+            raise self._mismatch
         if self._error is None:
             return
         error, where = self._error
         codes = self._ck.KafkaError
         if error.code() in (codes._MSG_TIMED_OUT, codes._TIMED_OUT, codes.REQUEST_TIMED_OUT):
             raise self._delivery_timed_out(f"librdkafka: {where}: {error.name()}: {error.str()}")
-        raise producing_failed(f"{where}: {error.name()}: {error.str()}")
+        text = f"{where}: {error.name()}: {error.str()}"
+        named = access_error(
+            RuntimeError(text),
+            servers=self.config.bootstrap_servers,
+            settings=self.config.producer_settings,
+            operation="WRITE",
+            resource=where.rpartition("-")[0] if where != "the producer" else None,
+        )
+        raise named if named is not None else producing_failed(text)
 
     def _delivery_timed_out(self, cause: str) -> BrokerUnavailableError:
         """The outage error that names ``kafka.delivery.timeout.ms``."""
@@ -220,7 +260,12 @@ class ConfluentProducer:
     def _flush_and_count(self) -> None:
         """Wait for every record's acknowledgement; the output's counts."""
         seconds = delivery_timeout_s(self.config.producer_settings)
-        left = self._producer.flush(seconds)
+        deadline = time.monotonic() + seconds
+        # In slices: a refusal reported meanwhile (error_cb) ends the wait at once.
+        left = self._producer.flush(min(1.0, seconds))
+        while left and time.monotonic() < deadline:
+            self._raise_if_failed()
+            left = self._producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
         self._raise_if_failed()
         if left:
             raise self._delivery_timed_out(
