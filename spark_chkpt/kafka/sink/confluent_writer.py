@@ -22,6 +22,7 @@ named errors (:mod:`~spark_chkpt.kafka.client.access`, ``listener``), not an out
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -46,19 +47,6 @@ log = logging.getLogger(__name__)
 
 _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
 Headers = list[tuple[str, str | bytes | None]]  # what produce() takes
-
-
-class _Log:
-    """The ``logger`` librdkafka's log lines go to: this module's, each line also shown
-    to ``seen`` (confluent-kafka calls ``log(level, "%s [%s] %s", facility, name, text)``)."""
-
-    def __init__(self, seen: Any) -> None:
-        self._seen = seen
-
-    def log(self, level: int, msg: str, *args: Any) -> None:
-        log.log(level, msg, *args)
-        if args:
-            self._seen(str(args[-1]))
 
 
 class ConfluentProducer:
@@ -89,13 +77,14 @@ class ConfluentProducer:
         self._per_partition: dict[int, int] = {}  # the same, with a 'topic' option
         self._error: tuple[Any, str] | None = None  # (KafkaError, "topic-partition")
         self._mismatch: ChkptError | None = None  # a protocol the listener does not speak
+        self._probe: threading.Thread | None = None
         self._controlled: set[str] = set()
         self._producer = confluent_producer(
             {
                 **config.librdkafka_config(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
                 "on_delivery": self._delivery_callback(),
                 "error_cb": self._on_error,
-                "logger": _Log(self._on_log),
+                "logger": log,
                 **(extra or {}),
             }
         )
@@ -138,17 +127,17 @@ class ConfluentProducer:
         if (error.fatal() or refused) and self._error is None:
             self._error = (error, "the producer")
         codes = self._ck.KafkaError
-        if error.code() == codes._TRANSPORT:
-            self._on_log(str(error.str()))
+        if error.code() in (codes._TRANSPORT, codes._ALL_BROKERS_DOWN) and not self._probe:
+            # No broker reachable: the listeners are probed (once per broker and
+            # process) in a thread of their own, so that a frozen broker's probe does not
+            # hold up the outage error; a mismatch found ends the task at the next check.
+            self._probe = threading.Thread(target=self._probe_listeners, daemon=True)
+            self._probe.start()
 
-    def _on_log(self, text: str) -> None:
-        """librdkafka's own hint of a dropped connection ("... might be caused by
-        incorrect security.protocol configuration"): the listener is probed (once per
-        broker and process); a mismatch ends the task at once, an outage is waited out."""
-        if "security.protocol" in text and self._mismatch is None:
-            self._mismatch = protocol_mismatch(
-                servers=self.config.bootstrap_servers, settings=self.config.producer_settings
-            )
+    def _probe_listeners(self) -> None:
+        self._mismatch = protocol_mismatch(
+            servers=self.config.bootstrap_servers, settings=self.config.producer_settings
+        )
 
     def send(self, batch: pa.RecordBatch) -> None:
         rows = sink_rows(batch, config=self.config, controlled=self._controlled)
