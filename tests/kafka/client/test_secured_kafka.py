@@ -7,7 +7,10 @@ JVM: the chains in two runs (the first killed, with its whole process tree, insi
 transactions commit; the second restarts it and runs the others), the refusals in one
 more; output is read back by a plain ``read_committed`` consumer with credentials of its
 own (``bob``); the CLI (``status``, ``lineage``) runs from a folder outside the repo with
-``--kafka-config``.
+``--kafka-config``. A job moved from Spark's own ``kafka`` → ``delta`` formats
+(``spark-chkpt migrate``) runs in the chains' two runs; the broker's second listener
+(SASL_PLAINTEXT) serves the protocol-mismatch tests, and the sink's librdkafka producer
+meets the refusals the kafka-python path meets.
 
 Before the client factory the ``chkpt-kafka`` sink could not start on such a cluster (its
 topic lookups built bare clients and timed out as an outage), a wrong password was an
