@@ -108,6 +108,7 @@ class EmbeddedKafka(ServerProcess):
         self.host = host
         self.port = port or free_port(host)
         self.controller_port = free_port(host)
+        self.sasl_plaintext_port = free_port(host)  # secured only
         self.heap = heap
         self.startup_timeout_s = startup_timeout_s
         self.settings = dict(settings or {})
@@ -184,18 +185,24 @@ class EmbeddedKafka(ServerProcess):
 
     def _secured_properties(self) -> dict[str, str]:
         listener = f"SASL_SSL://{self.host}:{self.port}"
+        # A second listener, SASL without TLS: a client's protocol mismatch at it.
+        sasl = f"SASL_PLAINTEXT://{self.host}:{self.sasl_plaintext_port}"
         admin = self.users["admin"]
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="admin" password="{admin}";'
+        )
         return {
-            "listeners": f"{listener},CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": listener,
+            "listeners": f"{listener},{sasl},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"{listener},{sasl}",
             "inter.broker.listener.name": "SASL_SSL",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": (
+                "SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": jaas,
             "sasl.enabled.mechanisms": "SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="admin" password="{admin}";'
-            ),
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.tls_dir / "broker-keystore.pem"),
             "ssl.truststore.type": "PEM",

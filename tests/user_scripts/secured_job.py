@@ -7,11 +7,14 @@ cluster's ``kafka.*`` options (credentials included) taken from the environment 
         python secured_job.py WORKDIR
 
 A job of ``"sink": "kafka"`` also names ``"out"`` and ``"delivery"``; ``"maxOffsetsPerTrigger"``
-is optional. Job ``n`` keeps its checkpoint in ``WORKDIR/n/chk`` and its table in
-``WORKDIR/n/table``. Each job's part of stderr is framed by ``=== begin n`` and ``=== end
-n`` lines, so a test can find the first line a user sees of each failure; a failed job
-does not stop the next. Prints ``{"job": n, "ok": ..., "took": ...}`` per job and ``done``
-when every job ended well (exit 0; else exit 1). Logs at INFO into ``WORKDIR/logs`` and
+is optional. A job of ``"formats": "spark"`` (Kafka → Delta only) runs on Spark's own
+``kafka`` source and delta-spark's ``delta`` sink, as before a move to the chkpt formats
+(``spark-chkpt migrate``); the session then has their jars. Job ``n`` keeps its
+checkpoint in ``WORKDIR/n/chk`` and its table in ``WORKDIR/n/table``. Each job's part of
+stderr is framed by ``=== begin n`` and ``=== end n`` lines, so a test can find the first
+line a user sees of each failure; a failed job does not stop the next. Prints
+``{"job": n, "ok": ..., "took": ...}`` per job and ``done`` when every job ended well
+(exit 0; else exit 1). Logs at INFO into ``WORKDIR/logs`` and
 Spark's event log into ``WORKDIR/events-log``, so a test can look for the secrets in them.
 """
 
@@ -31,8 +34,14 @@ os.makedirs(f"{workdir}/logs", exist_ok=True)
 os.makedirs(f"{workdir}/events-log", exist_ok=True)
 logging.basicConfig(filename=f"{workdir}/logs/job-{os.getpid()}.log", level=logging.INFO)
 
+builder = SparkSession.builder
+if any(job.get("formats") == "spark" for job in jobs):
+    from spark_chkpt.session import connector_settings
+
+    for key, value in connector_settings().items():
+        builder = builder.config(key, value)
 spark = (
-    SparkSession.builder.master("local[2]")
+    builder.master("local[2]")
     .appName("secured-job")
     .config("spark.eventLog.enabled", "true")
     .config("spark.eventLog.dir", f"{workdir}/events-log")
@@ -46,7 +55,9 @@ spark_chkpt.register(spark)
 def run(job):
     options = job["options"]
     base = f"{workdir}/{job['name']}"
-    reader = spark.readStream.format("chkpt-kafka").option("startingOffsets", "earliest")
+    native = job.get("formats") == "spark"
+    source = "kafka" if native else "chkpt-kafka"
+    reader = spark.readStream.format(source).option("startingOffsets", "earliest")
     for name, value in options.items():
         reader = reader.option(name, value)
     if "maxOffsetsPerTrigger" in job:
@@ -55,7 +66,7 @@ def run(job):
     if job["sink"] == "delta":
         writer = (
             events.selectExpr("CAST(value AS STRING) AS json", "topic", "partition", "offset")
-            .writeStream.format("chkpt-delta")
+            .writeStream.format("delta" if native else "chkpt-delta")
             .option("path", f"{base}/table")
         )
     else:

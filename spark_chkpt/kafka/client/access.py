@@ -22,8 +22,8 @@ from spark_chkpt.errors import (
     ChkptError,
     KafkaAuthenticationError,
     KafkaAuthorizationError,
-    KafkaSecurityProtocolError,
 )
+from spark_chkpt.kafka.client.listener import client_protocol, either, tls_at_plaintext
 
 log = logging.getLogger(__name__)
 
@@ -193,21 +193,6 @@ _TRUSTED: set[tuple[str, str | None, str | None]] = set()
 _HANDSHAKE_TIMEOUT_S = 5.0
 
 
-_LIBRDKAFKA = {
-    "security_protocol": "security.protocol",
-    "ssl_cafile": "ssl.ca.location",
-    "ssl_certfile": "ssl.certificate.location",
-    "ssl_keyfile": "ssl.key.location",
-    "ssl_password": "ssl.key.password",
-}
-
-
-def _either(settings: Mapping[str, Any], name: str) -> Any:
-    """kafka-python setting ``name`` of ``settings``, or its librdkafka property."""
-    value = settings.get(name)
-    return value if value is not None else settings.get(_LIBRDKAFKA[name])
-
-
 def check_tls(*, servers: str, settings: Mapping[str, Any]) -> None:
     """Refuse at once a TLS handshake the first reachable broker of ``servers`` fails
     (an unknown CA, a host name the certificate does not name), with the setting to
@@ -217,11 +202,11 @@ def check_tls(*, servers: str, settings: Mapping[str, Any]) -> None:
     import socket
     import ssl
 
-    protocol = str(_either(settings, "security_protocol") or "PLAINTEXT").upper()
+    protocol = client_protocol(settings)
     if protocol not in ("SSL", "SASL_SSL"):
         return
-    cafile = _either(settings, "ssl_cafile")
-    certfile = _either(settings, "ssl_certfile")
+    cafile = either(settings, "ssl_cafile")
+    certfile = either(settings, "ssl_certfile")
     key = (servers, cafile, certfile)
     if key in _TRUSTED:
         return
@@ -232,7 +217,7 @@ def check_tls(*, servers: str, settings: Mapping[str, Any]) -> None:
     context.check_hostname = bool(check)
     if certfile:
         context.load_cert_chain(
-            certfile, _either(settings, "ssl_keyfile"), password=_either(settings, "ssl_password")
+            certfile, either(settings, "ssl_keyfile"), password=either(settings, "ssl_password")
         )
     for server in servers.split(","):
         host, _, port = server.strip().rpartition(":")
@@ -245,6 +230,10 @@ def check_tls(*, servers: str, settings: Mapping[str, Any]) -> None:
                 _TRUSTED.add(key)
                 return
         except ssl.SSLError as e:
+            if not isinstance(e, ssl.SSLCertVerificationError):  # dropped, not refused
+                tls_at_plaintext(
+                    server=server.strip(), host=host, port=int(port), protocol=protocol
+                )
             error = authentication_error(
                 OSError(f"SSL handshake failed: {e}"), servers=servers, settings=settings
             )
@@ -252,69 +241,10 @@ def check_tls(*, servers: str, settings: Mapping[str, Any]) -> None:
                 raise error from e
             raise
         except OSError:
+            tls_at_plaintext(server=server.strip(), host=host, port=int(port), protocol=protocol)
             continue
         finally:
             raw.close()
-
-
-# (host, port) -> whether it answered a TLS handshake, probed at most once per process.
-_SPEAKS_TLS: dict[tuple[str, int], bool] = {}
-
-
-def _speaks_tls(host: str, port: int) -> bool:
-    """Whether ``host:port`` answers a TLS handshake (its certificate not checked: only
-    whether the listener speaks TLS at all). A broker that does not answer is not TLS."""
-    import socket
-    import ssl
-
-    if (host, port) in _SPEAKS_TLS:
-        return _SPEAKS_TLS[(host, port)]
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    try:
-        raw = socket.create_connection((host, port), timeout=_HANDSHAKE_TIMEOUT_S)
-    except OSError:
-        return False  # not remembered: a broker down now may be up later
-    try:
-        with context.wrap_socket(raw, server_hostname=host):
-            answer = True
-    except ssl.SSLError as e:
-        answer = "ALERT" in str(e).upper()  # a TLS listener that refused this client
-    except OSError:
-        answer = False  # a plaintext listener drops the handshake as a garbled request
-    finally:
-        raw.close()
-    _SPEAKS_TLS[(host, port)] = answer
-    return answer
-
-
-def protocol_mismatch(
-    *, servers: str, settings: Mapping[str, Any]
-) -> KafkaSecurityProtocolError | None:
-    """The error for a client whose bootstrap connection failed because it speaks
-    PLAINTEXT (or SASL_PLAINTEXT) to a broker's TLS listener, else None. kafka-python
-    reads the dropped connection as a broker that is down and retries until its bootstrap
-    timeout; one TLS handshake per broker (once per process) says what is wrong."""
-    protocol = str(_either(settings, "security_protocol") or "PLAINTEXT").upper()
-    if protocol in ("SSL", "SASL_SSL"):
-        return None
-    for server in servers.split(","):
-        host, _, port = server.strip().rpartition(":")
-        try:
-            number = int(port)
-        except ValueError:
-            continue
-        if _speaks_tls(host, number):
-            return KafkaSecurityProtocolError(
-                f"Kafka broker {server.strip()} speaks TLS, but the client's "
-                f"kafka.security.protocol is {protocol}: set kafka.security.protocol to "
-                "SASL_SSL (a SASL listener, with kafka.sasl.mechanism and "
-                "kafka.sasl.jaas.config) or SSL, as the broker's listener at that port "
-                "is configured, and kafka.ssl.cafile to the CA that signed its "
-                "certificate; the broker is not down, waiting longer does not help"
-            )
-    return None
 
 
 def access_error(

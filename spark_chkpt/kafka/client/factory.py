@@ -80,7 +80,7 @@ def _accepted(settings: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[
 
 class _RefusedLogin(logging.Filter):
     """Raises the named error from kafka-python's log call of a refused SASL login, or of
-    a failed bootstrap connection of a PLAINTEXT client to a TLS listener.
+    a failed bootstrap connection of a PLAINTEXT client to a TLS or SASL listener.
 
     kafka-python logs a bootstrap connection whose SASL login the broker refused
     ("Bootstrap connection to ... failed: SaslAuthenticationFailedError") and tries again
@@ -96,11 +96,14 @@ class _RefusedLogin(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         from kafka.errors import SaslAuthenticationFailedError
 
-        from spark_chkpt.kafka.client.access import authentication_error, protocol_mismatch
+        from spark_chkpt.kafka.client.access import authentication_error
+        from spark_chkpt.kafka.client.listener import protocol_mismatch
 
-        if not str(record.msg).startswith("Bootstrap"):
+        message = str(record.msg)
+        if not message.startswith("Bootstrap"):
             return True  # e.g. "Connection failed": a task of its own, where a raise is lost
-        for arg in record.args if isinstance(record.args, tuple) else ():
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
             if isinstance(arg, SaslAuthenticationFailedError):
                 error = authentication_error(arg, servers=self._servers, settings=self._settings)
                 if error is not None:
@@ -109,6 +112,12 @@ class _RefusedLogin(logging.Filter):
                 mismatch = protocol_mismatch(servers=self._servers, settings=self._settings)
                 if mismatch is not None:
                     raise mismatch from arg
+        if not args and " failed" in message:
+            # "Bootstrap attempt to N failed: ...": connected, then the first request
+            # (metadata) failed, as at a SASL listener that closes the connection.
+            mismatch = protocol_mismatch(servers=self._servers, settings=self._settings)
+            if mismatch is not None:
+                raise mismatch
         return True
 
 

@@ -14,18 +14,23 @@ successes only; the first delivery error fails the task naming it.
 A broker that never answers cannot hang a task: librdkafka fails each record after
 ``message.timeout.ms`` (``kafka.delivery.timeout.ms``), and :meth:`finish` flushes for
 at most that plus one request timeout, as kafka-python's ``flush_within`` does; both end
-as :class:`~spark_chkpt.errors.BrokerUnavailableError` naming the option.
+as :class:`~spark_chkpt.errors.BrokerUnavailableError` naming the option. A refused login,
+a missing ACL, a protocol the listener does not speak: at once the kafka-python path's
+named errors (:mod:`~spark_chkpt.kafka.client.access`, ``listener``), not an outage.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
+from spark_chkpt.kafka.client.access import access_error
 from spark_chkpt.kafka.client.factory import confluent_producer
+from spark_chkpt.kafka.client.listener import protocol_mismatch
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
 from spark_chkpt.kafka.sink.committable import Header, ProducedOutput
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -71,6 +76,8 @@ class ConfluentProducer:
         self._counts: dict[tuple[str, int], int] = {}  # (topic, partition) -> acknowledged
         self._per_partition: dict[int, int] = {}  # the same, with a 'topic' option
         self._error: tuple[Any, str] | None = None  # (KafkaError, "topic-partition")
+        self._mismatch: ChkptError | None = None  # a protocol the listener does not speak
+        self._probe: threading.Thread | None = None
         self._controlled: set[str] = set()
         self._producer = confluent_producer(
             {
@@ -119,6 +126,18 @@ class ConfluentProducer:
         # the broker refuses, which no wait makes right.
         if (error.fatal() or refused) and self._error is None:
             self._error = (error, "the producer")
+        codes = self._ck.KafkaError
+        if error.code() in (codes._TRANSPORT, codes._ALL_BROKERS_DOWN) and not self._probe:
+            # No broker reachable: the listeners are probed (once per broker and
+            # process) in a thread of their own, so that a frozen broker's probe does not
+            # hold up the outage error; a mismatch found ends the task at the next check.
+            self._probe = threading.Thread(target=self._probe_listeners, daemon=True)
+            self._probe.start()
+
+    def _probe_listeners(self) -> None:
+        self._mismatch = protocol_mismatch(
+            servers=self.config.bootstrap_servers, settings=self.config.producer_settings
+        )
 
     def send(self, batch: pa.RecordBatch) -> None:
         rows = sink_rows(batch, config=self.config, controlled=self._controlled)
@@ -194,13 +213,23 @@ class ConfluentProducer:
                     ) from e
 
     def _raise_if_failed(self) -> None:
+        if self._mismatch is not None:
+            raise self._mismatch
         if self._error is None:
             return
         error, where = self._error
         codes = self._ck.KafkaError
         if error.code() in (codes._MSG_TIMED_OUT, codes._TIMED_OUT, codes.REQUEST_TIMED_OUT):
             raise self._delivery_timed_out(f"librdkafka: {where}: {error.name()}: {error.str()}")
-        raise producing_failed(f"{where}: {error.name()}: {error.str()}")
+        text = f"{where}: {error.name()}: {error.str()}"
+        named = access_error(
+            RuntimeError(text),
+            servers=self.config.bootstrap_servers,
+            settings=self.config.producer_settings,
+            operation="WRITE",
+            resource=where.rpartition("-")[0] if where != "the producer" else None,
+        )
+        raise named if named is not None else producing_failed(text)
 
     def _delivery_timed_out(self, cause: str) -> BrokerUnavailableError:
         """The outage error that names ``kafka.delivery.timeout.ms``."""
@@ -220,7 +249,12 @@ class ConfluentProducer:
     def _flush_and_count(self) -> None:
         """Wait for every record's acknowledgement; the output's counts."""
         seconds = delivery_timeout_s(self.config.producer_settings)
-        left = self._producer.flush(seconds)
+        deadline = time.monotonic() + seconds
+        # In slices: a refusal reported meanwhile (error_cb) ends the wait at once.
+        left = self._producer.flush(min(1.0, seconds))
+        while left and time.monotonic() < deadline:
+            self._raise_if_failed()
+            left = self._producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
         self._raise_if_failed()
         if left:
             raise self._delivery_timed_out(

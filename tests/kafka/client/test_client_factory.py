@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.errors import KafkaAuthenticationError, KafkaAuthorizationError
-from spark_chkpt.kafka.client import access, factory
+from spark_chkpt.kafka.client import access, factory, listener
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("spark_chkpt", "connectors", "jobs")
@@ -133,36 +133,72 @@ def test_other_errors_are_left_alone(text: str) -> None:
 
 
 def test_a_plaintext_listener_or_a_tls_client_is_no_protocol_mismatch() -> None:
-    """The probe behind :func:`access.protocol_mismatch` calls a broker that drops the
+    """The probe behind :func:`listener.protocol_mismatch` calls a broker that drops the
     TLS handshake (a plaintext listener reads it as a garbled request) or that is down
     finds no mismatch: those stay the outage they are. A TLS client is never probed."""
     import socket
     import threading
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
 
     def plaintext_broker() -> None:
-        conn, _ = listener.accept()
+        conn, _ = server.accept()
         conn.recv(4)  # the request's size: far over the limit, the connection dropped
+        conn.close()
+        conn, _ = server.accept()  # the plaintext probe: answered
+        conn.recv(64)
+        conn.sendall(b"\x00\x00\x00\x08\x00\x00\x00\x01\x00\x00\x00\x00")
         conn.close()
 
     thread = threading.Thread(target=plaintext_broker, daemon=True)
     thread.start()
     servers = f"127.0.0.1:{port}"
     try:
-        assert access.protocol_mismatch(servers=servers, settings={}) is None
+        assert listener.protocol_mismatch(servers=servers, settings={}) is None
         thread.join(timeout=5)
     finally:
-        listener.close()
+        server.close()
     down = socket.create_server(("127.0.0.1", 0))
     down_port = down.getsockname()[1]
     down.close()
-    assert access.protocol_mismatch(servers=f"127.0.0.1:{down_port}", settings={}) is None
+    assert listener.protocol_mismatch(servers=f"127.0.0.1:{down_port}", settings={}) is None
     assert (
-        access.protocol_mismatch(servers="no-such-host:1", settings={"security_protocol": "SSL"})
+        listener.protocol_mismatch(servers="no-such-host:1", settings={"security_protocol": "SSL"})
         is None
     )
+
+
+def test_a_listener_that_closes_a_plaintext_request_is_named_a_sasl_listener() -> None:
+    """A SASL listener answers no request before the login: it accepts the connection
+    and closes it on the probe's metadata request (a TLS handshake it drops the same
+    way). A PLAINTEXT client there is named; before, no mismatch was found and the
+    client waited out its bootstrap timeout as an outage."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def sasl_listener() -> None:
+        for _ in range(2):  # the TLS probe, then the plaintext one
+            conn, _ = server.accept()
+            conn.recv(64)
+            conn.close()
+
+    thread = threading.Thread(target=sasl_listener, daemon=True)
+    thread.start()
+    try:
+        error = listener.protocol_mismatch(servers=f"127.0.0.1:{port}", settings={})
+        thread.join(timeout=5)
+    finally:
+        server.close()
+    assert error is not None
+    assert str(error).startswith(
+        f"Kafka broker 127.0.0.1:{port} accepted the connection and closed it on the "
+        "client's first request: its listener likely requires SASL"
+    ), error
+    assert "kafka.security.protocol to SASL_PLAINTEXT" in str(error)
 
 
 def test_a_refused_login_is_raised_from_the_bootstrap_loop_only() -> None:

@@ -7,7 +7,10 @@ JVM: the chains in two runs (the first killed, with its whole process tree, insi
 transactions commit; the second restarts it and runs the others), the refusals in one
 more; output is read back by a plain ``read_committed`` consumer with credentials of its
 own (``bob``); the CLI (``status``, ``lineage``) runs from a folder outside the repo with
-``--kafka-config``.
+``--kafka-config``. A job moved from Spark's own ``kafka`` → ``delta`` formats
+(``spark-chkpt migrate``) runs in the chains' two runs; the broker's second listener
+(SASL_PLAINTEXT) serves the protocol-mismatch tests, and the sink's librdkafka producer
+meets the refusals the kafka-python path meets.
 
 Before the client factory the ``chkpt-kafka`` sink could not start on such a cluster (its
 topic lookups built bare clients and timed out as an outage), a wrong password was an
@@ -18,6 +21,7 @@ Spark's dump.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -200,7 +204,10 @@ class Chains:
     """The chains' two runs of the user's script in ``work``: ``killed`` (a Kafka →
     Kafka transactions job, killed with its process tree inside batch 1's commit,
     between its transactions) and ``restarted`` (that job again, then Kafka → Kafka
-    with barriers into ``middle`` and Kafka → Delta from ``middle``)."""
+    with barriers into ``middle`` and Kafka → Delta from ``middle``). Before the killed
+    job, ``killed`` runs a user's job on Spark's own ``kafka`` → ``delta`` formats, which
+    ``migrated`` (``spark-chkpt migrate --to chkpt``, from a folder outside the repo)
+    moves to the chkpt formats; ``restarted`` goes on with it after more input."""
 
     work: Path
     killed: Run
@@ -209,6 +216,7 @@ class Chains:
     txn_out: str
     middle: str
     commits_when_killed: list[str]
+    migrated: subprocess.CompletedProcess[str]
     cli_outputs: list[str] = field(default_factory=list)
 
 
@@ -218,6 +226,7 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
     folder, work = base / "my-project", base / "work"
     source = _source(kafka, "sec-in")
     txn_out, middle = _topic(kafka, "sec-out-txn"), _topic(kafka, "sec-mid")
+    moved = _source(kafka, "sec-migrate")
     options = kafka.options("alice")
     # The barrier job gives its CA as a job moved from Spark's connector does: a PEM
     # truststore by the Java client's names.
@@ -234,11 +243,17 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
         "options": options,
         "maxOffsetsPerTrigger": EVENTS // 4,
     }
-    # Run 1: the transactions job, stalled in batch 1's commit after its first
-    # transaction committed, then killed with its whole process tree (kill -9).
+    # A job moved from Spark's connector: the same query and options (Spark's names,
+    # the CA a PEM truststore), first on Spark's own formats, then on the chkpt ones.
+    migrating = {"name": "moved", "source": moved, "sink": "delta", "options": spark_style}
+    # Run 1: Spark's kafka -> delta to the topic's end; then the transactions job,
+    # stalled in batch 1's commit after its first transaction committed, then killed
+    # with its whole process tree (kill -9).
     stalled = base / "stalled"
+    jars = os.environ.get("SPARK_CHKPT_JARS_DIR")
     env = user_env(
-        JOBS=json.dumps([txn]),
+        JOBS=json.dumps([{**migrating, "formats": "spark"}, txn]),
+        **({"SPARK_CHKPT_JARS_DIR": jars} if jars else {}),
         SPARK_CHKPT_STALL_AT="between-transactions@1",
         SPARK_CHKPT_STALL_SIGNAL=str(stalled),
         SPARK_CHKPT_STALL_SECONDS="600",
@@ -265,11 +280,29 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
             kill_tree(job.pid)
         job.wait(timeout=60)
     killed = _parsed(job.returncode, out_path.read_text(), err_path.read_text())
-    # Run 2: the same job again from its checkpoint, then the barrier chain.
+    # More input, then the move, as a user runs it: no Kafka client (the checkpoint and
+    # the table say where the query is), so no credentials.
+    produce_page_views(
+        bootstrap_servers=kafka.bootstrap_servers,
+        topic=moved,
+        first=EVENTS,
+        count=EVENTS,
+        spread_over=2,
+        settings=kafka.client_settings("admin"),
+    )
+    outside = base / "elsewhere"
+    outside.mkdir()
+    migrated = chkpt_cli(
+        outside, "migrate", str(work / "moved" / "chk"), "--to", "chkpt",
+        "--table", str(work / "moved" / "table"), "--watch", "1",
+    )  # fmt: skip
+    # Run 2: the moved job on the chkpt formats, the transactions job again from its
+    # checkpoint, then the barrier chain.
     restarted = run_jobs(
         folder,
         work,
         [
+            migrating,
             txn,
             {
                 "name": "barriers",
@@ -290,6 +323,7 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
         txn_out=txn_out,
         middle=middle,
         commits_when_killed=commits,
+        migrated=migrated,
     )
 
 
@@ -328,6 +362,30 @@ def test_kafka_to_delta_runs_on_sasl_ssl(chains: Chains) -> None:
     table = DeltaTable(str(chains.work / "delta" / "table"))
     rows = table.to_pyarrow_table().column("json").to_pylist()
     assert sorted(json.loads(r)["event_id"] for r in rows) == list(range(EVENTS))
+
+
+def test_migrate_from_sparks_connector_on_sasl_ssl_every_record_once(
+    kafka: EmbeddedKafka, chains: Chains
+) -> None:
+    """A job on Spark's own ``kafka`` → ``delta`` with Spark's option names for SASL_SSL
+    (the CA a PEM truststore) reads the topic to its end; ``spark-chkpt migrate --to
+    chkpt`` from a folder outside the repo; the same job on ``chkpt-kafka`` →
+    ``chkpt-delta`` goes on after more input: each of the topic's records once in the
+    table, read back by delta-rs and by a plain consumer's count."""
+    from deltalake import DeltaTable
+
+    native = chains.killed.jobs.get("moved")
+    assert native and native["ok"], chains.killed.section("moved")[-4000:]
+    said = chains.migrated.stdout + chains.migrated.stderr
+    assert chains.migrated.returncode == 0, said[-4000:]
+    assert "migrated:" in said, said[-4000:]
+    assert chains.restarted.jobs["moved"]["ok"], chains.restarted.section("moved")[-4000:]
+    rows = DeltaTable(str(chains.work / "moved" / "table")).to_pyarrow_table()
+    ids = sorted(json.loads(r)["event_id"] for r in rows.column("json").to_pylist())
+    assert ids == list(range(2 * EVENTS)), (len(ids), len(set(ids)))
+    assert len(read_committed(kafka, "sec-migrate")) == 2 * EVENTS
+    chains.cli_outputs.append(said)
+    assert kafka.users["alice"] not in said
 
 
 def test_status_reaches_the_cluster_with_kafka_config(
@@ -693,6 +751,131 @@ def test_a_plaintext_client_at_the_tls_port_is_a_protocol_mismatch_not_an_outage
     assert "set kafka.security.protocol to SASL_SSL" in said
     assert "bootstrap.timeout" not in said and "BrokerUnavailableError" not in said
     assert took < 15, took  # at the first failed connection, not after the timeout
+
+
+def test_a_plaintext_client_at_the_sasl_port_is_a_protocol_mismatch_not_an_outage(
+    kafka: EmbeddedKafka,
+) -> None:
+    """A client that forgot kafka.security.protocol at the broker's SASL_PLAINTEXT
+    listener: the broker answers its ApiVersions, then closes the connection on its
+    metadata request. Before: ``BrokerUnavailableError`` after the bootstrap timeout."""
+    from spark_chkpt.errors import ChkptError
+    from spark_chkpt.kafka.client.topics import partition_count
+    from spark_chkpt.runtime.report import one_line
+
+    servers = f"{kafka.host}:{kafka.sasl_plaintext_port}"
+    began = time.monotonic()
+    with pytest.raises(ChkptError) as raised:
+        partition_count(
+            bootstrap_servers=servers, name="sec-in", settings={"bootstrap_timeout_ms": 20_000}
+        )
+    took = time.monotonic() - began
+    said = one_line(raised.value)
+    assert said.startswith(
+        f"spark-chkpt: KafkaSecurityProtocolError: Kafka broker {servers} accepted the "
+        "connection and closed it on the client's first request: its listener likely "
+        "requires SASL, but the client's kafka.security.protocol is PLAINTEXT"
+    ), said
+    assert "bootstrap.timeout" not in said and "BrokerUnavailableError" not in said
+    assert took < 15, took
+
+
+@pytest.mark.parametrize("where", ["sasl-plaintext-listener", "plaintext-broker"])
+def test_a_tls_client_at_a_listener_without_tls_is_a_protocol_mismatch(
+    kafka: EmbeddedKafka, request: pytest.FixtureRequest, where: str
+) -> None:
+    """alice's SASL_SSL settings at the secured broker's SASL_PLAINTEXT listener, and at
+    the tests' plaintext broker: the listener drops the TLS handshake (it reads the
+    ClientHello as a request far over its size limit). Before: a TLS handshake failure
+    naming the CA file (the SASL listener) or an outage after the bootstrap timeout."""
+    from spark_chkpt.errors import ChkptError
+    from spark_chkpt.kafka.client.topics import partition_count
+    from spark_chkpt.runtime.report import one_line
+
+    if where == "plaintext-broker":
+        servers = request.getfixturevalue("bootstrap_servers")
+        expected = f"Kafka broker {servers} answers plaintext Kafka requests"
+    else:
+        servers = f"{kafka.host}:{kafka.sasl_plaintext_port}"
+        expected = f"Kafka broker {servers} does not speak TLS"
+    began = time.monotonic()
+    with pytest.raises(ChkptError) as raised:
+        partition_count(
+            bootstrap_servers=servers,
+            name="sec-in",
+            settings={**kafka.client_settings("alice"), "bootstrap_timeout_ms": 20_000},
+        )
+    took = time.monotonic() - began
+    said = one_line(raised.value)
+    assert said.startswith(f"spark-chkpt: KafkaSecurityProtocolError: {expected}"), said
+    assert "kafka.security.protocol is SASL_SSL" in said, said
+    assert "bootstrap.timeout" not in said and kafka.users["alice"] not in said
+    assert took < 15, took
+
+
+@pytest.mark.parametrize(
+    "case", ["wrong-password", "unknown-ca", "missing-write-acl", "plaintext-at-tls", "tls-at-sasl"]
+)
+def test_the_librdkafka_producer_names_a_refusal_as_the_kafka_python_path_does(
+    kafka: EmbeddedKafka, tmp_path: Path, case: str
+) -> None:
+    """The sink's write task on librdkafka (kafka.client=confluent, the sink's default),
+    its settings translated by the factory's path, meets each refusal the kafka-python
+    tests meet: the same named error, at once. Before: wrong password and missing ACL
+    were ``chkpt-kafka sink: producing failed: ...`` (librdkafka's own words), a
+    PLAINTEXT client at the TLS port an outage after the delivery timeout."""
+    import pyarrow as pa
+
+    from spark_chkpt.errors import ChkptError
+    from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+    from spark_chkpt.runtime.report import one_line
+
+    # alice may write "sec-*"; of "deny-*" she may only see this one.
+    topic = _topic(kafka, f"{'deny' if case == 'missing-write-acl' else 'sec'}-rdk-{case}", 1)
+    if case == "missing-write-acl":
+        kafka.grant("alice", "DESCRIBE", topic=topic)
+    options = kafka.options("alice")
+    if case == "wrong-password":
+        options = kafka.options("alice", password="not-the-password")
+    elif case == "unknown-ca":
+        options["kafka.ssl.cafile"] = "/etc/ssl/certs/ca-certificates.crt"
+    elif case == "plaintext-at-tls":
+        options = {"kafka.bootstrap.servers": kafka.bootstrap_servers}
+    elif case == "tls-at-sasl":
+        options["kafka.bootstrap.servers"] = f"{kafka.host}:{kafka.sasl_plaintext_port}"
+    began = time.monotonic()
+    with pytest.raises(ChkptError) as raised:  # a TLS refusal: at the options' check
+        config = KafkaSinkConfig.from_options(
+            {
+                **options,
+                "topic": topic,
+                "checkpointLocation": str(tmp_path / "chk"),
+                "kafka.delivery.timeout.ms": "30000",
+            }
+        )
+        producer = ConfluentProducer(config=config, batch_id=0, task=0)
+        try:
+            producer.send(pa.record_batch({"value": pa.array([b"v"])}))
+            producer.finish()
+        finally:
+            producer.close()
+    took = time.monotonic() - began
+    said = one_line(raised.value)
+    expected = {
+        "wrong-password": "KafkaAuthenticationError: Kafka broker",
+        "unknown-ca": "KafkaAuthenticationError: TLS handshake",
+        "missing-write-acl": "KafkaAuthorizationError: Kafka broker",
+        "plaintext-at-tls": "KafkaSecurityProtocolError: Kafka broker",
+        "tls-at-sasl": "KafkaSecurityProtocolError: Kafka broker",
+    }[case]
+    assert said.startswith(f"spark-chkpt: {expected}"), said
+    assert took < 20, took
+    assert "not-the-password" not in said and kafka.users["alice"] not in said
+    if case == "missing-write-acl":
+        assert f"refused WRITE on topic '{topic}' to principal 'alice'" in said, said
+    if case == "wrong-password":
+        assert "login as principal 'alice'" in said and "kafka.sasl.jaas.config" in said, said
 
 
 # ----------------------------------------------------------------------------- the secrets
