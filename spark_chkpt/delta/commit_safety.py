@@ -9,6 +9,12 @@ nothing to set. S3 has no atomic rename; delta-rs 1.x puts commits with ``If-Non
 user's settings that give it up are refused with :class:`UnsafeCommitError`:
 ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` (plain overwrite) or ``aws_conditional_put=disabled``
 without ``AWS_S3_LOCKING_PROVIDER`` (a DynamoDB lock).
+
+The project's own commits (:mod:`spark_chkpt.delta.log_commit`) need the same
+guarantee of the file they write: :func:`put_if_absent` (a hard link on local files, a
+PUT with ``If-None-Match: *`` on S3, through boto3 on the endpoint and credentials of
+the same storage options), and :func:`put_if_absent_store` names a store that has none
+here.
 """
 
 from __future__ import annotations

@@ -181,9 +181,15 @@ def test_put_if_absent_on_local_files_lets_one_of_eight_writers_win(tmp_path: Pa
 
 
 def _upgrade(table: Path, version: int, *, hwm: int | None = None) -> None:
+    """Write :func:`upgrade_text` as the table's commit ``version``."""
+    text = upgrade_text(DeltaTable(str(table)), hwm=hwm)
+    (table / "_delta_log" / f"{version:020d}.json").write_text(text)
+
+
+def upgrade_text(delta: DeltaTable, *, hwm: int | None = None) -> str:
     """delta-spark's commit that turns row tracking and in-commit timestamps on (and
     a clustering domain), as ``ALTER TABLE ... SET TBLPROPERTIES`` would."""
-    meta = DeltaTable(str(table)).metadata()
+    meta = delta.metadata()
     found: list[dict[str, Any]] = [
         {"commitInfo": {"timestamp": 1, "inCommitTimestamp": 4_000_000_000_000}},
         {
@@ -197,7 +203,7 @@ def _upgrade(table: Path, version: int, *, hwm: int | None = None) -> None:
             "metaData": {
                 "id": meta.id,
                 "format": {"provider": "parquet", "options": {}},
-                "schemaString": DeltaTable(str(table)).schema().to_json(),
+                "schemaString": delta.schema().to_json(),
                 "partitionColumns": list(meta.partition_columns),
                 "configuration": ON,
                 "createdTime": meta.created_time,
@@ -221,7 +227,7 @@ def _upgrade(table: Path, version: int, *, hwm: int | None = None) -> None:
                 }
             }
         )
-    (table / "_delta_log" / f"{version:020d}.json").write_text(_theirs(*found))
+    return _theirs(*found)
 
 
 def test_the_coordinator_appends_to_a_row_tracked_table_and_a_replay_commits_nothing(
