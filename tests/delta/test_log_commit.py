@@ -337,3 +337,29 @@ def test_the_domains_are_read_from_a_checkpoint(tmp_path: Path) -> None:
     found = load_state(resolve(str(table)), version=2, features=ROW_TRACKING, configuration=ON)
     assert found.high_water_mark() == 41 and "delta.clustering" in found.domains
     assert found.ict == 7
+
+
+def test_the_dead_letter_table_takes_its_letters_through_the_own_commit_once(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from spark_chkpt.delta.sink.dead_letters import DeadLetters
+    from spark_chkpt.delta.table import DeltaTarget
+
+    q = Query(tmp_path)
+    first = pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])])
+    write_deltalake(str(q.table), first, partition_by=["app"])
+    _upgrade(q.table, 1, hwm=4)
+    letters = DeadLetters(target=DeltaTarget(uri=str(q.table)), app_id=APP_ID)
+    output = SimpleNamespace(dead_letter_files=q.stage(0, [1, 2]).files)
+    done = letters.commit([output], batch_id=0, schema=SCHEMA)  # type: ignore[list-item]
+    assert (done.rows, done.version) == (2, 2)
+    found = actions((q.table / "_delta_log" / f"{2:020d}.json").read_text())
+    assert [a["add"]["baseRowId"] for a in found if "add" in a] == [5]
+    assert found[0]["commitInfo"]["chkpt.deadLetters"] == 2
+    # the batch again (a retry after a conflict, a replay): found, nothing committed
+    again = SimpleNamespace(dead_letter_files=q.stage(0, [1, 2]).files)
+    assert letters.commit([again], batch_id=0, schema=SCHEMA).version == 2  # type: ignore[list-item]
+    assert DeltaTable(str(q.table)).version() == 2
+    assert sorted(DeltaTable(str(q.table)).to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2]
