@@ -523,7 +523,16 @@ class DeltaTarget:
         self, table: Any, *, mode: Literal["append", "overwrite"], props: Any
     ) -> None:
         """A commit without files: ``append`` records only its txns and metadata,
-        ``overwrite`` also removes every file of the current version (the table emptied)."""
+        ``overwrite`` also removes every file of the current version (the table emptied).
+        An ``append`` to a table whose features delta-rs refuses is the project's own
+        commit (:mod:`spark_chkpt.delta.log_commit`)."""
+        found = read_protocol(table, uri=self.uri)
+        if mode == "append" and needs_own_commit(found) and props.app_transactions:
+            app_id = str(props.app_transactions[0].app_id)
+            partition_by = list(table.metadata().partition_columns)
+            self._own_append(table, found, [], props, app_id=app_id, partition_by=partition_by)
+            upkeep(self)
+            return
         table.create_write_transaction(
             [],
             mode,

@@ -363,3 +363,21 @@ def test_the_dead_letter_table_takes_its_letters_through_the_own_commit_once(
     assert letters.commit([again], batch_id=0, schema=SCHEMA).version == 2  # type: ignore[list-item]
     assert DeltaTable(str(q.table)).version() == 2
     assert sorted(DeltaTable(str(q.table)).to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_a_generation_commit_recover_and_migrate_make_is_the_own_commit(tmp_path: Path) -> None:
+    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.snapshot.epoch import generation_app_id
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
+    _upgrade(table, 1, hwm=4)
+    target = DeltaTarget(uri=str(table))
+    target.start_generation(target.require(), app_id="app", generation=3, metadata={"k": "v"})
+    found = DeltaTable(str(table))
+    assert found.version() == 2
+    assert found.transaction_version(generation_app_id("app")) == 3
+    commit = actions((table / "_delta_log" / f"{2:020d}.json").read_text())
+    assert commit[0]["commitInfo"]["inCommitTimestamp"] == 4_000_000_000_001
+    assert commit[0]["commitInfo"]["k"] == "v"
+    assert not any("add" in a or "domainMetadata" in a for a in commit)
