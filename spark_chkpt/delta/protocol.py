@@ -407,7 +407,8 @@ def check_creation_properties(
 ) -> dict[str, str]:
     """The table properties among ``options`` (names starting ``delta.``, any case) by
     delta-spark's names; :class:`ConfigError` for a name Delta does not know (naming the
-    closest), :class:`TableFeatureError` for one that turns on a refused feature."""
+    closest), :class:`TableFeatureError` for one that turns on a refused feature
+    or one spark-chkpt appends to but does not create (``on_creation``)."""
     known = {name.lower(): name for name in CREATION_PROPERTIES}
     props: dict[str, str] = {}
     for raw, value in options.items():
