@@ -255,3 +255,54 @@ def test_the_checksum_settings_get_past_a_store_that_refuses_checksums(
         }
         assert write(**settings) == ["pyarrow ok", "boto3 ok"]
         assert proxy.counts["refused"] == 2
+
+
+def test_the_own_append_commit_puts_if_absent_on_the_server(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # spark-chkpt's own commit (a row-tracked table delta-rs refuses) on S3: its put of
+    # a _delta_log file lets one of 8 racers win (7 answered 412), and an append
+    # through the sink's DeltaTarget lands with its row ids, read back by delta-rs.
+    import json
+
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.delta.commit_safety import put_if_absent
+    from spark_chkpt.delta.staging import StagedFile
+    from spark_chkpt.delta.table import DeltaTarget
+    from tests.delta.test_log_commit import upgrade_text
+
+    uri, options = f"s3://{s3_bucket}/rows", s3_server.storage_options
+    write_deltalake(uri, pa.table({"id": [0]}), storage_options=options)
+    log_dir = resolve(uri, storage_options=options).child("_delta_log")
+    upgrade = upgrade_text(DeltaTable(uri, storage_options=options), hwm=9)
+
+    def put(n: int) -> bool:
+        return put_if_absent(
+            log_dir.child(f"{1:020d}.json"), upgrade, uri=uri, storage_options=options
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(put, range(8)))
+    assert won.count(True) == 1
+    assert s3_server.answers(method="PUT", status=412, under=f"/{s3_bucket}/rows/_delta_log/") == 7
+    target = DeltaTarget(uri=uri, storage_options=options)
+    data = resolve(uri, storage_options=options).child("part-own.parquet")
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), data.path, filesystem=data.fs)
+    size = int(data.fs.get_file_info(data.path).size)
+    target.commit(
+        table=target.require(),
+        schema=pa.schema([("id", pa.int64())]),
+        partition_by=(),
+        files=[StagedFile("part-own.parquet", size, {}, 1, 3, '{"numRecords":3}')],
+        app_id="app",
+        version=0,
+        metadata={"chkpt.batchId": 0},
+    )
+    found = DeltaTable(uri, storage_options=options)
+    assert found.version() == 2 and found.transaction_version("app") == 0
+    assert sorted(found.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3]
+    added = [json.loads(line) for line in log_dir.child(f"{2:020d}.json").read_text().splitlines()]
+    assert [a["add"]["baseRowId"] for a in added if "add" in a] == [10]
+    marks = [a["domainMetadata"]["configuration"] for a in added if "domainMetadata" in a]
+    assert marks == ['{"rowIdHighWaterMark":12}']

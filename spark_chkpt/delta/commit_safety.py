@@ -9,13 +9,23 @@ nothing to set. S3 has no atomic rename; delta-rs 1.x puts commits with ``If-Non
 user's settings that give it up are refused with :class:`UnsafeCommitError`:
 ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` (plain overwrite) or ``aws_conditional_put=disabled``
 without ``AWS_S3_LOCKING_PROVIDER`` (a DynamoDB lock).
+
+The project's own commits (:mod:`spark_chkpt.delta.log_commit`) need the same
+guarantee of the file they write: :func:`put_if_absent` (a hard link on local files, a
+PUT with ``If-None-Match: *`` on S3, through boto3 on the endpoint and credentials of
+the same storage options), and :func:`put_if_absent_store` names a store that has none
+here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import UnsafeCommitError
+
+if TYPE_CHECKING:
+    from spark_chkpt.fs import Location
 
 S3_SCHEMES = ("s3", "s3a")
 NATIVE_PUT_IF_ABSENT = ("abfss", "abfs", "az", "adl", "azure", "gs", "gcs")
@@ -65,3 +75,86 @@ def commit_storage_options(
     if conditional is None and not (lock and lock[1]):
         options["aws_conditional_put"] = "etag"
     return options
+
+
+# -- put-if-absent for the project's own commits (spark_chkpt.delta.log_commit) -----------
+
+_BOTO3_ARGS: dict[str, tuple[str, ...]] = {
+    "endpoint_url": ("aws_endpoint_url", "aws_endpoint_url_s3", "aws_endpoint", "endpoint"),
+    "region_name": ("aws_region", "region", "aws_default_region"),
+    "aws_access_key_id": ("aws_access_key_id", "access_key_id"),
+    "aws_secret_access_key": ("aws_secret_access_key", "secret_access_key"),
+    "aws_session_token": ("aws_session_token", "session_token", "aws_token", "token"),
+}
+
+
+def put_if_absent_store(uri: str) -> str | None:
+    """None if spark-chkpt can create a file of ``uri``'s table only if absent (local
+    files: a hard link; S3: a conditional PUT, with boto3); else the store's name."""
+    scheme = uri.partition("://")[0].lower() if "://" in uri else ""
+    if scheme in ("", "file"):
+        return None
+    if scheme in S3_SCHEMES:
+        try:
+            import boto3  # noqa: F401
+        except ImportError:
+            return f"{scheme}:// without boto3 installed"
+        return None
+    return f"{scheme}://"
+
+
+def s3_client(storage_options: Mapping[str, str]) -> Any:
+    """A boto3 S3 client on the endpoint, region and credentials of ``storage_options``
+    (delta-rs's keys, any case; what they leave out comes from boto3's defaults)."""
+    import boto3
+    from botocore.config import Config
+
+    options = {k.lower(): v for k, v in storage_options.items()}
+    kwargs: dict[str, Any] = {}
+    for argument, names in _BOTO3_ARGS.items():
+        value = next((options[n] for n in names if options.get(n)), None)
+        if value:
+            kwargs[argument] = value
+    endpoint = kwargs.get("endpoint_url")
+    if endpoint and "://" not in endpoint:
+        allow_http = options.get("aws_allow_http", options.get("allow_http", "")).lower()
+        kwargs["endpoint_url"] = ("http://" if allow_http in _TRUE else "https://") + endpoint
+    virtual = options.get("aws_virtual_hosted_style_request", "").lower() in _TRUE
+    config = Config(
+        s3={"addressing_style": "virtual" if virtual else "path" if endpoint else "auto"},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return boto3.client("s3", config=config, **kwargs)
+
+
+def put_if_absent(
+    location: Location, text: str, *, uri: str, storage_options: Mapping[str, str]
+) -> bool:
+    """Create the file at ``location`` with ``text`` unless it exists: True when created,
+    False when another writer's file is there (the race is lost). Local files: a
+    temporary file hard-linked to the name; S3: a PUT with ``If-None-Match: *`` (412:
+    lost). Other stores: ``ValueError`` (their tables are refused before this)."""
+    if location.is_local:
+        try:
+            location.create_exclusive(text)
+        except FileExistsError:
+            return False
+        return True
+    store = put_if_absent_store(uri)
+    if store is not None:
+        raise ValueError(f"{uri}: no put-if-absent for {store} in spark-chkpt")
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = location.path.partition("/")
+    try:
+        s3_client(storage_options).put_object(
+            Bucket=bucket, Key=key, Body=text.encode("utf-8"), IfNoneMatch="*"
+        )
+    except ClientError as e:
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = e.response.get("Error", {}).get("Code")
+        if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            return False
+        raise
+    return True

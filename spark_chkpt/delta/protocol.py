@@ -76,7 +76,8 @@ class Feature:
     ``in_use``: for a refused feature that matters only when the table uses it (column
     mapping with a mode set): the test; None: refused whenever the table lists it.
     ``refuses``: for an implemented one, the operations it forbids on the table
-    (``appendOnly``: those that remove rows), when ``in_use`` holds."""
+    (``appendOnly``: those that remove rows), when ``in_use`` holds, for ``refusal``.
+    ``on_creation``: whether a table the sink's first batch creates may have it."""
 
     name: str
     implemented: bool
@@ -84,6 +85,8 @@ class Feature:
     way_forward: str = ""
     in_use: Callable[[TableProtocol], bool] | None = None
     refuses: frozenset[str] = frozenset()
+    refusal: str = ""  # why ``refuses`` (none: the table is append-only)
+    on_creation: bool = True  # False: a table the sink creates may not have it
 
 
 def _append_only(t: TableProtocol) -> bool:
@@ -91,6 +94,19 @@ def _append_only(t: TableProtocol) -> bool:
 
 
 _DELTA_SPARK = "write this table with format('delta') (delta-spark)"
+
+# The features spark-chkpt honours for appends only (its own commit): what removes or
+# rewrites rows is committed by delta-rs, which refuses such tables.
+_APPENDS_ONLY = (
+    "spark-chkpt commits appends to such tables itself, but outputMode('complete') and "
+    "DeltaUpsert's MERGE are committed by delta-rs 1.x, which refuses them"
+)
+_APPENDS: dict[str, Any] = {
+    "way_forward": f"write the table with chkpt-delta in append mode, or {_DELTA_SPARK}",
+    "refuses": frozenset({"overwrite", "merge"}),
+    "refusal": _APPENDS_ONLY,
+    "on_creation": False,
+}
 
 FEATURES: dict[str, Feature] = {
     f.name: f
@@ -173,43 +189,51 @@ FEATURES: dict[str, Feature] = {
         ),
         Feature(
             "domainMetadata",
-            False,
-            "delta-rs 1.x refuses to commit to a table with domain metadata",
-            way_forward=f"{_DELTA_SPARK}",
+            True,
+            "appends are committed by spark-chkpt itself (delta-rs 1.x refuses such "
+            "tables): every domain (liquid clustering's delta.clustering among them) is "
+            "kept as it is, the row-tracking domain advanced in the same commit",
+            **_APPENDS,
         ),
         Feature(
             "clustering",
-            False,
-            "liquid clustering (CLUSTER BY) keeps its columns in domain metadata, which "
-            "delta-rs 1.x cannot commit next to",
-            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... CLUSTER BY NONE and drop "
-            "the domainMetadata feature",
+            True,
+            "appends are committed by spark-chkpt itself, as unclustered files (no "
+            "clusteringProvider), with statistics for every column; the clustering "
+            "columns (the delta.clustering domain) are kept",
+            **_APPENDS,
         ),
         Feature(
             "rowTracking",
-            False,
-            "row ids (base row ids, row commit versions, the row-id high-water mark) are "
-            "not assigned by delta-rs 1.x, which refuses such tables",
-            way_forward=f"{_DELTA_SPARK}, or turn row tracking off (ALTER TABLE ... "
-            "DROP FEATURE rowTracking)",
+            True,
+            "appends are committed by spark-chkpt itself: each file gets a baseRowId above "
+            "the row-id high-water mark (consecutive by its row count) and "
+            "defaultRowCommitVersion, and the delta.rowTracking domain's "
+            "rowIdHighWaterMark is advanced in the same commit",
+            **_APPENDS,
         ),
         Feature(
             "inCommitTimestamp",
-            False,
-            "delta-rs 1.x does not write in-commit timestamps and refuses such tables",
-            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... DROP FEATURE inCommitTimestamp",
+            True,
+            "appends are committed by spark-chkpt itself, commitInfo first with an "
+            "inCommitTimestamp greater than the previous commit's",
+            **_APPENDS,
         ),
         Feature(
             "typeWidening",
-            False,
-            "delta-rs 1.x refuses to commit to a table with type widening",
-            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... DROP FEATURE typeWidening",
+            True,
+            "appends are committed by spark-chkpt itself with the table's current (widened) "
+            "types and defaultRowCommitVersion on each file; nothing is widened by "
+            "spark-chkpt (a batch whose type differs from the table's is refused)",
+            **_APPENDS,
         ),
         Feature(
             "typeWidening-preview",
-            False,
-            "delta-rs 1.x refuses to commit to a table with type widening",
-            way_forward=f"{_DELTA_SPARK}, or ALTER TABLE ... DROP FEATURE 'typeWidening-preview'",
+            True,
+            "appends are committed by spark-chkpt itself with the table's current (widened) "
+            "types and defaultRowCommitVersion on each file; nothing is widened by "
+            "spark-chkpt (a batch whose type differs from the table's is refused)",
+            **_APPENDS,
         ),
         Feature(
             "allowColumnDefaults",
@@ -304,12 +328,15 @@ def check_table(table: TableProtocol, *, writer: str, operation: Operation) -> N
                 "overwrite": "outputMode('complete') removes every row of the table on each batch",
                 "merge": "its MERGE updates and deletes rows",
             }[operation]
+            reason = (
+                feature.refusal or f"the table is append-only (delta.appendOnly=true) and {what}"
+            )
             raise TableFeatureError(
                 _message(
                     writer=writer,
                     uri=table.uri,
                     name=name,
-                    reason=f"the table is append-only (delta.appendOnly=true) and {what}",
+                    reason=reason,
                     way=feature.way_forward,
                 ),
                 feature=name,
@@ -380,7 +407,8 @@ def check_creation_properties(
 ) -> dict[str, str]:
     """The table properties among ``options`` (names starting ``delta.``, any case) by
     delta-spark's names; :class:`ConfigError` for a name Delta does not know (naming the
-    closest), :class:`TableFeatureError` for one that turns on a refused feature."""
+    closest), :class:`TableFeatureError` for one that turns on a refused feature
+    or one spark-chkpt appends to but does not create (``on_creation``)."""
     known = {name.lower(): name for name in CREATION_PROPERTIES}
     props: dict[str, str] = {}
     for raw, value in options.items():
@@ -398,10 +426,17 @@ def check_creation_properties(
             )
         feature_name = _turns_on(name, str(value))
         feature = FEATURES.get(feature_name) if feature_name else None
-        if feature is not None and not feature.implemented:
+        if feature is not None and not (feature.implemented and feature.on_creation):
+            reason = (
+                feature.meaning
+                if not feature.implemented
+                else "spark-chkpt appends to such tables but does not create them (delta-rs "
+                "creates the table, and refuses the feature)"
+            )
             raise TableFeatureError(
                 f"{writer}: option {name}={value} would create the table with table feature "
-                f"'{feature.name}': {feature.meaning}. Way forward: leave the option out. "
+                f"'{feature.name}': {reason}. Way forward: leave the option out, or create "
+                "the table with delta-spark (CREATE TABLE ... TBLPROPERTIES) first. "
                 "Nothing was staged.",
                 feature=feature.name,
                 table="",

@@ -21,14 +21,21 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 from spark_chkpt.delta.column_mapping import ColumnMapping
+from spark_chkpt.delta.commit_safety import put_if_absent
 from spark_chkpt.delta.constraints import (
     GeneratedColumns,
     TableRules,
     generated_columns,
     table_rules,
 )
+from spark_chkpt.delta.log_commit import (
+    check_own_commit_store,
+    commit_append,
+    load_state,
+    needs_own_commit,
+)
 from spark_chkpt.delta.log_upkeep import last_checkpoint, no_hooks, upkeep
-from spark_chkpt.delta.protocol import Operation, check_table, read_protocol
+from spark_chkpt.delta.protocol import Operation, TableProtocol, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import (
     ChkptError,
@@ -198,7 +205,9 @@ class DeltaTarget:
         honour every feature ``table`` (a ``DeltaTable``; None: none yet) requires for
         ``operation`` (:mod:`spark_chkpt.delta.protocol`)."""
         if table is not None:
-            check_table(read_protocol(table, uri=self.uri), writer=writer, operation=operation)
+            found = read_protocol(table, uri=self.uri)
+            check_table(found, writer=writer, operation=operation)
+            check_own_commit_store(found, writer=writer)
 
     def row_rules(self, table: Any, *, writer: str) -> tuple[TableRules, GeneratedColumns]:
         """The rules each row written to ``table`` must keep (CHECK constraints, NOT NULL
@@ -434,6 +443,8 @@ class DeltaTarget:
                 commit_properties=props,
                 post_commithook_properties=no_hooks(),
             )
+        elif not overwrite and needs_own_commit(found := read_protocol(table, uri=self.uri)):
+            self._own_append(table, found, files, props, app_id=app_id, partition_by=partition_by)
         else:
             table.create_write_transaction(
                 actions,
@@ -444,6 +455,49 @@ class DeltaTarget:
                 post_commithook_properties=no_hooks(),
             )
         upkeep(self)  # checkpoint and clean-up by the table's properties
+
+    def _own_append(
+        self,
+        table: Any,
+        found: TableProtocol,
+        files: Sequence[StagedFile],
+        props: Any,
+        *,
+        app_id: str,
+        partition_by: Sequence[str],
+    ) -> int | None:
+        """An append to a table whose features delta-rs refuses, committed by
+        :mod:`spark_chkpt.delta.log_commit` with the txns and metadata of ``props``
+        (:func:`commit_properties`): the version written, or None when a commit that
+        won the race already holds the txn (nothing written)."""
+        writer = "chkpt-delta"
+        state = load_state(
+            self.location,
+            version=int(table.version()),
+            features=frozenset(found.required()),
+            configuration=found.configuration,
+        )
+
+        def check(protocol: TableProtocol) -> None:
+            check_table(protocol, writer=writer, operation="append")
+            check_own_commit_store(protocol, writer=writer)
+
+        version = commit_append(
+            location=self.location,
+            uri=self.uri,
+            state=state,
+            files=files,
+            app_id=app_id,
+            txns={t.app_id: int(t.version) for t in props.app_transactions},
+            metadata=props.custom_metadata,
+            partition_by=partition_by,
+            put=lambda at, text: put_if_absent(
+                at, text, uri=self.uri, storage_options=self.storage_options
+            ),
+            check=check,
+        )
+        log.debug("Delta table %s: own append commit at version %s", self.uri, version)
+        return version
 
     def generation(self, table: Any | None, *, app_id: str) -> int | None:
         """The generation of ``app_id`` the table records (:mod:`spark_chkpt.snapshot.epoch`;
@@ -469,7 +523,16 @@ class DeltaTarget:
         self, table: Any, *, mode: Literal["append", "overwrite"], props: Any
     ) -> None:
         """A commit without files: ``append`` records only its txns and metadata,
-        ``overwrite`` also removes every file of the current version (the table emptied)."""
+        ``overwrite`` also removes every file of the current version (the table emptied).
+        An ``append`` to a table whose features delta-rs refuses is the project's own
+        commit (:mod:`spark_chkpt.delta.log_commit`)."""
+        found = read_protocol(table, uri=self.uri)
+        if mode == "append" and needs_own_commit(found) and props.app_transactions:
+            app_id = str(props.app_transactions[0].app_id)
+            partition_by = list(table.metadata().partition_columns)
+            self._own_append(table, found, [], props, app_id=app_id, partition_by=partition_by)
+            upkeep(self)
+            return
         table.create_write_transaction(
             [],
             mode,

@@ -97,15 +97,9 @@ ROWS = [{"id": i, "v": f"v{i}"} for i in range(20)]
 
 # feature -> how delta-spark creates a table that requires it
 REFUSED = {
-    "rowTracking": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.enableRowTracking'='true')"),
-    "inCommitTimestamp": (
-        "id BIGINT, v STRING",
-        "TBLPROPERTIES ('delta.enableInCommitTimestamps'='true')",
-    ),
-    "typeWidening": ("id BIGINT, v STRING", "TBLPROPERTIES ('delta.enableTypeWidening'='true')"),
-    "clustering": ("id BIGINT, v STRING", "CLUSTER BY (id)"),
     "identityColumns": ("id BIGINT, v STRING, sk BIGINT GENERATED ALWAYS AS IDENTITY", ""),
 }
+ICT = "TBLPROPERTIES ('delta.enableInCommitTimestamps'='true')"
 
 
 @pytest.mark.parametrize("feature", sorted(REFUSED))
@@ -126,12 +120,78 @@ def test_a_refused_feature_fails_at_start_naming_it_with_nothing_staged(
 
 def test_delta_upsert_refuses_a_feature_before_staging(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "table"
-    create(spark, table, *REFUSED["inCommitTimestamp"])
+    create(spark, table, "id BIGINT, v STRING", ICT)  # appends only: no MERGE
     spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'old')")
     before = parquet_files(table)
     error = upsert(rows_stream(spark, tmp_path / "in", ROWS), table, tmp_path / "chk", ["id"])
     assert error is not None and "'inCommitTimestamp'" in str(error)
+    assert "commits appends to such tables itself" in str(error)
     assert parquet_files(table) == before
+
+
+# name -> (columns, the rest of CREATE TABLE, what delta-spark runs after): tables whose
+# features delta-rs refuses, appended to by spark-chkpt's own commit
+OWN_COMMIT = {
+    # what a Databricks workspace gives new tables
+    "databricks": (
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableDeletionVectors'='true', "
+        "'delta.enableInCommitTimestamps'='true', 'delta.enableRowTracking'='true', "
+        "'delta.columnMapping.mode'='name')",
+        "",
+    ),
+    "clustered": ("id BIGINT, v STRING", "CLUSTER BY (id)", ""),
+    "widened": (
+        "id INT, v STRING",
+        "TBLPROPERTIES ('delta.enableTypeWidening'='true')",
+        "ALTER TABLE delta.`{table}` ALTER COLUMN id TYPE BIGINT",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_COMMIT))
+def test_a_table_delta_rs_refuses_takes_appends_read_back_by_delta_spark_and_delta_rs(
+    spark: SparkSession, tmp_path: Path, name: str
+) -> None:
+    from spark_chkpt.delta.table import DeltaTarget
+
+    ddl, tail, after = OWN_COMMIT[name]
+    table, chk, folder = tmp_path / "table", tmp_path / "chk", tmp_path / "in"
+    create(spark, table, ddl, tail)
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (-1, 'x'), (-2, 'y')")
+    if after:
+        spark.sql(after.format(table=table))
+    df = rows_stream(spark, folder, ROWS)
+    error = run(df, table, chk)
+    assert error is None, str(error)[:3000]
+    expected = [(-1, "x"), (-2, "y")] + [(r["id"], r["v"]) for r in ROWS]
+    assert_same(delta(spark, table), spark.createDataFrame(expected, INPUT_DDL))
+    # delta-rs reads the same rows (column mapping applied); a type-widened table it
+    # does not read at all (typeWidening is a reader feature delta-rs 1.6 lacks)
+    target = DeltaTarget(uri=str(table))
+    if name == "widened":
+        with pytest.raises(Exception, match=r"(?i)typeWidening"):
+            target.rows(target.require())
+    else:
+        got = target.rows(target.require()).select(["id", "v"]).to_pylist()
+        assert sorted((r["id"], r["v"]) for r in got) == sorted(expected)
+    version = target.require().version()
+    # a replayed batch (Spark runs batch 0 again, as after a kill -9 before its
+    # commits/0): the table's txn has it, nothing is committed
+    (chk / "commits" / "0").unlink()
+    assert run(df, table, chk) is None
+    assert target.require().version() == version
+    assert delta(spark, table).count() == len(expected)
+    if name == "databricks":
+        spark.sql(f"INSERT INTO delta.`{table}` VALUES (-3, 'z')")  # delta-spark after us
+        ids = delta(spark, table).select("_metadata.row_id").collect()
+        assert len(ids) == len(expected) + 1 == len({r.row_id for r in ids})
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+        stamps = [h.timestamp for h in history]
+        assert stamps == sorted(set(stamps)), stamps  # in-commit timestamps: increasing
+    if name == "clustered":
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+        assert detail is not None and list(detail["clusteringColumns"]) == ["id"]
 
 
 def twin_write(spark: SparkSession, folder: Path, twin: Path, ddl: str = INPUT_DDL) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -121,6 +122,45 @@ def test_append_only_refuses_what_removes_rows_only() -> None:
     check_table(protocol(writer=2), writer="DeltaUpsert", operation="merge")
 
 
+OWN_COMMIT = ("rowTracking", "inCommitTimestamp", "typeWidening", "clustering", "domainMetadata")
+
+
+@pytest.mark.parametrize("name", OWN_COMMIT)
+def test_an_own_commit_feature_takes_appends_only_and_names_what_it_refuses(name: str) -> None:
+    table = protocol(writer_features=(name, "domainMetadata"))
+    check_table(table, writer="chkpt-delta", operation="append")
+    for writer, operation in (("chkpt-delta", "overwrite"), ("DeltaUpsert", "merge")):
+        with pytest.raises(TableFeatureError) as raised:
+            check_table(table, writer=writer, operation=operation)
+        text = str(raised.value)
+        assert raised.value.feature == name and "commits appends to such tables" in text
+        assert text.replace("/data/t", "TABLE") in ERRORS_PAGE, text
+    creation = {
+        "rowTracking": "delta.enableRowTracking",
+        "inCommitTimestamp": "delta.enableInCommitTimestamps",
+        "typeWidening": "delta.enableTypeWidening",
+    }
+    if name in creation:  # appended to, not created: delta-rs creates the table
+        with pytest.raises(TableFeatureError, match=f"'{name}'.*does not create them"):
+            check_creation_properties({creation[name]: "true"})
+
+
+def test_an_own_commit_feature_on_a_store_without_put_if_absent_is_refused_naming_it() -> None:
+    from spark_chkpt.delta.log_commit import check_own_commit_store
+
+    for uri in ("/data/t", "s3://bucket/t", "s3a://bucket/t"):
+        check_own_commit_store(
+            replace(protocol(writer_features=("rowTracking", "domainMetadata")), uri=uri),
+            writer="chkpt-delta",
+        )
+    found = replace(protocol(writer_features=("rowTracking", "domainMetadata")), uri="gs://b/t")
+    with pytest.raises(TableFeatureError) as raised:
+        check_own_commit_store(found, writer="chkpt-delta")
+    assert "'rowTracking'" in str(raised.value) and "gs://" in str(raised.value)
+    assert str(raised.value).replace("gs://b/t", "TABLE").replace("gs://", "STORE") in ERRORS_PAGE
+    check_own_commit_store(replace(protocol(), uri="gs://b/t"), writer="chkpt-delta")
+
+
 def test_creation_properties_that_turn_on_a_refused_feature_are_refused() -> None:
     assert check_creation_properties({"delta.enablechangedatafeed": "true"}) == {
         "delta.enableChangeDataFeed": "true"
@@ -159,12 +199,13 @@ def test_a_feature_turned_on_while_a_batch_is_staged_fails_at_commit_naming_it(
     q = Query(tmp_path)
     write_deltalake(str(q.table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
     staged = q.stage(0, [1, 2])
-    # someone else turns row tracking on between the start and the commit
-    _turn_on(q.table, 1, features=["domainMetadata", "rowTracking"])
+    # someone else turns identity columns on between the start and the commit (row
+    # tracking turned on meanwhile is committed: tests/delta/test_log_commit.py)
+    _turn_on(q.table, 1, features=["identityColumns"])
     caplog.set_level(logging.WARNING)
     with pytest.raises(TableFeatureError) as raised:
         q.commit(0, staged)
-    assert raised.value.feature in ("rowTracking", "domainMetadata")
+    assert raised.value.feature == "identityColumns"
     assert str(q.table) in str(raised.value)
     assert "commit conflict" not in caplog.text
     assert DeltaTable(str(q.table)).version() == 1  # nothing committed
