@@ -545,6 +545,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="1000,10000",
         help="versions (one file each) of the aged tables, comma-separated",
     )
+    parser.add_argument(
+        "--k2k-shapes-only",
+        action="store_true",
+        help="run only Kafka -> Kafka by record shape (bench/k2k_shapes.py): chkpt "
+        "exactly once (librdkafka, transactions) / Spark's kafka -> kafka, copy and JSON",
+    )
+    parser.add_argument(
+        "--k2k-shapes",
+        default="bench,100,1000,10000",
+        help="the shapes of --k2k-shapes-only: bench (page views) and value sizes in bytes",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -557,6 +568,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _batch_cost_only(args, workdir)
     if args.aged_table_only:
         return _aged_table_only(args, workdir)
+    if args.k2k_shapes_only:
+        from bench import k2k_shapes
+
+        return k2k_shapes.only(args, workdir)
     if args.aligned_read_only:
         return _aligned_read_only(args)
     result = run(
