@@ -213,30 +213,3 @@ def report_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"{r['records']:>9}{r['ours_rps']:>12,}{r['spark_rps']:>13,}{r['ratio']:>12.2f}"
         )
     return lines
-
-
-def only(args: Any, workdir: Path) -> int:
-    """``--k2k-shapes-only``: these rows alone, in one warm session with Spark's
-    connectors, on ``--bootstrap-servers`` or a real Kafka broker started for them."""
-    from bench.pipeline import _broker
-    from bench.query import bench_session
-
-    shapes = [s.strip() for s in args.k2k_shapes.split(",") if s.strip()]
-    unknown = sorted(set(shapes) - set(SHAPES))
-    if unknown:
-        raise SystemExit(f"spark-chkpt: --k2k-shapes: unknown shape(s) {unknown}; one of {SHAPES}")
-    with _broker(args.bootstrap_servers) as servers:
-        spark = bench_session(partitions=args.partitions, connectors=True)
-        rows = measure(
-            spark=spark,
-            servers=servers,
-            workdir=workdir,
-            partitions=args.partitions,
-            shapes=shapes,
-            repeat=args.repeat,
-        )
-        spark.stop()
-    print("\n".join(report_lines(rows)), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    return 0

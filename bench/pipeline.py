@@ -569,9 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.aged_table_only:
         return _aged_table_only(args, workdir)
     if args.k2k_shapes_only:
-        from bench import k2k_shapes
-
-        return k2k_shapes.only(args, workdir)
+        return _k2k_shapes_only(args, workdir)
     if args.aligned_read_only:
         return _aligned_read_only(args)
     result = run(
@@ -654,6 +652,35 @@ def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:
     print("\n".join(table_lines([tuple(r) for r in cost["anatomy"]], total=total)), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(cost, indent=2))
+    return 0
+
+
+def _k2k_shapes_only(args: argparse.Namespace, workdir: Path) -> int:
+    """``--k2k-shapes-only``: Kafka -> Kafka by shape alone (bench/k2k_shapes.py), in one
+    warm session with Spark's connectors."""
+    from bench import k2k_shapes
+    from bench.query import bench_session
+
+    shapes = [s.strip() for s in args.k2k_shapes.split(",") if s.strip()]
+    unknown = sorted(set(shapes) - set(k2k_shapes.SHAPES))
+    if unknown:
+        raise SystemExit(
+            f"spark-chkpt: --k2k-shapes: unknown shape(s) {unknown}; one of {k2k_shapes.SHAPES}"
+        )
+    with _broker(args.bootstrap_servers) as servers:
+        spark = bench_session(partitions=args.partitions, connectors=True)
+        rows = k2k_shapes.measure(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            partitions=args.partitions,
+            shapes=shapes,
+            repeat=args.repeat,
+        )
+        spark.stop()
+    print("\n".join(k2k_shapes.report_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 
