@@ -152,7 +152,19 @@ def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
 
     script = Path(__file__).with_name("quix.py")
     return json_result(
-        [python, str(script), "--servers", servers, "--topic", TOPIC, "--records", str(records)],
+        [
+            python,
+            str(script),
+            "--servers",
+            servers,
+            "--topic",
+            TOPIC,
+            "--records",
+            str(records),
+            # 1 s: with Quix's default 5 s a run holds one commit or none (bench/quix_row.py)
+            "--commit-interval",
+            "1",
+        ],
         what="Quix Streams run",
     )
 

@@ -3,7 +3,7 @@ start-up, steady rate and close apart (no Spark).
 
     make quix   # Quix Streams in .cache/quix, the version of setup.cfg's bench extra
     python -m bench.quix_row --quix-python .cache/quix/bin/python [--records 300000]
-        [--runs 3] [--commit-intervals 5] [--partitions 4]
+        [--runs 3] [--commit-intervals 1] [--partitions 4]
 
 On ``--bootstrap-servers`` or the real Kafka broker started for the row, the topic is
 filled with the benchmark's page views. Each run is a new process with a new consumer
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--commit-intervals", default="5", help="seconds, comma-separated")
+    parser.add_argument("--commit-intervals", default="1", help="seconds, comma-separated")
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
