@@ -96,6 +96,7 @@ def copy(
     per_trigger: int,
     json_step: bool,
     checkpoint: Path,
+    source_client: str = "confluent",
 ) -> float:
     reader = (
         spark.readStream.format(fmt)
@@ -105,7 +106,7 @@ def copy(
         .option("maxOffsetsPerTrigger", str(per_trigger))
     )
     if fmt == "chkpt-kafka":
-        reader = reader.option("kafka.client", "confluent")
+        reader = reader.option("kafka.client", source_client)
     writer = (
         _transformed(reader.load(), json_step)
         .writeStream.format(fmt)

@@ -165,6 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     per_trigger=args.per_trigger,
                     json_step=args.json_step,
                     checkpoint=workdir / "chk-shape",
+                    source_client=args.client,
                 )
                 measured = {"seconds": round(seconds, 2), "rps": round(args.records / seconds)}
             elif args.row == "k2d":  # make bench's (b): Kafka -> Delta, AvailableNow
