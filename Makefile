@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
 
-.PHONY: setup test unit demo bench lint format broker clean docs docs-serve docs-shots wheel
+.PHONY: setup test unit demo bench quix lint format broker clean docs docs-serve docs-shots wheel
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
@@ -55,8 +55,21 @@ unit: setup
 demo: setup
 	$(BIN)/python -m spark_chkpt.jobs.demo
 
+# Quix Streams, the bench's exactly-once comparison (bench/quix.py), in a venv of its own:
+# it pins confluent-kafka below 2.13, the project's .venv has a newer one. The version is
+# the bench extra's in setup.cfg. `make bench` passes it when it is there.
+QUIX := .cache/quix
+QUIX_SPEC = $(shell $(PYTHON) -c 'import configparser as c; p = c.ConfigParser(); p.read("setup.cfg"); print(next(l for l in p["options.extras_require"]["bench"].split() if l.startswith("quixstreams")))')
+
+quix: $(QUIX)/bin/python
+
+$(QUIX)/bin/python: setup.cfg
+	test -x $(QUIX)/bin/python || $(PYTHON) -m venv $(QUIX)
+	$(QUIX)/bin/python -m pip install --quiet '$(QUIX_SPEC)'
+	@touch $(QUIX)/bin/python
+
 bench: setup
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(if $(wildcard $(QUIX)/bin/python),--quix-python $(QUIX)/bin/python) $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

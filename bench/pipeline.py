@@ -152,7 +152,19 @@ def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
 
     script = Path(__file__).with_name("quix.py")
     return json_result(
-        [python, str(script), "--servers", servers, "--topic", TOPIC, "--records", str(records)],
+        [
+            python,
+            str(script),
+            "--servers",
+            servers,
+            "--topic",
+            TOPIC,
+            "--records",
+            str(records),
+            # 1 s: with Quix's default 5 s a run holds one commit or none (bench/quix_row.py)
+            "--commit-interval",
+            "1",
+        ],
         what="Quix Streams run",
     )
 
@@ -545,6 +557,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="1000,10000",
         help="versions (one file each) of the aged tables, comma-separated",
     )
+    parser.add_argument(
+        "--k2k-shapes-only",
+        action="store_true",
+        help="run only Kafka -> Kafka by record shape (bench/k2k_shapes.py): chkpt "
+        "exactly once (librdkafka, transactions) / Spark's kafka -> kafka, copy and JSON",
+    )
+    parser.add_argument(
+        "--k2k-shapes",
+        default="bench,100,1000,10000",
+        help="the shapes of --k2k-shapes-only: bench (page views) and value sizes in bytes",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -557,6 +580,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _batch_cost_only(args, workdir)
     if args.aged_table_only:
         return _aged_table_only(args, workdir)
+    if args.k2k_shapes_only:
+        return _k2k_shapes_only(args, workdir)
     if args.aligned_read_only:
         return _aligned_read_only(args)
     result = run(
@@ -639,6 +664,35 @@ def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:
     print("\n".join(table_lines([tuple(r) for r in cost["anatomy"]], total=total)), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(cost, indent=2))
+    return 0
+
+
+def _k2k_shapes_only(args: argparse.Namespace, workdir: Path) -> int:
+    """``--k2k-shapes-only``: Kafka -> Kafka by shape alone (bench/k2k_shapes.py), in one
+    warm session with Spark's connectors."""
+    from bench import k2k_shapes
+    from bench.query import bench_session
+
+    shapes = [s.strip() for s in args.k2k_shapes.split(",") if s.strip()]
+    unknown = sorted(set(shapes) - set(k2k_shapes.SHAPES))
+    if unknown:
+        raise SystemExit(
+            f"spark-chkpt: --k2k-shapes: unknown shape(s) {unknown}; one of {k2k_shapes.SHAPES}"
+        )
+    with _broker(args.bootstrap_servers) as servers:
+        spark = bench_session(partitions=args.partitions, connectors=True)
+        rows = k2k_shapes.measure(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            partitions=args.partitions,
+            shapes=shapes,
+            repeat=args.repeat,
+        )
+        spark.stop()
+    print("\n".join(k2k_shapes.report_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -5,6 +5,7 @@
     python -m bench.profile latency --rate 5000 --out /tmp/prof     # Kafka -> Delta
     python -m bench.profile k2k --records 100000 --out /tmp/prof    # Kafka -> Kafka
     python -m bench.profile k2d --records 100000 --out /tmp/prof    # Kafka -> Delta
+    python -m bench.profile k2k-shape --shape 1000 --json-step --out /tmp/prof  # by shape
     python -m bench.profile --summarize /tmp/prof/k2k-latency.txt   # the shares again
 
 More: docs/performance/benchmarks.md (bench/profile.py).
@@ -26,7 +27,7 @@ from typing import Any
 
 from bench.spy import gc_totals, log_gc, sampling, summarize, summary_lines
 
-ROWS = ("k2k-latency", "latency", "k2k", "k2d")
+ROWS = ("k2k-latency", "latency", "k2k", "k2d", "k2k-shape")
 
 
 @contextlib.contextmanager
@@ -92,9 +93,10 @@ def batches(progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from bench import kafka_to_kafka, latency
+    from bench import k2k_shapes, kafka_to_kafka, latency
     from bench.batch_cost import fill
     from bench.query import bench_session, run_query
+    from spark_chkpt.kafka.client.topics import create_topic
 
     out_dir = Path(args.out) if args.out else None
     if out_dir:
@@ -107,7 +109,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if gc_log is not None:
         log_gc(gc_log, freeze=args.gc_freeze)
     with _broker(args.broker, args.bootstrap_servers) as servers:
-        spark = bench_session(partitions=args.partitions)
+        spark = bench_session(partitions=args.partitions, connectors=args.spark_own)
         warm = "profile-warm"
         fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
         settings = {
@@ -120,6 +122,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         run_query(spark=spark, settings=settings, workdir=workdir, name="warmup")
         if args.row in ("k2k", "k2d"):
             fill(servers=servers, topic="bench", records=args.records, partitions=args.partitions)
+        if args.row == "k2k-shape":
+            k2k_shapes.fill(
+                servers=servers,
+                topic="shape",
+                shape=args.shape,
+                records=args.records,
+                partitions=args.partitions,
+            )
         progress: dict[str, list[dict[str, Any]]] = {}
         if gc_log is not None:  # the row's collections only
             for old in gc_log.iterdir():
@@ -142,6 +152,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             elif args.row == "latency":
                 measured = latency.measure(**steady)
+            elif args.row == "k2k-shape":  # bench/k2k_shapes.py's row, ours or Spark's
+                create_topic(
+                    bootstrap_servers=servers, name="shape-out", partitions=args.partitions
+                )
+                seconds = k2k_shapes.copy(
+                    spark=spark,
+                    fmt="kafka" if args.spark_own else "chkpt-kafka",
+                    servers=servers,
+                    topic="shape",
+                    out="shape-out",
+                    per_trigger=args.per_trigger,
+                    json_step=args.json_step,
+                    checkpoint=workdir / "chk-shape",
+                    source_client=args.client,
+                )
+                measured = {"seconds": round(seconds, 2), "rps": round(args.records / seconds)}
             elif args.row == "k2d":  # make bench's (b): Kafka -> Delta, AvailableNow
                 seconds, phases, _ = run_query(
                     spark=spark,
@@ -202,6 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("kafka-python", "confluent"),
         default=None,
         help="the Kafka sink's client in k2k rows (default: the sink's own, librdkafka)",
+    )
+    parser.add_argument("--shape", default="bench", help="the k2k-shape row's shape")
+    parser.add_argument("--json-step", action="store_true", help="k2k-shape: with the JSON step")
+    parser.add_argument(
+        "--spark-own", action="store_true", help="k2k-shape: Spark's kafka -> kafka instead"
     )
     parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
     parser.add_argument(

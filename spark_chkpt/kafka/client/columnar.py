@@ -372,6 +372,24 @@ def count(items: Sequence[Any]) -> int:
     return sum(len(i) if isinstance(i, RecordColumns) else 1 for i in items)
 
 
+class Pending(list[Any]):
+    """A read task's records waiting for their Arrow batch (record objects or columns),
+    with their count kept as they come: the task asks for it after every poll, and
+    :func:`count` over the whole list each time walked it about a hundred times per
+    batch."""
+
+    rows: int = 0
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        self.rows += len(item) if isinstance(item, RecordColumns) else 1
+
+    def extend(self, items: Iterable[Any]) -> None:
+        items = list(items)
+        super().extend(items)
+        self.rows += count(items)
+
+
 def head(items: Sequence[Any], n: int) -> list[Any]:
     """The first ``n`` records of ``items``, columns cut where needed."""
     out: list[Any] = []

@@ -29,6 +29,7 @@ from spark_chkpt.errors import (
 )
 from spark_chkpt.kafka.client.columnar import (
     ColumnsBuilder,
+    Pending,
     RecordColumns,
     as_columns,
     as_records,
@@ -93,7 +94,7 @@ class ReadStats:
 class _Channel:
     spec: ReadSpec
     position: int
-    pending: list[Any] = field(default_factory=list)
+    pending: Pending = field(default_factory=Pending)
     ahead: list[Any] = field(default_factory=list)  # fetched past the range's end
     assigned: bool = False
     done: bool = False
@@ -578,8 +579,8 @@ class RangeFetcher:
         self, channels: dict[TopicPartition, _Channel], minimum: int
     ) -> Iterator[pa.RecordBatch]:
         for channel in channels.values():
-            if channel.pending and count(channel.pending) >= minimum:
-                pending, channel.pending = channel.pending, []
+            if channel.pending and channel.pending.rows >= minimum:
+                pending, channel.pending = channel.pending, Pending()
                 build = columns_to_record_batch if self._columnar else to_record_batch
                 yield build(
                     pending,

@@ -263,3 +263,63 @@ def test_hand_built_chunk_masks_drops_and_cuts_at_barriers() -> None:
     ((rows, _),) = final.segments
     assert rows is not None and rows.offsets == [8]
     assert (final.dropped, final.dropped_attempts, final.revoked) == (1, {"C"}, 1)
+
+
+class _SmallChunks(_Consumer):
+    """Hands out ``chunk`` records per poll, as a broker's small fetches do."""
+
+    def __init__(self, logs: Mapping[TopicPartition, list[Record]], chunk: int) -> None:
+        super().__init__(logs, random.Random(0))
+        self.chunk = chunk
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        self.rng = random.Random(0)
+        self.rng.randint = lambda a, b: min(b, self.chunk)  # type: ignore[method-assign]
+        return super().poll(timeout_ms=timeout_ms, max_records=max_records)
+
+
+@pytest.mark.parametrize("decode", ["records", "columns"])
+def test_a_read_counts_its_pending_records_once_not_on_every_poll(
+    decode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records reach the task's pending list 10 at a time and leave as Arrow batches of
+    2,000: the check 'are 2,000 pending?' after each poll must not walk the whole list
+    again (it did: about 100 walks of up to 2,000 records per batch, a share of a 100-byte
+    copy's CPU)."""
+    import spark_chkpt.kafka.client.columnar as columnar_module
+    import spark_chkpt.kafka.source.fetcher as fetcher_module
+
+    tp = TopicPartition("t", 0)
+    n = 4_000
+    logs = {tp: [Record(b"k", b"v%d" % i, i, 1000 + i, 0, None) for i in range(n)]}
+    walked = [0]
+    real_count = fetcher_module.count
+
+    def counting(items: Sequence[Any]) -> int:
+        walked[0] += len(items)
+        return real_count(items)
+
+    monkeypatch.setattr(fetcher_module, "count", counting)
+    monkeypatch.setattr(columnar_module, "count", counting)
+    config = SourceConfig.from_options(
+        {
+            "kafka.bootstrap.servers": "unused:9092",
+            "subscribe": "t",
+            "decode": decode,
+            "maxRecordsPerArrowBatch": "2000",
+        },
+        streaming=False,
+    )
+    fetcher = RangeFetcher(
+        config=config,
+        client_id="unit",
+        align="at-least-once",
+        pool=_Pool(_SmallChunks(logs, 10)),  # type: ignore[arg-type]
+        prefetch=None,
+    )
+    with fetcher:
+        batches = list(fetcher.read_group([ReadSpec(range=OffsetRange(tp, 0, n))]))
+    assert [b.num_rows for b in batches] == [2_000, 2_000]
+    offsets = [b.column("offset").to_pylist() for b in batches]
+    assert offsets == [list(range(0, 2_000)), list(range(2_000, 4_000))]
+    assert walked[0] <= 2 * n, f"pending records walked {walked[0]} times for {n} records"

@@ -1,0 +1,216 @@
+"""Kafka → Kafka by record shape: ``chkpt-kafka`` → ``chkpt-kafka`` exactly once (Kafka
+transactions, librdkafka source and sink) against Spark's ``kafka`` → ``kafka``
+(at least once), on one broker, in one warm SparkSession.
+
+    python -m bench --k2k-shapes-only [--k2k-shapes bench,100,1000,10000] [--repeat 1]
+
+Shapes: ``bench`` (the benchmark's page views, about 210 bytes) and JSON values padded
+to about 100 B, 1 KB and 10 KB. Each shape runs as a plain copy (``key``, ``value``) and
+with a JSON transformation (``get_json_object`` of three fields → ``to_json``). Each row
+is the records/s of the upstream query (``Trigger.AvailableNow``, wall time); the
+ratio is ours over Spark's. The copy is then counted (``read_committed``): ours must
+hold every record exactly once, Spark's at least once.
+
+More: docs/performance/benchmarks.md (bench/k2k_shapes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# Records per shape: a bounded volume (the 10 KB rows would be 3 GB at 300,000).
+RECORDS = {"bench": 200_000, "100": 200_000, "1000": 100_000, "10000": 20_000}
+SHAPES = tuple(RECORDS)
+
+
+def _values(shape: str, count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` (key, value) pairs of ``shape``: page views, or JSON padded to bytes."""
+    from spark_chkpt.testing.generator import PageViews
+
+    if shape == "bench":
+        return list(PageViews(seed=1).events(0, count))
+    size = int(shape)
+    out = []
+    for i in range(count):
+        head = {"app": f"app{i % 7}", "user_id": f"user-{i % 10_000:05d}", "ts": i}
+        pad = max(0, size - len(json.dumps({**head, "pad": ""}, separators=(",", ":"))))
+        body = json.dumps({**head, "pad": "x" * pad}, separators=(",", ":"))
+        out.append((f"app{i % 7}".encode(), body.encode()))
+    return out
+
+
+def fill(*, servers: str, topic: str, shape: str, records: int, partitions: int) -> int:
+    """Create ``topic`` and fill it; the average value size in bytes."""
+    import confluent_kafka
+
+    from spark_chkpt.kafka.client.topics import create_topic
+
+    create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
+    pairs = _values(shape, records)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": servers, "linger.ms": 20, "queue.buffering.max.kbytes": 1 << 20}
+    )
+    for i, (key, value) in enumerate(pairs):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"bench: filling {topic} did not finish")
+    return round(sum(len(v) for _, v in pairs) / max(1, len(pairs)))
+
+
+def _transformed(rows: Any, json_step: bool) -> Any:
+    from pyspark.sql import functions as F
+
+    if not json_step:
+        return rows.select("key", "value")
+    text = F.col("value").cast("string")
+    return rows.select(
+        "key",
+        F.to_json(
+            F.struct(
+                F.get_json_object(text, "$.app").alias("app"),
+                F.get_json_object(text, "$.user_id").alias("user_id"),
+                F.get_json_object(text, "$.ts").alias("ts"),
+            )
+        ).alias("value"),
+    )
+
+
+def copy(
+    *,
+    spark: Any,
+    fmt: str,
+    servers: str,
+    topic: str,
+    out: str,
+    per_trigger: int,
+    json_step: bool,
+    checkpoint: Path,
+    source_client: str = "confluent",
+) -> float:
+    reader = (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+    )
+    if fmt == "chkpt-kafka":
+        reader = reader.option("kafka.client", source_client)
+    writer = (
+        _transformed(reader.load(), json_step)
+        .writeStream.format(fmt)
+        .option("kafka.bootstrap.servers", servers)
+        .option("topic", out)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+    )
+    if fmt == "chkpt-kafka":
+        writer = writer.option("kafka.client", "confluent").option(
+            "delivery", "exactly-once-transactions"
+        )
+    started = time.monotonic()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"bench k2k shapes {out} failed: {query.exception()}")
+    return seconds
+
+
+def _count(spark: Any, servers: str, topic: str) -> int:
+    return int(
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .count()
+    )
+
+
+def measure(
+    *,
+    spark: Any,
+    servers: str,
+    workdir: Path,
+    partitions: int,
+    shapes: Sequence[str] = SHAPES,
+    repeat: int = 1,
+    scale: float = 1.0,
+) -> list[dict[str, Any]]:
+    """One row per shape and transformation: ours' and Spark's best seconds of
+    ``repeat`` alternating runs, records/s and the ratio ours/Spark's."""
+    from spark_chkpt.kafka.client.topics import create_topic
+
+    rows: list[dict[str, Any]] = []
+    for shape in shapes:
+        records = max(1_000, int(RECORDS[shape] * scale))
+        topic = f"shape-{shape}"
+        size = fill(
+            servers=servers, topic=topic, shape=shape, records=records, partitions=partitions
+        )
+        per_trigger = max(1, records // 3)
+        for json_step in (False, True):
+            best: dict[str, float] = {}
+            for round_no in range(repeat + 1):  # round 0: warm-up of both, not counted
+                order = ("chkpt-kafka", "kafka") if round_no % 2 else ("kafka", "chkpt-kafka")
+                for fmt in order:
+                    out = f"{topic}-{'json' if json_step else 'copy'}-{fmt}-{round_no}"
+                    create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
+                    seconds = copy(
+                        spark=spark,
+                        fmt=fmt,
+                        servers=servers,
+                        topic=topic,
+                        out=out,
+                        per_trigger=per_trigger,
+                        json_step=json_step,
+                        checkpoint=workdir / f"chk-{out}",
+                    )
+                    copied = _count(spark, servers, out)
+                    exact = fmt == "chkpt-kafka"
+                    if copied < records or (exact and copied != records):
+                        raise RuntimeError(f"bench k2k shapes: {out} holds {copied} of {records}")
+                    if round_no and (fmt not in best or seconds < best[fmt]):
+                        best[fmt] = seconds
+            ours, spark_s = best["chkpt-kafka"], best["kafka"]
+            row = {
+                "shape": shape,
+                "value_bytes": size,
+                "json": json_step,
+                "records": records,
+                "ours_s": round(ours, 3),
+                "spark_s": round(spark_s, 3),
+                "ours_rps": round(records / ours),
+                "spark_rps": round(records / spark_s),
+                "ratio": round(spark_s / ours, 3),
+            }
+            print(f"[bench] k2k shape {json.dumps(row)}", flush=True)
+            rows.append(row)
+    return rows
+
+
+def report_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "Kafka -> Kafka by shape: chkpt (librdkafka, exactly once via transactions) "
+        "/ Spark kafka -> kafka (at least once)",
+        f"{'shape':<8}{'bytes':>7}{'json':>6}{'records':>9}{'ours rec/s':>12}"
+        f"{'Spark rec/s':>13}{'ours/Spark':>12}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['shape']:<8}{r['value_bytes']:>7}{'yes' if r['json'] else 'no':>6}"
+            f"{r['records']:>9}{r['ours_rps']:>12,}{r['spark_rps']:>13,}{r['ratio']:>12.2f}"
+        )
+    return lines

@@ -1,0 +1,48 @@
+"""The Kafka -> Kafka shape rows' data and the Quix row's figures: the values are JSON
+of the size the row names, with the fields the JSON step reads; a Quix run's parts add
+up to its whole and the spread is the fastest over the slowest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.k2k_shapes import SHAPES, _values
+from bench.quix_row import report_lines, spread
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s != "bench"])
+def test_padded_values_are_json_of_the_named_size_with_the_fields_read(shape: str) -> None:
+    pairs = _values(shape, 50)
+    assert len(pairs) == 50
+    for key, value in pairs:
+        assert len(value) == int(shape)
+        record = json.loads(value)
+        assert {"app", "user_id", "ts"} <= set(record)
+        assert key == record["app"].encode()
+
+
+def test_the_bench_shape_is_the_page_views() -> None:
+    pairs = _values("bench", 10)
+    assert all(json.loads(v)["app"].encode() == k for k, v in pairs)
+    assert 150 < sum(len(v) for _, v in pairs) / 10 < 300
+
+
+def test_quix_report_gives_each_run_and_the_spread_per_commit_interval() -> None:
+    runs = [
+        {
+            "commit_interval": 5.0,
+            "run": i + 1,
+            "seconds": s,
+            "startup_s": 1.0,
+            "steady_s": s - 1.5,
+            "close_s": 0.5,
+            "steady_rps": 99_999 / (s - 1.5),
+        }
+        for i, s in enumerate((6.5, 7.0, 7.5))
+    ]
+    lines = report_lines(runs, 100_000)
+    assert len(lines) == 2 + 3 + 1
+    assert "spread 20%" in lines[-1]  # steady: 5.0 s and 6.0 s -> 6/5 - 1
+    assert spread([10.0, 11.5]) == pytest.approx(0.15)
