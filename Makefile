@@ -57,7 +57,7 @@ demo: setup
 
 # Quix Streams, the bench's exactly-once comparison (bench/quix.py), in a venv of its own:
 # it pins confluent-kafka below 2.13, the project's .venv has a newer one. The version is
-# the bench extra's in setup.cfg. `make bench` passes it when it is there.
+# the bench extra's in setup.cfg. `make bench` builds it and passes it.
 QUIX := .cache/quix
 QUIX_SPEC = $(shell $(PYTHON) -c 'import configparser as c; p = c.ConfigParser(); p.read("setup.cfg"); print(next(l for l in p["options.extras_require"]["bench"].split() if l.startswith("quixstreams")))')
 
@@ -68,8 +68,8 @@ $(QUIX)/bin/python: setup.cfg
 	$(QUIX)/bin/python -m pip install --quiet '$(QUIX_SPEC)'
 	@touch $(QUIX)/bin/python
 
-bench: setup
-	$(BIN)/python -m bench $(if $(wildcard $(QUIX)/bin/python),--quix-python $(QUIX)/bin/python) $(BENCH_ARGS)
+bench: setup quix
+	$(BIN)/python -m bench --quix-python $(QUIX)/bin/python $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
