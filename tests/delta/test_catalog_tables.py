@@ -1,16 +1,20 @@
 """Tables named as users name them (spark_chkpt/delta/catalog.py): the name's parts, the
-refusal of a table in another catalog, and the chkpt-delta options that name a table
-(a real SparkSession resolving them: test_delta_features.py)."""
+refusal of a table in another catalog, the chkpt-delta options that name a table, and
+``deadLetterTable`` resolved by a real SparkSession (the other names a real session
+resolves: test_delta_features.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from spark_chkpt.delta.catalog import check_catalog, name_parts
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.errors import CatalogTableError, ConfigError
+from tests.delta.test_delta_features import INPUT_DDL, ROWS, assert_same, database, rows_stream
 
 
 def test_name_parts() -> None:
@@ -98,3 +102,29 @@ def test_delta_upsert_takes_path_or_table_and_needs_the_session_for_a_table(
         )
     with pytest.raises(ConfigError, match="resolved with the active SparkSession"):
         DeltaUpsert(table="db.events", keys=["id"], checkpoint_location=chk)
+
+
+@pytest.mark.integration
+def test_dead_letters_go_to_a_catalog_table_named_by_dead_letter_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    db = database(spark, tmp_path)
+    spark.sql(f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta")
+    spark.sql(f"CREATE TABLE {db}.bad (v STRING, error STRING) USING delta")
+    letter = F.struct(F.col("v"), F.lit("id too big").alias("error"))
+    df = rows_stream(spark, tmp_path / "in", ROWS).withColumn(
+        "_dead_letter", F.when(F.col("id") >= 15, letter)
+    )
+    query = (
+        df.writeStream.format("chkpt-delta")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .option("deadLetterTable", f"{db}.bad")
+        .trigger(availableNow=True)
+        .toTable(f"{db}.events")
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None, str(query.exception())[:3000]
+    good = spark.createDataFrame([(r["id"], r["v"]) for r in ROWS if r["id"] < 15], INPUT_DDL)
+    assert_same(spark.table(f"{db}.events"), good)
+    bad = [(f"v{i}", "id too big") for i in range(15, len(ROWS))]
+    assert_same(spark.table(f"{db}.bad"), spark.createDataFrame(bad, "v STRING, error STRING"))

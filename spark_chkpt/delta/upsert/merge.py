@@ -149,6 +149,30 @@ class KeyedMerge:
             "), n)) to keep any one. Nothing was written."
         )
 
+    def absent_deletes(self, table: Any, *, staged: Any, delete: str) -> set[tuple[Any, ...]]:
+        """The keys (none NULL) of ``staged`` rows flagged ``delete`` that ``table`` does
+        not hold, on a table with change data feed; else none. delta-rs's MERGE fails a
+        batch holding such a row and an insert on a table with a NOT NULL column or a
+        CHECK constraint (it checks the unmatched row, all NULLs, against them: "rows
+        failed validation check"); the row deletes nothing, so it is left out."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from deltalake import QueryBuilder
+
+        configuration = table.metadata().configuration
+        if str(configuration.get("delta.enableChangeDataFeed", "")).lower() != "true":
+            return set()
+        flagged = staged.to_table(columns=list(self.keys), filter=pc.field(delete))
+        for key in self.keys:
+            flagged = flagged.filter(pc.is_valid(flagged.column(key)))
+        if flagged.num_rows == 0:
+            return set()
+        columns = ", ".join(quote(k) for k in self.keys)
+        query = QueryBuilder().register("t", table).execute(f"SELECT {columns} FROM t")
+        held = pa.table(query.read_all()).select(list(self.keys)).cast(flagged.schema)
+        absent = flagged.join(held, keys=list(self.keys), join_type="left anti")
+        return set(zip(*(absent.column(k).to_pylist() for k in self.keys), strict=True))
+
     # -- the commit --------------------------------------------------------------------
 
     def merge(
@@ -175,11 +199,16 @@ class KeyedMerge:
 
         delete = self.delete_column if self.delete_column in schema.names else None
         paths = [self.target.location.child(f).path for f in files]
-        source = (
-            ds.dataset(paths, schema=schema, format="parquet", filesystem=self.target.location.fs)
-            .scanner(batch_size=batch_size, batch_readahead=1, fragment_readahead=1)
-            .to_reader()
+        staged = ds.dataset(
+            paths, schema=schema, format="parquet", filesystem=self.target.location.fs
         )
+        source = staged.scanner(
+            batch_size=batch_size, batch_readahead=1, fragment_readahead=1
+        ).to_reader()
+        if delete is not None:
+            absent = self.absent_deletes(table, staged=staged, delete=delete)
+            if absent:
+                source = without_rows(source, absent, keys=self.keys, delete=delete)
         self.check_unique(files, schema=schema, version=version)
         on = " AND ".join(
             f"{TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)}" for k in self.keys
@@ -218,6 +247,27 @@ class KeyedMerge:
             raise
         upkeep(self.target)  # checkpoint and clean-up by the table's properties
         return MergeFigures.from_metrics(metrics)
+
+
+def without_rows(
+    reader: pa.RecordBatchReader, keys_of: set[tuple[Any, ...]], *, keys: Sequence[str], delete: str
+) -> pa.RecordBatchReader:
+    """``reader`` without its delete-flagged rows whose keys are in ``keys_of``."""
+    import pyarrow as pa
+
+    def batches() -> Any:
+        for batch in reader:
+            flags = batch.column(delete).to_pylist()
+            if any(flags):
+                columns = [batch.column(k).to_pylist() for k in keys]
+                keep = [
+                    not (flag and tuple(c[i] for c in columns) in keys_of)
+                    for i, flag in enumerate(flags)
+                ]
+                batch = batch.filter(pa.array(keep))
+            yield batch
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def without_column(schema: pa.Schema, name: str | None) -> pa.Schema:

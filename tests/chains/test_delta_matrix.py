@@ -1,0 +1,296 @@
+"""The Delta feature matrix through kill -9 (issue 47): one "production" table that
+delta-spark creates with every table feature this project implements at once
+(partitioned, column mapping ``name``, NOT NULL, a CHECK constraint, a generated column,
+deletion vectors, change data feed, v2 checkpoints every two commits, a TIMESTAMP_NTZ
+column), written by each writer as a real job killed with SIGKILL (the whole process
+tree, from inside: :mod:`spark_chkpt.failpoints`) at the protocol's named steps and
+restarted until done:
+
+* ``chkpt-delta``: the real job (``python -m spark_chkpt.jobs.kafka_to_delta``);
+* ``DeltaUpsert``: a user's ``foreachBatch`` job (``tests/user_scripts/upsert_job.py``)
+  whose input updates and deletes rows by key.
+
+Then delta-spark reads the table and it equals (chispa) what delta-spark itself writes for
+the same input into a twin table created the same way (``format("delta")`` appends; its
+own MERGE); every key once; delta-rs reads the same rows; both tables' change feeds agree
+on the final state's keys. One job run per kill, one chain per writer (CI time).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable, QueryBuilder
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tests.chains.test_exactly_once import run_job, snapshots, spark_committed, txn_version
+from tests.helpers import produce, user_env
+
+pytestmark = pytest.mark.fault
+
+COLUMNS = "id BIGINT, app STRING, v STRING, n BIGINT, at TIMESTAMP_NTZ"
+# The table: every implemented feature that delta-spark accepts together.
+TABLE_DDL = (
+    "id BIGINT NOT NULL, app STRING, v STRING, n BIGINT, "
+    "n2 BIGINT GENERATED ALWAYS AS (n * 2), at TIMESTAMP_NTZ"
+)
+TABLE_TAIL = (
+    "PARTITIONED BY (app) TBLPROPERTIES ("
+    "'delta.columnMapping.mode'='name', 'delta.enableDeletionVectors'='true', "
+    "'delta.enableChangeDataFeed'='true', 'delta.checkpointPolicy'='v2', "
+    "'delta.checkpointInterval'='2')"
+)
+UPSERT_SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "upsert_job.py"
+
+
+def create_production_table(spark: SparkSession, path: Path) -> None:
+    """The table as delta-spark creates it, with a row deleted by a deletion vector."""
+    spark.sql(f"CREATE TABLE delta.`{path}` ({TABLE_DDL}) USING delta {TABLE_TAIL}")
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT nonneg CHECK (n >= 0)")
+    spark.sql(
+        f"INSERT INTO delta.`{path}` (id, app, v, n, at) VALUES "
+        "(-1, 'app0', 'old', 1, TIMESTAMP_NTZ'2026-01-01 00:00:00'), "
+        "(-2, 'app0', 'old', 2, TIMESTAMP_NTZ'2026-01-01 00:00:00')"
+    )
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = -1")
+
+
+def record(i: int, key: int, version: str, **extra: Any) -> bytes:
+    value = {
+        "id": key,
+        "app": f"app{key % 3}",
+        "v": version,
+        "n": i,
+        "at": f"2026-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}.{i:06d}",
+        **extra,
+    }
+    return json.dumps(value).encode()
+
+
+def parsed(spark: SparkSession, values: list[bytes], ddl: str) -> DataFrame:
+    """The records' values parsed as the jobs parse them."""
+    raw = spark.createDataFrame([(v.decode(),) for v in values], "value STRING")
+    return raw.select(F.from_json("value", ddl).alias("r")).select("r.*")
+
+
+def delta(spark: SparkSession, path: Path) -> DataFrame:
+    return spark.read.format("delta").load(str(path))
+
+
+def assert_same_table(spark: SparkSession, table: Path, twin: Path) -> list[Any]:
+    """delta-spark reads ``table`` as ``twin``; every key once; delta-rs reads the same
+    rows; the change feeds agree on the final keys. Returns the rows."""
+    got, expected = delta(spark, table), delta(spark, twin)
+    columns = sorted(expected.columns)
+    assert_df_equality(
+        got.select(*columns),
+        expected.select(*columns),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    rows = got.select(*columns).collect()
+    ids = [r.id for r in rows]
+    assert len(ids) == len(set(ids)), "a key more than once"
+    # delta-rs's read through DataFusion (its to_pyarrow_table refuses the columnMapping,
+    # deletionVectors and v2Checkpoint reader features)
+    query = QueryBuilder().register("t", DeltaTable(str(table)))
+    arrow = pa.table(query.execute("SELECT * FROM t").read_all()).select(columns)
+    assert sorted(tuple(r.values()) for r in arrow.to_pylist()) == sorted(tuple(r) for r in rows)
+    final = set(ids)
+    assert final_keys_of_change_feed(spark, table) == final
+    assert final_keys_of_change_feed(spark, twin) == final
+    return rows
+
+
+def final_keys_of_change_feed(spark: SparkSession, path: Path) -> set[int]:
+    """The keys the change feed leaves: each key's last change (by commit version) is an
+    insert or an update's post-image."""
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(str(path))
+        .where("_change_type != 'update_preimage'")
+        .select("id", "_change_type", "_commit_version")
+        .collect()
+    )
+    last: dict[int, tuple[int, str]] = {}
+    for change in changes:
+        seen = last.get(change.id)
+        if seen is None or change._commit_version >= seen[0]:
+            last[change.id] = (change._commit_version, change._change_type)
+    return {key for key, (_, kind) in last.items() if kind != "delete"}
+
+
+def _killed(result: subprocess.CompletedProcess[str], point: str) -> None:
+    assert result.returncode == -signal.SIGKILL, (
+        f"expected SIGKILL at {point}, got {result.returncode}\n{result.stderr[-3000:]}"
+    )
+
+
+# -- chkpt-delta -----------------------------------------------------------------------
+
+EVENTS, PER_BATCH = 450, 150  # 3 partitions, 3 batches
+
+
+def test_chkpt_delta_writes_the_production_table_through_kill_9(
+    spark: SparkSession,
+    tmp_path: Path,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+) -> None:
+    table, twin = tmp_path / "table", tmp_path / "twin"
+    for path in (table, twin):
+        create_production_table(spark, path)
+    topic = make_topic(partitions=3)
+    values = [record(i, i, "v0") for i in range(EVENTS)]
+    produce(producer, topic, values, partitions=3)
+    extra = [
+        "--schema",
+        COLUMNS,
+        "--max-offsets-per-trigger",
+        str(PER_BATCH),
+        "--set",
+        "job.kafkaColumns=false",
+    ]
+
+    def run(kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+        return run_job(tmp_path, bootstrap_servers, topic, kill_at=kill_at, extra=extra)
+
+    # Staged, not committed: the table (delta-spark's, version 3) does not have batch 1.
+    _killed(run("after-staging@1"), "after-staging@1")
+    assert txn_version(tmp_path) == 0 and spark_committed(tmp_path) == [0]
+    # Batch 2 in the Delta table, its snapshot record and Spark's commits/2 not written.
+    _killed(run("after-delta-commit@2"), "after-delta-commit@2")
+    assert txn_version(tmp_path) == 2 and snapshots(tmp_path) == [0, 1]
+    assert spark_committed(tmp_path) == [0, 1]
+    done = run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert snapshots(tmp_path) == [0, 1, 2] and txn_version(tmp_path) == 2
+
+    parsed(spark, values, COLUMNS).write.format("delta").mode("append").save(str(twin))
+    rows = assert_same_table(spark, table, twin)
+    assert sorted(r.id for r in rows) == [-2, *range(EVENTS)]
+    assert all(r.n2 == r.n * 2 for r in rows)  # the generated column computed
+    # the table's features are the ones delta-spark created it with
+    props = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{table}`").collect()}
+    assert props["delta.columnMapping.mode"] == "name"
+    assert props["delta.checkpointPolicy"] == "v2"
+    checkpoints = sorted((table / "_delta_log").glob("*.checkpoint*.parquet"))
+    assert checkpoints, "no checkpoint"
+    for checkpoint in checkpoints:  # v2: each holds its checkpointMetadata action
+        actions = pq.read_table(checkpoint, columns=["checkpointMetadata"])
+        assert actions.column(0).null_count < actions.num_rows, checkpoint.name
+
+
+# -- DeltaUpsert -----------------------------------------------------------------------
+
+KEYS = 60  # one topic partition; batch k is round k: each key at most once per batch
+
+
+def upsert_rounds() -> list[list[bytes]]:
+    """Round 0 inserts keys 0..59; round 1 deletes every 4th key and updates the others;
+    round 2 updates keys 0..29 (inserting the deleted ones again) and deletes a key
+    never written."""
+    rounds: list[list[bytes]] = []
+    i = 0
+    for number, keys in enumerate((range(KEYS), range(KEYS), range(30))):
+        values = []
+        for key in keys:
+            delete = number == 1 and key % 4 == 0
+            values.append(record(i, key, f"r{number}", _delete=delete))
+            i += 1
+        rounds.append(values)
+    rounds[2].append(record(i, 1000, "r2", _delete=True))
+    return rounds
+
+
+def twin_merge(spark: SparkSession, twin: Path, values: list[bytes]) -> None:
+    """delta-spark's own MERGE of one round, by key, ``_delete`` deleting."""
+    parsed(spark, values, f"{COLUMNS}, _delete BOOLEAN").createOrReplaceTempView("round")
+    names = ("id", "app", "v", "n", "at")
+    spark.sql(
+        f"MERGE INTO delta.`{twin}` t USING round s ON t.id = s.id "
+        "WHEN MATCHED AND s._delete THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in names)} "
+        f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({', '.join(names)}) "
+        f"VALUES ({', '.join(f's.{c}' for c in names)})"
+    )
+    spark.catalog.dropTempView("round")
+
+
+def test_delta_upsert_merges_into_the_production_table_through_kill_9(
+    spark: SparkSession,
+    tmp_path: Path,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+) -> None:
+    table, twin = tmp_path / "table", tmp_path / "twin"
+    for path in (table, twin):
+        create_production_table(spark, path)
+    topic = make_topic(partitions=1)
+    rounds = upsert_rounds()
+    produce(producer, topic, [v for values in rounds for v in values], partitions=1)
+    chk = tmp_path / "chk"
+
+    def run(kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = user_env(**({"SPARK_CHKPT_KILL_AT": kill_at} if kill_at else {}))
+        return subprocess.run(
+            [
+                sys.executable,
+                str(UPSERT_SCRIPT),
+                bootstrap_servers,
+                topic,
+                str(table),
+                str(chk),
+                f"{COLUMNS}, _delete BOOLEAN",
+                str(KEYS),
+            ],
+            cwd=tmp_path,
+            env=env,
+            start_new_session=True,
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
+
+    _killed(run("after-staging@1"), "after-staging@1")
+    assert txn_version(tmp_path) == 0 and spark_committed(tmp_path) == [0]
+    _killed(run("after-delta-commit@2"), "after-delta-commit@2")
+    assert txn_version(tmp_path) == 2 and spark_committed(tmp_path) == [0, 1]
+    done = run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert snapshots(tmp_path) == [0, 1, 2] and txn_version(tmp_path) == 2
+
+    for values in rounds:
+        twin_merge(spark, twin, values)
+    rows = assert_same_table(spark, table, twin)
+    deleted = {k for k in range(30, KEYS) if k % 4 == 0}
+    assert sorted(r.id for r in rows) == sorted({-2, *range(KEYS)} - deleted)
+    assert all(r.n2 == r.n * 2 for r in rows)
+    # the change files: every update and delete of DeltaUpsert's MERGEs is in the feed
+    kinds = {
+        r._change_type: r["count"]
+        for r in spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 4)
+        .load(str(table))
+        .groupBy("_change_type")
+        .count()
+        .collect()
+    }
+    # inserts: round 0's 60 and round 2's 8 again; updates: 45 and 22; deletes: 15
+    assert kinds == {"insert": 68, "update_preimage": 67, "update_postimage": 67, "delete": 15}
