@@ -545,6 +545,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="1000,10000",
         help="versions (one file each) of the aged tables, comma-separated",
     )
+    parser.add_argument(
+        "--kafka-age-only",
+        action="store_true",
+        help="run only the Kafka side's age row (bench/kafka_age.py; no Spark): a restarted "
+        "reader's first batch on topics of --snapshots snapshots against a young one",
+    )
+    parser.add_argument(
+        "--snapshots",
+        default="1000,100000",
+        help="old snapshots of the aged barrier topics, comma-separated (--kafka-age-only)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -559,6 +570,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _aged_table_only(args, workdir)
     if args.aligned_read_only:
         return _aligned_read_only(args)
+    if args.kafka_age_only:
+        from bench import kafka_age
+
+        age_argv = ["--snapshots", args.snapshots, "--repeat", str(args.repeat)]
+        if args.bootstrap_servers:
+            age_argv += ["--bootstrap-servers", args.bootstrap_servers]
+        return kafka_age.main(age_argv)
     result = run(
         records=args.records,
         partitions=args.partitions,
