@@ -241,17 +241,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import cProfile
 
-    from bench.pipeline import _broker
-
     profile = cProfile.Profile() if args.profile else None
-    with _broker(args.bootstrap_servers) as servers:
+    if args.bootstrap_servers:
         rows = measure(
-            servers=servers,
+            servers=args.bootstrap_servers,
             snapshots=[int(c) for c in args.snapshots.split(",") if c.strip()],
             partitions=args.partitions,
             repeat=args.repeat,
             profile=profile,
         )
+    else:
+        from spark_chkpt.testing.kafka_broker import EmbeddedKafka
+
+        with EmbeddedKafka() as broker:
+            rows = measure(
+                servers=broker.bootstrap_servers,
+                snapshots=[int(c) for c in args.snapshots.split(",") if c.strip()],
+                partitions=args.partitions,
+                repeat=args.repeat,
+                profile=profile,
+            )
     if profile is not None:
         profile.dump_stats(args.profile)
     print("\n".join(table_lines(rows)), flush=True)
