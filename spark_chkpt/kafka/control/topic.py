@@ -110,14 +110,18 @@ class ControlTopic(BarrierIndex):
         client_settings: Mapping[str, Any] | None = None,
         client_id: str = "spark-chkpt-index",
         topic_id: str | None = None,
+        start_at: int = 0,
     ) -> None:
+        """``start_at``: the control-topic offset to read from, where a reader restarting
+        from its offset log knows that no entry before it is needed
+        (:meth:`~spark_chkpt.alignment.index.BarrierIndex.needed_from`); 0 reads all."""
         super().__init__(data_topic=data_topic, topic_id=topic_id)
         self.bootstrap_servers = bootstrap_servers
         self.control_topic = control_topic
         self._settings = dict(client_settings or {})
         self._client_id = client_id
         self._consumer: Any = None
-        self._position = 0
+        self._position = max(0, start_at)
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -190,6 +194,8 @@ class ControlTopic(BarrierIndex):
         # reports is the one of its previous fetch until a new response arrives, and
         # ending on it missed a complete entry written just before ("already committed?").
         end = int(consumer.end_offsets([tp])[tp])
+        if position > end:  # a start_at past the end: the control topic was created again
+            position = 0
         consumer.seek(tp, position)
         read: list[IndexEntry] = []
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
@@ -220,6 +226,11 @@ class ControlTopic(BarrierIndex):
                 self.topic_id,
             )
         return kept
+
+    @property
+    def position(self) -> int:
+        """The control-topic offset read up to."""
+        return self._position
 
 
 def topic_id_of(client: Any, topic: str) -> str | None:
