@@ -171,7 +171,8 @@ class SourcePlanner:
                 client_settings=self.config.client_settings,
                 client_id=self.client_id + "-index",
                 topic_id=topic_id,
-                start_at=self._start_at(control, *self._index_from.get(topic, (0, None))),
+                start_at=self._index_from.get(topic, (0, None))[0],
+                start_id=self._index_from.get(topic, (0, None))[1],
             )
             self._indexes[topic] = index
         # partitions() fetched every topic's metadata for this planning call: whether
@@ -485,18 +486,6 @@ class SourcePlanner:
                 known = report.get("index_id")
                 self._index_from[topic] = (found, known if isinstance(known, str) else None)
 
-    def _start_at(self, control: str, offset: int, known_id: str | None) -> int:
-        """Where to read control topic ``control`` from: ``offset`` (a report's
-        ``index_from``) unless the topic's Kafka id is no longer the one the report was
-        planned with (deleted and created again: its offsets start over)."""
-        if (
-            offset
-            and known_id is not None
-            and topic_id_of(self.offsets.consumer, control) != known_id
-        ):
-            return 0
-        return offset
-
     def _keep_index(
         self, topic: str, *, begin: PartitionOffsets, end: PartitionOffsets
     ) -> int | None:
@@ -515,8 +504,7 @@ class SourcePlanner:
     def _index_report(self, topic: str, index_from: int) -> dict[str, Any]:
         """The report's ``index_from`` and the control topic's Kafka id it is an offset of
         (none from a broker without topic ids)."""
-        index = self._indexes[topic]
-        known = topic_id_of(self.offsets.consumer, index.control_topic)
+        known = self._indexes[topic].control_topic_id()
         return {"index_from": index_from, **({"index_id": known} if known else {})}
 
     def _align_fan_in(
