@@ -53,6 +53,12 @@ def fill(*, servers: str, topic: str, old: int, partitions: int) -> dict[int, in
     producer = KafkaProducer(
         bootstrap_servers=servers.split(","), linger_ms=20, batch_size=512 * 1024, acks="all"
     )
+    # The sink writes each entry on its own (write_entry waits for its acknowledgement):
+    # one record batch per entry, which a reader seeking to an offset decodes alone.
+    # Batched entries would make a seek decode the whole batch around the offset.
+    entries = KafkaProducer(
+        bootstrap_servers=servers.split(","), linger_ms=0, batch_size=1, acks="all"
+    )
     app = "bench-upstream"
     at = dict.fromkeys(range(partitions), 0)  # next offset per partition (a fresh topic)
     tail_start: dict[int, int] = {}
@@ -84,7 +90,7 @@ def fill(*, servers: str, topic: str, old: int, partitions: int) -> dict[int, in
         )
         for p in range(partitions):
             at[p] += 1
-        producer.send(control, key=entry.key(), value=entry.value(), partition=0)
+        entries.send(control, key=entry.key(), value=entry.value(), partition=0)
 
     try:
         for n in range(old):
@@ -93,8 +99,10 @@ def fill(*, servers: str, topic: str, old: int, partitions: int) -> dict[int, in
         for n in range(old, old + TAIL):
             snapshot(n, PER_SNAPSHOT)
         producer.flush()
+        entries.flush()
     finally:
         producer.close()
+        entries.close()
     return tail_start
 
 
