@@ -568,6 +568,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="bench,100,1000,10000",
         help="the shapes of --k2k-shapes-only: bench (page views) and value sizes in bytes",
     )
+    parser.add_argument(
+        "--kafka-age-only",
+        action="store_true",
+        help="run only the Kafka side's age row (bench/kafka_age.py; no Spark): a restarted "
+        "reader's first batch on topics of --snapshots snapshots against a young one",
+    )
+    parser.add_argument(
+        "--snapshots",
+        default="1000,100000",
+        help="old snapshots of the aged barrier topics, comma-separated (--kafka-age-only)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
@@ -584,6 +595,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _k2k_shapes_only(args, workdir)
     if args.aligned_read_only:
         return _aligned_read_only(args)
+    if args.kafka_age_only:
+        from bench import kafka_age
+
+        age_argv = ["--snapshots", args.snapshots, "--repeat", str(args.repeat)]
+        if args.bootstrap_servers:
+            age_argv += ["--bootstrap-servers", args.bootstrap_servers]
+        return kafka_age.main(age_argv)
     result = run(
         records=args.records,
         partitions=args.partitions,

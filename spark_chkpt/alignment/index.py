@@ -13,7 +13,7 @@ job.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from spark_chkpt.alignment.barrier import IndexEntry
@@ -108,6 +108,56 @@ class BarrierIndex:
             ):
                 return entry
         return None
+
+    def needed_from(self, begin: Mapping[int, int]) -> int | None:
+        """The control-topic offset of the oldest entry a reader of one upstream app
+        (no fan-in) still needs once its batches start at ``begin`` (partition -> offset
+        of the data topic; batches only move forward); None when no entry is needed.
+
+        Needed: an entry with a barrier at or after ``begin`` somewhere (its snapshot can
+        be in a batch from there); the newest entry before them all (where a partition
+        already past its barrier stands); an entry that does not list a partition the
+        reader has not passed the first barrier of yet (its attempts confirm that
+        partition's records before it, see :func:`~spark_chkpt.alignment.cut.record_filters`);
+        a ``revoke`` entry whose revoked offsets reach ``begin`` or which revokes a needed
+        entry. Everything written before the oldest of them can go: see :meth:`drop_before`.
+        """
+        passed: dict[int, bool] = {}
+        for e in self.entries:
+            for p, pos in e.positions.items():
+                if e.kind != "revoke" and pos < begin.get(p, 0):
+                    passed[p] = True
+        needed: list[IndexEntry] = []
+        newest_behind: IndexEntry | None = None
+        for e in self.entries:
+            if e.kind == "revoke":
+                continue
+            if any(pos >= begin.get(p, 0) for p, pos in e.positions.items()) or any(
+                p not in e.positions and not passed.get(p) for p in begin
+            ):
+                needed.append(e)
+            else:
+                newest_behind = e
+        if newest_behind is not None:
+            needed.append(newest_behind)
+        for r in self.entries:
+            if r.kind == "revoke" and (
+                any(pos >= begin.get(p, 0) for p, pos in r.positions.items())
+                or any(revokes(r, e) for e in needed)
+            ):
+                needed.append(r)
+        offsets = [e.offset for e in needed]
+        if any(o is None for o in offsets):
+            return 0  # an entry not read from the control topic: keep everything
+        return min((o for o in offsets if o is not None), default=None)
+
+    def drop_before(self, offset: int) -> int:
+        """Forget the entries written before control-topic ``offset`` (from
+        :meth:`needed_from`); returns how many were dropped."""
+        kept = [e for e in self.entries if e.offset is None or e.offset >= offset]
+        dropped = len(self.entries) - len(kept)
+        self.entries = kept
+        return dropped
 
     def latest_snapshot(self, *, app_id: str) -> int | None:
         """The newest snapshot of ``app_id`` with a live entry."""

@@ -110,14 +110,22 @@ class ControlTopic(BarrierIndex):
         client_settings: Mapping[str, Any] | None = None,
         client_id: str = "spark-chkpt-index",
         topic_id: str | None = None,
+        start_at: int = 0,
+        start_id: str | None = None,
     ) -> None:
+        """``start_at``: the control-topic offset to read from, where a reader restarting
+        from its offset log knows that no entry before it is needed
+        (:meth:`~spark_chkpt.alignment.index.BarrierIndex.needed_from`); 0 reads all.
+        ``start_id``: the control topic's Kafka id when that offset was taken: a topic of
+        another id now (deleted and created again) is read from its beginning."""
         super().__init__(data_topic=data_topic, topic_id=topic_id)
         self.bootstrap_servers = bootstrap_servers
         self.control_topic = control_topic
         self._settings = dict(client_settings or {})
         self._client_id = client_id
         self._consumer: Any = None
-        self._position = 0
+        self._position = max(0, start_at)
+        self._start_id = start_id if start_at > 0 else None
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -190,6 +198,12 @@ class ControlTopic(BarrierIndex):
         # reports is the one of its previous fetch until a new response arrives, and
         # ending on it missed a complete entry written just before ("already committed?").
         end = int(consumer.end_offsets([tp])[tp])
+        if self._start_id is not None:  # the first read after a start_at
+            now = topic_id_of(consumer, self.control_topic)
+            if now is not None and now != self._start_id:
+                position = 0  # the control topic was created again: its offsets start over
+        if position > end:  # a start_at past the end: the control topic was created again
+            position = 0
         consumer.seek(tp, position)
         read: list[IndexEntry] = []
         deadline = Deadline.after(seconds=_READ_TIMEOUT_S)
@@ -210,6 +224,7 @@ class ControlTopic(BarrierIndex):
         stale = self.stale
         kept = self.add(read)
         self._position = position
+        self._start_id = None
         if self.stale > stale:
             log.warning(
                 "control topic %s holds %d entries of an earlier topic named %s (deleted "
@@ -220,6 +235,16 @@ class ControlTopic(BarrierIndex):
                 self.topic_id,
             )
         return kept
+
+    def control_topic_id(self) -> str | None:
+        """The control topic's Kafka id as this reader's metadata knows it (None: not
+        read yet, or a broker without topic ids)."""
+        return topic_id_of(self._client(), self.control_topic)
+
+    @property
+    def position(self) -> int:
+        """The control-topic offset read up to."""
+        return self._position
 
 
 def topic_id_of(client: Any, topic: str) -> str | None:

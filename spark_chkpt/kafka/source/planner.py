@@ -122,6 +122,12 @@ class SourcePlanner:
         self._latest: PartitionOffsets = {}
         self._waiting_since: dict[str, float] = {}
         self._group_at: PartitionOffsets | None = None  # what the group was last committed to
+        # Per topic, the control-topic offset the offset log's report says a reader
+        # starting there needs the index from (``index_from``): a restarted reader seeks
+        # there instead of reading the control topic from its beginning; with the control
+        # topic's Kafka id then (``index_id``): a control topic created again since is
+        # read from its beginning.
+        self._index_from: dict[str, tuple[int, str | None]] = {}
 
     @property
     def client_id(self) -> str:
@@ -165,6 +171,8 @@ class SourcePlanner:
                 client_settings=self.config.client_settings,
                 client_id=self.client_id + "-index",
                 topic_id=topic_id,
+                start_at=self._index_from.get(topic, (0, None))[0],
+                start_id=self._index_from.get(topic, (0, None))[1],
             )
             self._indexes[topic] = index
         # partitions() fetched every topic's metadata for this planning call: whether
@@ -352,6 +360,7 @@ class SourcePlanner:
             # share down instead: a difference kept on purpose (docs/reference/parity.md)
             end = allocate_limit(effective, latest, max_records=max_rows)
         previous = meta_of(start).get("topics", {})
+        self._remember_index_from(previous)
         end, meta = self._align(effective, latest, end, max_rows, previous=previous)
         if self._waits_for_more(effective, end, read_all=read_all):
             return start
@@ -435,6 +444,7 @@ class SourcePlanner:
                         topic,
                         waited,
                     )
+            index_from = self._keep_index(topic, begin=t_begin, end=cut.end)
             if not cut.waiting:
                 since = self._waiting_since.pop(topic, now)
                 waited = (now - since) * 1000
@@ -451,6 +461,7 @@ class SourcePlanner:
                 **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
                 **({"note": cut.note} if cut.note else {}),
                 **({"revoked": cut.revoked} if cut.revoked else {}),
+                **(self._index_report(topic, index_from) if index_from is not None else {}),
             }
             if cut.revoked:
                 log.warning(
@@ -465,6 +476,36 @@ class SourcePlanner:
                     ),
                 )
         return end, ({"topics": report} if report else {})
+
+    def _remember_index_from(self, reports: Mapping[str, Any]) -> None:
+        """Take each topic's ``index_from`` from the reports of a batch's start offsets
+        (the offset log's), for an index this reader has not read yet."""
+        for topic, report in reports.items():
+            found = report.get("index_from") if isinstance(report, Mapping) else None
+            if isinstance(found, int) and topic not in self._indexes:
+                known = report.get("index_id")
+                self._index_from[topic] = (found, known if isinstance(known, str) else None)
+
+    def _keep_index(
+        self, topic: str, *, begin: PartitionOffsets, end: PartitionOffsets
+    ) -> int | None:
+        """After planning a one-app topic's batch ``[begin, end)``: forget the index
+        entries no batch from ``begin`` on needs (so planning does not grow with the
+        snapshots behind), and return the control-topic offset a reader restarting at
+        ``end`` needs the index from (written in the batch's report)."""
+        index = self._indexes.get(topic)
+        if index is None:
+            return None
+        after = index.needed_from({tp.partition: off for tp, off in end.items()})
+        now = index.needed_from({tp.partition: off for tp, off in begin.items()})
+        index.drop_before(index.position if now is None else now)
+        return index.position if after is None else after
+
+    def _index_report(self, topic: str, index_from: int) -> dict[str, Any]:
+        """The report's ``index_from`` and the control topic's Kafka id it is an offset of
+        (none from a broker without topic ids)."""
+        known = self._indexes[topic].control_topic_id()
+        return {"index_from": index_from, **({"index_id": known} if known else {})}
 
     def _align_fan_in(
         self,
@@ -549,6 +590,7 @@ class SourcePlanner:
         and was read as plain: its replay reads it as plain too (mode ``none``: barriers
         skipped, nothing dropped), even if its control topic exists by now, or the replay
         would drop records the first run read."""
+        self._remember_index_from(meta_of(start).get("topics", {}))
         topics = meta_of(end).get("topics", {})
         modes = {t: str(r.get("mode")) for t, r in topics.items() if isinstance(r, dict)}
         fan_in = {t: r for t, r in topics.items() if isinstance(r, dict) and "apps" in r}

@@ -74,7 +74,8 @@ def _moved(
     apps: Mapping[str, str],
 ) -> dict[str, Any]:
     """A source's alignment reports on the renamed topics: a fan-in report's apps at the
-    new topic's first offsets (see the module docstring), under their forked app ids."""
+    new topic's first offsets (see the module docstring), under their forked app ids, and
+    no ``index_from`` (the new topic's control topic is read from its beginning)."""
     reports = meta.get("topics")
     if not isinstance(reports, dict):
         return meta
@@ -83,6 +84,8 @@ def _moved(
         new = renamed.get(topic)
         if new is not None and isinstance(report, dict):
             report = dict(report)
+            # An offset in the old topic's control topic: the new one's starts empty.
+            report.pop("index_from", None)
             if isinstance(report.get("app"), str):
                 report["app"] = apps.get(report["app"], report["app"])
             if isinstance(fanned := report.get("apps"), dict):

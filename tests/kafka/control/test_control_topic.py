@@ -162,3 +162,20 @@ def test_a_refresh_given_fresh_topics_asks_no_metadata_of_its_own() -> None:
     assert asked == []
     assert [e.snapshot_id for e in index.refresh()] == []  # without: one request
     assert asked == ["metadata"]
+
+
+def test_a_restarted_reader_reads_from_the_offset_its_report_names() -> None:
+    """A reader restarting from its offset log seeks to the ``index_from`` of the last
+    batch's report instead of reading every entry ever written; an offset past the end
+    (the control topic was created again since) reads it from its beginning."""
+    index = control_topic.ControlTopic(
+        bootstrap_servers="b:9092", control_topic="__chkpt.t", data_topic="t", start_at=3
+    )
+    index._consumer = _StaleConsumer([_complete(n) for n in range(5)], stale_highwater=None)
+    assert [e.snapshot_id for e in index.refresh()] == [3, 4]
+    assert [e.offset for e in index.entries] == [3, 4] and index.position == 5
+    recreated = control_topic.ControlTopic(
+        bootstrap_servers="b:9092", control_topic="__chkpt.t", data_topic="t", start_at=10
+    )
+    recreated._consumer = _StaleConsumer([_complete(0), _complete(1)], stale_highwater=None)
+    assert [e.snapshot_id for e in recreated.refresh()] == [0, 1]

@@ -255,3 +255,24 @@ def test_a_fork_gives_the_reader_the_forked_app_id_of_each_writer_without_txn_ap
     cut = {"mid": {"0": 40}, "__chkpt__": {"topics": {"mid": {"apps": {"q1": app, "fan-a2": app}}}}}
     report = rewrites["b"](cut)["__chkpt__"]["topics"]["mid2"]
     assert set(report["apps"]) == {"a1-fork", "fan-a2"}, report
+
+
+def test_a_renamed_topics_report_leaves_its_index_offset_behind() -> None:
+    """``index_from`` is an offset in the old topic's control topic: carried onto the new
+    topic, the forked reader would seek the new control topic past its first entries."""
+    rewrite = FAN_IN_PLAN.rewrite_for(["mid"])
+    assert rewrite is not None
+    cut = {
+        "mid": {"0": 40, "1": 37},
+        "other": {"0": 5},
+        "__chkpt__": {
+            "topics": {
+                "mid": {"mode": "aligned", "snapshots": [3], "index_from": 3},
+                "other": {"mode": "aligned", "snapshots": [1], "index_from": 7},
+            }
+        },
+    }
+    assert rewrite(cut)["__chkpt__"]["topics"] == {
+        "mid2": {"mode": "aligned", "snapshots": [3]},
+        "other": {"mode": "aligned", "snapshots": [1], "index_from": 7},
+    }
