@@ -172,6 +172,24 @@ def same_table(a: str, b: str | None) -> bool:
     return b is not None and qualify(a).rstrip("/") == qualify(b).rstrip("/")
 
 
+def s3_options(storage_options: Mapping[str, str]) -> tuple[dict[str, str], bool, bool]:
+    """The S3 endpoint, region and credentials ``storage_options`` name (delta-rs's keys,
+    any case; the first spelling given wins), keyed by pyarrow's ``S3FileSystem``
+    arguments; whether ``AWS_ALLOW_HTTP`` is true; whether
+    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST`` is true."""
+    options = {k.lower(): v for k, v in storage_options.items()}
+    given: dict[str, str] = {}
+    for argument, names in _S3_OPTION_NAMES.items():
+        value = next((options[n] for n in names if options.get(n)), None)
+        if value:
+            given[argument] = value
+    allow_http = options.get("aws_allow_http", options.get("allow_http", "")).lower() in _TRUE
+    virtual = options.get(
+        "aws_virtual_hosted_style_request", options.get("virtual_hosted_style_request", "")
+    )
+    return given, allow_http, virtual.lower() in _TRUE
+
+
 def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:
     """pyarrow's S3 filesystem on the endpoint, region and credentials ``storage_options``
     name (delta-rs's keys, any case); what they leave out comes from pyarrow's defaults.
@@ -180,21 +198,12 @@ def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:
     addressing (otherwise path style whenever an endpoint is given)."""
     import pyarrow.fs as pafs
 
-    options = {k.lower(): v for k, v in storage_options.items()}
-    kwargs: dict[str, object] = {}
-    for argument, names in _S3_OPTION_NAMES.items():
-        for name in names:
-            if options.get(name):
-                kwargs[argument] = options[name]
-                break
-    allow_http = options.get("aws_allow_http", options.get("allow_http", "")).lower() in _TRUE
-    endpoint = str(kwargs.get("endpoint_override", ""))
+    given, allow_http, virtual = s3_options(storage_options)
+    kwargs: dict[str, object] = dict(given)
+    endpoint = given.get("endpoint_override", "")
     if endpoint.startswith("http://") or (endpoint and allow_http and "://" not in endpoint):
         kwargs["scheme"] = "http"
-    virtual = options.get(
-        "aws_virtual_hosted_style_request", options.get("virtual_hosted_style_request", "")
-    )
-    if virtual.lower() in _TRUE:
+    if virtual:
         kwargs["force_virtual_addressing"] = True
     return pafs.S3FileSystem(**kwargs)
 

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import UnsafeCommitError
+from spark_chkpt.fs import S3_SCHEMES, s3_options
 
 if TYPE_CHECKING:
     from spark_chkpt.fs import Location
 
-S3_SCHEMES = ("s3", "s3a")
 NATIVE_PUT_IF_ABSENT = ("abfss", "abfs", "az", "adl", "azure", "gs", "gcs")
 _TRUE = ("true", "1", "yes")
 
@@ -79,12 +79,14 @@ def commit_storage_options(
 
 # -- put-if-absent for the project's own commits (spark_chkpt.delta.log_commit) -----------
 
-_BOTO3_ARGS: dict[str, tuple[str, ...]] = {
-    "endpoint_url": ("aws_endpoint_url", "aws_endpoint_url_s3", "aws_endpoint", "endpoint"),
-    "region_name": ("aws_region", "region", "aws_default_region"),
-    "aws_access_key_id": ("aws_access_key_id", "access_key_id"),
-    "aws_secret_access_key": ("aws_secret_access_key", "secret_access_key"),
-    "aws_session_token": ("aws_session_token", "session_token", "aws_token", "token"),
+# boto3's client argument for each of pyarrow's S3FileSystem arguments that
+# spark_chkpt.fs.s3_options reads from the storage options.
+_BOTO3_ARGS = {
+    "endpoint_override": "endpoint_url",
+    "region": "region_name",
+    "access_key": "aws_access_key_id",
+    "secret_key": "aws_secret_access_key",
+    "session_token": "aws_session_token",
 }
 
 
@@ -109,17 +111,11 @@ def s3_client(storage_options: Mapping[str, str]) -> Any:
     import boto3
     from botocore.config import Config
 
-    options = {k.lower(): v for k, v in storage_options.items()}
-    kwargs: dict[str, Any] = {}
-    for argument, names in _BOTO3_ARGS.items():
-        value = next((options[n] for n in names if options.get(n)), None)
-        if value:
-            kwargs[argument] = value
+    given, allow_http, virtual = s3_options(storage_options)
+    kwargs: dict[str, Any] = {_BOTO3_ARGS[k]: v for k, v in given.items()}
     endpoint = kwargs.get("endpoint_url")
     if endpoint and "://" not in endpoint:
-        allow_http = options.get("aws_allow_http", options.get("allow_http", "")).lower()
-        kwargs["endpoint_url"] = ("http://" if allow_http in _TRUE else "https://") + endpoint
-    virtual = options.get("aws_virtual_hosted_style_request", "").lower() in _TRUE
+        kwargs["endpoint_url"] = ("http://" if allow_http else "https://") + endpoint
     config = Config(
         s3={"addressing_style": "virtual" if virtual else "path" if endpoint else "auto"},
         request_checksum_calculation="when_required",
