@@ -27,6 +27,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.broker import kafka_broker
+
 SNAPSHOTS = (1_000, 100_000)
 TAIL = 20  # snapshots of real records at the end of each topic
 PER_SNAPSHOT = 25  # records per partition per tail snapshot
@@ -250,25 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import cProfile
 
     profile = cProfile.Profile() if args.profile else None
-    if args.bootstrap_servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         rows = measure(
-            servers=args.bootstrap_servers,
+            servers=servers,
             snapshots=[int(c) for c in args.snapshots.split(",") if c.strip()],
             partitions=args.partitions,
             repeat=args.repeat,
             profile=profile,
         )
-    else:
-        from spark_chkpt.testing.kafka_broker import EmbeddedKafka
-
-        with EmbeddedKafka() as broker:
-            rows = measure(
-                servers=broker.bootstrap_servers,
-                snapshots=[int(c) for c in args.snapshots.split(",") if c.strip()],
-                partitions=args.partitions,
-                repeat=args.repeat,
-                profile=profile,
-            )
     if profile is not None:
         profile.dump_stats(args.profile)
     print("\n".join(table_lines(rows)), flush=True)

@@ -9,17 +9,17 @@ More: docs/performance/benchmarks.md (bench/pipeline.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench.broker import kafka_broker
 from bench.result import Result
 
 TOPIC = "bench"
@@ -169,20 +169,6 @@ def _run_quix(python: str, servers: str, records: int) -> dict[str, Any]:
     )
 
 
-@contextlib.contextmanager
-def _broker(bootstrap_servers: str | None) -> Iterator[str]:
-    """The given broker, else the real Apache Kafka broker (embedded) for the run: Spark's
-    own connector, which the native rows run, needs Kafka (bench/native.py), and every
-    row must read the same topic on the same broker."""
-    if bootstrap_servers:
-        yield bootstrap_servers
-        return
-    from spark_chkpt.testing.kafka_broker import EmbeddedKafka
-
-    with EmbeddedKafka() as broker:
-        yield broker.bootstrap_servers
-
-
 def run(
     *,
     records: int,
@@ -213,7 +199,7 @@ def run(
 
     result = Result(records=records, partitions=partitions, per_trigger=per_trigger, client=client)
     synthetic = workdir / "synthetic"
-    with _broker(bootstrap_servers) as servers:
+    with kafka_broker(bootstrap_servers) as servers:
         ends = _prepare(
             servers=servers, records=records, partitions=partitions, client=client, result=result
         )
@@ -633,7 +619,7 @@ def _aligned_read_only(args: argparse.Namespace) -> int:
     """``--aligned-read-only``: the aligned read of a barrier topic per core, alone."""
     from bench import aligned_read
 
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         rows = aligned_read.run(
             servers=servers,
             records=args.records,
@@ -653,7 +639,7 @@ def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:
     from bench.batch_anatomy import table_lines
     from bench.query import bench_session, run_query
 
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions)
         warm = "bench-warm"
         batch_cost.fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
@@ -697,7 +683,7 @@ def _k2k_shapes_only(args: argparse.Namespace, workdir: Path) -> int:
         raise SystemExit(
             f"spark-chkpt: --k2k-shapes: unknown shape(s) {unknown}; one of {k2k_shapes.SHAPES}"
         )
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions, connectors=True)
         rows = k2k_shapes.measure(
             spark=spark,
@@ -719,7 +705,7 @@ def _aged_table_only(args: argparse.Namespace, workdir: Path) -> int:
     from bench import aged_table
     from bench.query import bench_session
 
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions)
         rows = aged_table.measure(
             spark=spark,
@@ -741,7 +727,7 @@ def _scaling(args: argparse.Namespace, workdir: Path, *, result: dict[str, Any] 
     or a real Kafka broker started for them; with ``--json``, under ``scaling``."""
     from bench import scaling
 
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         rows = scaling.run(
             servers=servers,
             workdir=workdir,
@@ -763,7 +749,7 @@ def _min_pause_only(args: argparse.Namespace, workdir: Path) -> int:
     from bench.query import bench_session
 
     pause = args.min_pause or "500ms"
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions)
         rows = min_pause.measure(
             spark=spark,

@@ -167,11 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import cProfile
 
-    from bench.pipeline import _broker
+    from bench.broker import kafka_broker
 
     rows: list[dict[str, Any]] = []
     profile = cProfile.Profile() if args.profile else None
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         for count in (int(c) for c in args.partitions.split(",") if c.strip()):
             rows += measure(
                 servers=servers,

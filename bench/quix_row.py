@@ -92,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     from bench.batch_cost import fill
-    from bench.pipeline import _broker
+    from bench.broker import kafka_broker
 
     intervals = [float(v) for v in args.commit_intervals.split(",") if v.strip()]
-    with _broker(args.bootstrap_servers) as servers:
+    with kafka_broker(args.bootstrap_servers) as servers:
         fill(servers=servers, topic="bench", records=args.records, partitions=args.partitions)
         rows = measure(
             python=args.quix_python,
