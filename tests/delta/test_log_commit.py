@@ -282,12 +282,12 @@ def test_a_lost_race_is_read_by_version_and_retried_above_the_winner(tmp_path: P
         tries.append(at.path)
         return put_if_absent(at, text, uri=str(table), storage_options={})
 
-    def commit() -> int | None:
+    def commit(state: Any, files: list[Any]) -> int | None:
         return commit_append(
             location=location,
             uri=str(table),
-            state=base,
-            files=[staged("f.parquet", 4)],
+            state=state,
+            files=files,
             app_id="app",
             txns={"app": 3},
             metadata={},
@@ -296,7 +296,7 @@ def test_a_lost_race_is_read_by_version_and_retried_above_the_winner(tmp_path: P
             check=lambda p: None,
         )
 
-    assert commit() == 3
+    assert commit(base, [staged("f.parquet", 4)]) == 3
     assert [Path(p).name for p in tries] == [f"{2:020d}.json", f"{3:020d}.json"]
     mine = actions((table / "_delta_log" / f"{3:020d}.json").read_text())
     assert mine[0]["commitInfo"]["inCommitTimestamp"] == 5_000_000_000_001
@@ -307,21 +307,8 @@ def test_a_lost_race_is_read_by_version_and_retried_above_the_winner(tmp_path: P
     )
     tries.clear()
     tries.append("taken")
-    assert (
-        commit_append(
-            location=location,
-            uri=str(table),
-            state=load_state(location, version=3, features=ROW_TRACKING, configuration=ON),
-            files=[staged("g.parquet", 1)],
-            app_id="app",
-            txns={"app": 3},
-            metadata={},
-            partition_by=[],
-            put=put,
-            check=lambda p: None,
-        )
-        is None
-    )
+    again = load_state(location, version=3, features=ROW_TRACKING, configuration=ON)
+    assert commit(again, [staged("g.parquet", 1)]) is None
     assert not (table / "_delta_log" / f"{5:020d}.json").exists()
 
 
