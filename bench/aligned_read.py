@@ -17,16 +17,17 @@ wall-clock rate), best of ``rounds`` (3), the runs taking turns:
 
 Rows counted are data records (barriers are never rows). ``barriers/plain`` is the target
 (≥ 0.8). ``make bench`` runs it on its broker; ``python -m bench --aligned-read-only`` or
-``python -m bench.aligned_read`` alone (an embedded broker of its own).
+``python -m bench.aligned_read`` alone (bench/broker.py's Kafka broker, or ``--bootstrap-servers``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from bench.broker import kafka_broker
 
 RUNS = ("plain", "barriers", "barriers-records")
 
@@ -215,12 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--bootstrap-servers", default=None)
     args = parser.parse_args(argv)
-    with contextlib.ExitStack() as stack:
-        servers = args.bootstrap_servers
-        if not servers:
-            from spark_chkpt.testing.kafka_broker import EmbeddedKafka
-
-            servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+    with kafka_broker(args.bootstrap_servers) as servers:
         aligned = run(
             servers=servers,
             records=args.records,

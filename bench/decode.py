@@ -16,17 +16,18 @@ machine changes it less than a wall-clock rate:
   task with ``kafka.client=confluent`` (librdkafka's messages, then Arrow columns).
 
 ``make bench`` runs it on the benchmark's topic; standalone (``python -m bench.decode``)
-it fills a topic of its own on an embedded broker.
+it fills a topic of its own on bench/broker.py's Kafka broker (or ``--bootstrap-servers``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from bench.broker import kafka_broker
 
 RUNS = ("raw", "records", "columns")
 CONFLUENT_RUNS = ("raw-confluent", "confluent")
@@ -178,12 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_chkpt.kafka.source.options import SourceConfig
 
     topic = f"bench-decode-{int(time.time())}"
-    with contextlib.ExitStack() as stack:
-        servers = args.bootstrap_servers
-        if not servers:
-            from spark_chkpt.testing.kafka_broker import EmbeddedKafka
-
-            servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+    with kafka_broker(args.bootstrap_servers) as servers:
         batch_cost.fill(
             servers=servers, topic=topic, records=args.records, partitions=args.partitions
         )

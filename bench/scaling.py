@@ -21,7 +21,6 @@ Delta commits give it (``commit_ms``), p50 and p99 over the run's batches.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import batch_cost
+from bench.broker import kafka_broker
 
 PARTITIONS = (4, 16, 64)
 MASTERS = ("local-cluster[1,1,1024]", "local-cluster[2,1,1024]")
@@ -265,12 +265,7 @@ def _partitions(argv: Sequence[str]) -> int:
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    with contextlib.ExitStack() as stack:
-        servers = args.bootstrap_servers
-        if not servers:  # the real Kafka broker, as bench.pipeline starts it
-            from spark_chkpt.testing.kafka_broker import EmbeddedKafka
-
-            servers = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+    with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=4, connectors=args.native)
         rows = measure_partitions(
             spark=spark,
