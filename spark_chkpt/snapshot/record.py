@@ -60,6 +60,11 @@ class SnapshotRecord:
     # rewind to N rolls that table back to this version (None in older records).
     dead_letter_target: str | None = None
     dead_letter_version: int | None = None
+    # chkpt-kafka: per topic, how far this commit had read its control topic when it
+    # passed the fence: {"control_topic", "offset", "id" (the control topic's Kafka id),
+    # "generation"}. A restarted coordinator reads the control topic from there
+    # (spark_chkpt.kafka.sink.control_read); empty in older records: it reads it all.
+    control_read: dict[str, dict[str, Any]] = field(default_factory=dict)
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def to_json(self) -> str:

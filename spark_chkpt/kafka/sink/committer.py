@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
@@ -32,6 +32,7 @@ from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
 from spark_chkpt.kafka.sink.committable import ProducedOutput
+from spark_chkpt.kafka.sink.control_read import ReadPoint, doubt, read_point, recorded_point
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.transaction_steps import (
     TransactionSteps,
@@ -74,6 +75,7 @@ class KafkaBatch(Batch):
     transactions: Any = None  # the TransactionClient of this commit (transactions only)
     indexes: dict[str, ControlTopic] = field(default_factory=dict)  # read in this commit
     checked_at: float = 0.0  # when step 3 found the batch not committed (time.monotonic)
+    read: dict[str, ReadPoint] = field(default_factory=dict)  # topic -> where the fence read to
 
 
 class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
@@ -122,7 +124,9 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             index.refresh()
             return index
         control = self.config.control_topic or control_topic_for(topic)
-        key = (self.config.bootstrap_servers, control, topic)
+        # Per app id: a reader built from this app's recorded point holds none of the
+        # entries other apps wrote before it (control_read).
+        key = (self.config.bootstrap_servers, control, topic, self.app_id)
         # First: the reader's metadata below is then fetched after the topic exists.
         ensure_control_topic(
             bootstrap_servers=self.config.bootstrap_servers,
@@ -130,14 +134,32 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             settings=self.config.producer_settings,
         )
 
-        def build() -> ControlTopic:
+        seeked: list[ReadPoint] = []
+
+        def build(*, from_start: bool = False) -> ControlTopic:
+            # A new process (a restarted driver): read from the point the last snapshot
+            # record before this batch holds, not from offset 0 (control_read).
+            point = None
+            if not from_start:
+                point = recorded_point(
+                    self.store,
+                    app_id=self.app_id,
+                    sink=self.sink,
+                    topic=topic,
+                    control_topic=control,
+                    before=batch.batch_id if batch is not None else None,
+                )
             index = ControlTopic(
                 bootstrap_servers=self.config.bootstrap_servers,
                 control_topic=control,
                 data_topic=topic,
                 client_settings=connection_settings(self.config.producer_settings),
+                start_at=point.offset if point is not None else 0,
+                start_id=point.id if point is not None else None,
             )
             index.topic_id = index.current_topic_id()
+            if point is not None:
+                seeked.append(point)
             return index
 
         # A data topic deleted and created again: entries of the old one don't count.
@@ -147,6 +169,17 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         # Either call above fetched the metadata just now (current_topic_id): the read
         # takes from it whether the control topic exists instead of asking again.
         index.refresh(metadata_fresh=True)
+        why = doubt(index, point=seeked[0], app_id=self.app_id) if seeked else None
+        if why is not None:
+            log.warning(
+                "chkpt-kafka: control topic %s read from offset %d: %s; reading it from its start",
+                control,
+                seeked[0].offset,
+                why,
+            )
+            _INDEXES.retire(key)
+            index = _INDEXES.get(key, build=lambda: build(from_start=True))
+            index.refresh(metadata_fresh=True)
         if batch is not None:
             batch.indexes[topic] = index
         return index
@@ -165,12 +198,16 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
 
     def sink_generation(self, batch: KafkaBatch) -> int | None:
         """The newest generation of this app id the control topics' entries carry."""
-        found = [
-            e.generation
-            for topic in batch.topics
-            for e in self._index(topic, batch).entries
-            if e.app_id == self.app_id
-        ]
+        found = []
+        for topic in batch.topics:
+            index = self._index(topic, batch)
+            found += [e.generation for e in index.entries if e.app_id == self.app_id]
+            if isinstance(index, ControlTopic):
+                # Every entry of this app before here passed this fence: a restart
+                # reads on from here (recorded in the snapshot record, control_read).
+                point = read_point(index, generation=batch.epoch.generation)
+                if point is not None:
+                    batch.read[topic] = point
         return max(found, default=None)
 
     def prepare(self, batch: KafkaBatch, plan: BatchPlan) -> None:
@@ -378,7 +415,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         rows = sum(n for entry in completed.values() for n in entry.counts.values())
         if self.target_name is None and completed:  # topics named by the rows
             self.target_name = ",".join(sorted(completed))
-        return self.record(
+        record = self.record(
             batch_id=batch.batch_id,
             sources=sources,
             outcome=CommitOutcome.COMMITTED if rows else CommitOutcome.EMPTY,
@@ -386,6 +423,10 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             rows=rows,
             attempts=[a for entry in completed.values() for a in entry.attempts],
         )
+        if batch.read:
+            read = {topic: point.as_dict() for topic, point in batch.read.items()}
+            record = replace(record, control_read=read)
+        return record
 
     def _check_identity(
         self, entry: IndexEntry, *, sources: tuple[Any, ...], control_topic: str
