@@ -23,6 +23,7 @@ from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 log = logging.getLogger(__name__)
 
 _PROBE_SECONDS = 2.0
+_PROBE_POLL_MS = 5  # one poll of the log-end probe (see _high_watermarks)
 
 
 _KAFKA_TP: list[Any] = []  # kafka-python's TopicPartition, imported on first use
@@ -257,8 +258,10 @@ class OffsetReader:
         deadline = Deadline.after(seconds=_PROBE_SECONDS)
         try:
             while pending and not deadline.expired():
+                # Short polls: kafka-python's poll() waits out its whole timeout unless
+                # records come, and an answer at the log end holds none.
                 consumer.poll(
-                    timeout_ms=max(1, int(deadline.remaining() * 1000)),
+                    timeout_ms=max(1, min(_PROBE_POLL_MS, int(deadline.remaining() * 1000))),
                     max_records=len(pending),
                 )
                 for tp, ktp in list(pending.items()):
