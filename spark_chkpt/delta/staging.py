@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from spark_chkpt.delta.column_mapping import ColumnMapping
+from spark_chkpt.delta.identity import IdentityUse
 from spark_chkpt.fs import Location
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class StagedOutput:
     # the column mapping the files were written with (None: none): the commit checks it,
     # and adds the columns it planned, rather than a mapping planned again on its side
     mapping: ColumnMapping | None = None
+    # the identity values the task generated (spark_chkpt.delta.identity): the commit
+    # moves each column's high-water mark to them
+    identity: tuple[IdentityUse, ...] = ()
 
     @property
     def rows(self) -> int:
