@@ -174,3 +174,26 @@ def test_the_commit_moves_the_mark_and_refuses_one_another_writer_moved(tmp_path
         _commit(target, [IdentityUse("id", 1, planned, planned + 3)], version=2)
     assert target.latest().version() == 2  # nothing committed
     assert target.latest().transaction_version("app") == 1
+
+
+def test_the_sink_plans_a_batch_with_the_mark_and_refuses_a_given_always_column(
+    tmp_path: Path,
+) -> None:
+    from spark_chkpt.delta.sink.assembler import DeltaSink
+    from spark_chkpt.delta.sink.options import DeltaSinkConfig
+
+    uri = _identity_table(tmp_path / "t", mark=41)
+    (tmp_path / "chk").mkdir()
+    (tmp_path / "chk" / "metadata").write_text('{"id":"a1b2c3d4-0000-0000-0000-000000000000"}')
+    config = DeltaSinkConfig.from_options(
+        {"path": uri, "checkpointLocation": str(tmp_path / "chk")}
+    )
+    query = pa.schema([("v", pa.int64())])
+    sink = DeltaSink.of(config=config, schema=query).checked()
+    assert sink.arrow_schema.names == ["v", "id"]  # the staged files hold the column
+    assert sink.identity is not None and sink.identity.columns[0].high_water_mark == 41
+    staged = sink.writer().identity.generator(task=0).apply(batch(2))  # type: ignore[union-attr]
+    assert staged.column("id").to_pylist() == [42, 43]
+    given = pa.schema([("id", pa.int64()), ("v", pa.int64())])
+    with pytest.raises(IdentityColumnError, match="GENERATED ALWAYS AS IDENTITY column id"):
+        DeltaSink.of(config=config, schema=given).checked()
