@@ -1,26 +1,20 @@
 """Identity columns (``GENERATED ALWAYS|BY DEFAULT AS IDENTITY``) on ``chkpt-delta``
 appends, with delta-spark's semantics (Delta PROTOCOL.md, "Identity Columns").
 
-A column whose metadata holds ``delta.identity.start`` and ``delta.identity.step`` is
-one. On the driver, when a batch is planned (:func:`identity_columns`), each column's
-``delta.identity.highWaterMark`` is read; a GENERATED ALWAYS column
-(``delta.identity.allowExplicitInsert`` false) the query gives is refused naming it, as
-delta-spark refuses it. On the executors (:class:`IdentityGenerator`, one per write
-task) the rows that lack a value (the column absent, or NULL in a BY DEFAULT column) get
-one; values a BY DEFAULT column is given are kept and do not move the high-water mark.
+On the driver, when a batch is planned (:func:`identity_columns`), each column's
+``delta.identity.highWaterMark`` is read, and a GENERATED ALWAYS column the query gives
+is refused naming it. On the executors (:class:`IdentityGenerator`, one per write task)
+rows lacking a value (the column absent, or NULL in a BY DEFAULT column) get one; given
+values are kept and do not move the mark. Task ``t``'s ``k``-th value is
+``base + step * (t * TASK_RANGE + k)``, ``base`` the first above the mark (``start``
+without one): unique across tasks, the same on a task's retry. (delta-spark interleaves
+by ``numPartitions``, which a Python write task is not told.)
 
-The values of task ``t`` are ``base + step * (t * TASK_RANGE + k)`` for its ``k``-th
-generated row, ``base`` the first value above the high-water mark (``start`` when there
-is none): unique across the batch's tasks, and the same on a retry of the task (Spark's
-partitions are deterministic). delta-spark interleaves partitions by their number
-(``numPartitions``), which a Python write task is not told; disjoint ranges need it not.
-
-The commit (:func:`identity_metadata`, written by :mod:`spark_chkpt.delta.log_commit`'s
-own commit) carries a ``metaData`` action whose schema holds each column's new
-high-water mark (the largest value generated, the smallest for a negative step), in the
-same commit as the adds and ``txn(appId, N)``, and only if the table's high-water marks
-are still those the tasks generated above: else :class:`IdentityConflictError` (nothing
-is committed; Spark's retry of the batch plans and stages it again).
+The commit (:func:`identity_metadata`, in :mod:`spark_chkpt.delta.log_commit`'s own
+commit) carries a ``metaData`` action whose schema holds each column's new mark (the
+largest value generated, the smallest for a negative step) with the adds and
+``txn(appId, N)``, only if the table's marks are still those the values were generated
+above: else :class:`IdentityConflictError`, nothing committed.
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from spark_chkpt.delta.column_mapping import ColumnMapping
-from spark_chkpt.delta.identity import IdentityUse
 from spark_chkpt.fs import Location
 
 if TYPE_CHECKING:
@@ -84,9 +83,7 @@ class StagedOutput:
     # the column mapping the files were written with (None: none): the commit checks it,
     # and adds the columns it planned, rather than a mapping planned again on its side
     mapping: ColumnMapping | None = None
-    # the identity values the task generated (spark_chkpt.delta.identity): the commit
-    # moves each column's high-water mark to them
-    identity: tuple[IdentityUse, ...] = ()
+    identity: tuple[Any, ...] = ()  # IdentityUse each (delta.identity): the marks it moves
 
     @property
     def rows(self) -> int:
