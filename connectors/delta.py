@@ -68,6 +68,7 @@ class DeltaStreamWriter(SinkStreamWriter[DeltaSink]):
             task=staged.task,
             files=staged.files,
             mapping=staged.mapping,
+            identity=staged.identity,
         )
         message.dead_letter_files = letters
         message.dead_letter_mapping = self.sink.dead_letter_mapping

@@ -354,3 +354,17 @@ class TransactionsAbortedError(ChkptError):
     """Every Kafka transaction a batch's intent entry recorded was aborted by the broker
     (``transaction.timeout.ms``) before the ``chkpt-kafka`` sink committed any: nothing of
     the batch is visible. The intent is marked void and the batch is run again."""
+
+
+class IdentityColumnError(ChkptError):
+    """A batch cannot be written to a Delta table's identity column: it gives values of
+    a GENERATED ALWAYS AS IDENTITY column (refused before anything is staged, as
+    delta-spark refuses it), or its values would overflow BIGINT. The message names the
+    column and the table."""
+
+
+class IdentityConflictError(ChkptError):
+    """Another writer moved an identity column's high-water mark (or dropped the column)
+    between a batch's planning and its commit: the values the tasks generated could
+    overlap the other writer's, so nothing is committed; Spark's retry of the batch plans
+    and stages it again above the new mark (:mod:`spark_chkpt.delta.identity`)."""

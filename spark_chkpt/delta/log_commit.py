@@ -39,6 +39,7 @@ from spark_chkpt.version import __version__
 OWN_COMMIT_FEATURES = frozenset(
     {
         "domainMetadata",
+        "identityColumns",
         "rowTracking",
         "inCommitTimestamp",
         "clustering",
@@ -118,9 +119,12 @@ def build_append(
     metadata: Mapping[str, Any],
     partition_by: Sequence[str],
     now_ms: int,
+    meta: Mapping[str, Any] | None = None,
 ) -> str:
     """The JSON commit of version ``state.version + 1`` appending ``files``, with
-    ``txns`` (app id to version) and ``metadata`` in its commitInfo (pure)."""
+    ``txns`` (app id to version) and ``metadata`` in its commitInfo (pure); ``meta``: a
+    ``metaData`` action to write with them (identity high-water marks,
+    :func:`spark_chkpt.delta.identity.identity_metadata`)."""
     version = state.version + 1
     info: dict[str, Any] = {"timestamp": now_ms}
     if state.in_commit_timestamps:
@@ -138,6 +142,8 @@ def build_append(
     if state.row_tracking:
         info["tags"] = {"delta.rowTracking.preserved": "true"}
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    if meta is not None:
+        actions.append(dict(meta))
     next_id = state.high_water_mark() + 1
     adds = []
     for f in files:
@@ -305,12 +311,14 @@ def commit_append(
     put: Callable[[Location, str], bool],
     check: Callable[[TableProtocol], None],
     clock: Callable[[], float] = time.time,
+    meta: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Append ``files`` with ``txns`` and ``metadata`` on top of ``state``: the version
     committed, or None when a commit that won the race already holds
     ``txn(app_id) >= txns[app_id]`` (nothing written). ``put(location, text)`` creates
     the file if absent (False: it exists). After :data:`MAX_RACES` lost races, a
-    :class:`CommitConflictError`."""
+    :class:`CommitConflictError`. ``meta``: a ``metaData`` action written with the
+    adds (a race lost to another writer's metaData is a :class:`CommitConflictError`)."""
     log_dir = location.child("_delta_log")
     txn_version = txns.get(app_id, -1)
     for _ in range(MAX_RACES):
@@ -322,6 +330,7 @@ def commit_append(
             metadata=metadata,
             partition_by=partition_by,
             now_ms=int(clock() * 1000),
+            meta=meta,
         )
         if put(log_dir.child(f"{version:020d}.json"), text):
             return version

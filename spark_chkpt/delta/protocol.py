@@ -165,11 +165,14 @@ FEATURES: dict[str, Feature] = {
         ),
         Feature(
             "identityColumns",
-            False,
-            "delta-rs 1.x commits to no table whose protocol has identity columns (used "
-            "or not), and this version does not assign identity values or advance their "
-            "high-water mark",
-            way_forward=f"{_DELTA_SPARK}, or use a table without an identity column",
+            True,
+            "appends are committed by spark-chkpt itself: the write tasks generate the "
+            "values a GENERATED ALWAYS column (which the query must not give) or a BY "
+            "DEFAULT column (NULL or absent) lacks, unique across tasks and the same on a "
+            "task's retry, above the high-water mark read at planning; the commit moves "
+            "delta.identity.highWaterMark in its metaData action, and fails if another "
+            "writer moved it meanwhile",
+            **_APPENDS,
         ),
         Feature(
             "deletionVectors",

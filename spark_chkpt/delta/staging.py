@@ -83,6 +83,7 @@ class StagedOutput:
     # the column mapping the files were written with (None: none): the commit checks it,
     # and adds the columns it planned, rather than a mapping planned again on its side
     mapping: ColumnMapping | None = None
+    identity: tuple[Any, ...] = ()  # IdentityUse each (delta.identity): the marks it moves
 
     @property
     def rows(self) -> int:

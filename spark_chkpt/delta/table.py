@@ -28,6 +28,7 @@ from spark_chkpt.delta.constraints import (
     generated_columns,
     table_rules,
 )
+from spark_chkpt.delta.identity import IdentityUse, identity_metadata
 from spark_chkpt.delta.log_commit import (
     check_own_commit_store,
     commit_append,
@@ -410,12 +411,15 @@ class DeltaTarget:
         metadata: Mapping[str, Any],
         overwrite: bool = False,
         configuration: Mapping[str, str] | None = None,
+        identity: Sequence[IdentityUse] = (),
     ) -> None:
         """One atomic Delta commit: the add actions, ``txn(app_id, version)`` and
         ``metadata`` in commitInfo. Creates the table when ``table`` is None. With
         ``overwrite`` the commit also removes every file of the table's current version
         (delta-rs writes the remove actions: the table is replaced, not appended to).
-        ``configuration``: the table properties of a table this commit creates."""
+        ``configuration``: the table properties of a table this commit creates.
+        ``identity``: the identity values the tasks generated, whose high-water marks
+        the commit moves (:mod:`spark_chkpt.delta.identity`)."""
         from deltalake import Schema
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
@@ -444,7 +448,16 @@ class DeltaTarget:
                 post_commithook_properties=no_hooks(),
             )
         elif not overwrite and needs_own_commit(found := read_protocol(table, uri=self.uri)):
-            self._own_append(table, found, files, props, app_id=app_id, partition_by=partition_by)
+            meta = identity_metadata(
+                uri=self.uri,
+                metadata=metadata_action(table),
+                schema_json=table.schema().to_json(),
+                uses=identity,
+                batch_id=version,
+            )
+            self._own_append(
+                table, found, files, props, app_id=app_id, partition_by=partition_by, meta=meta
+            )
         else:
             table.create_write_transaction(
                 actions,
@@ -465,6 +478,7 @@ class DeltaTarget:
         *,
         app_id: str,
         partition_by: Sequence[str],
+        meta: Mapping[str, Any] | None = None,
     ) -> int | None:
         """An append to a table whose features delta-rs refuses, committed by
         :mod:`spark_chkpt.delta.log_commit` with the txns and metadata of ``props``
@@ -495,6 +509,7 @@ class DeltaTarget:
                 at, text, uri=self.uri, storage_options=self.storage_options
             ),
             check=check,
+            meta=meta,
         )
         log.debug("Delta table %s: own append commit at version %s", self.uri, version)
         return version
@@ -694,6 +709,21 @@ def commit_properties(
             Transaction(app_id=generation_app_id(app_id), version=generation, last_updated=now)
         )
     return CommitProperties(custom_metadata=dict(metadata), app_transactions=txns)
+
+
+def metadata_action(table: Any) -> dict[str, Any]:
+    """The fields of the ``metaData`` action of a delta-rs ``DeltaTable`` at its loaded
+    version, but its ``schemaString``."""
+    m = table.metadata()
+    return {
+        "id": m.id,
+        "name": m.name,
+        "description": m.description,
+        "format": {"provider": "parquet", "options": {}},
+        "partitionColumns": list(m.partition_columns),
+        "configuration": {k: v for k, v in (m.configuration or {}).items() if v is not None},
+        "createdTime": m.created_time,
+    }
 
 
 def is_conflict(error: Exception) -> bool:

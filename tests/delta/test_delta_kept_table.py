@@ -105,11 +105,11 @@ def test_a_feature_turned_on_between_batches_is_refused_at_the_next_commit(
     q.commit(0, q.stage(0, [1, 2]))  # creates the table; this process keeps it
     q.commit(1, q.stage(1, [3]))
     version = DeltaTable(str(q.table)).version()
-    # identity columns: still refused (row tracking is committed: test_log_commit.py)
-    _turn_on(q.table, version + 1, features=["identityColumns"])
+    # column defaults: still refused (row tracking is committed: test_log_commit.py)
+    _turn_on(q.table, version + 1, features=["allowColumnDefaults"])
     with pytest.raises(TableFeatureError) as raised:
         q.commit(2, q.stage(2, [4]))
-    assert raised.value.feature == "identityColumns"
+    assert raised.value.feature == "allowColumnDefaults"
     assert DeltaTable(str(q.table)).version() == version + 1  # nothing committed
 
 

@@ -161,8 +161,12 @@ def test_a_won_commit_moves_the_row_ids_and_timestamp_on_or_ends_the_attempt() -
     def check(found: TableProtocol) -> None:
         check_table(found, writer="chkpt-delta", operation="append")
 
-    protocol = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["identityColumns"]}
-    with pytest.raises(TableFeatureError, match="'identityColumns'"):
+    protocol = {
+        "minReaderVersion": 1,
+        "minWriterVersion": 7,
+        "writerFeatures": ["allowColumnDefaults"],
+    }
+    with pytest.raises(TableFeatureError, match="'allowColumnDefaults'"):
         _advance(_theirs({"protocol": protocol}), check)
 
 

@@ -96,9 +96,11 @@ def test_each_refusal_names_feature_table_and_way_forward_and_is_on_the_errors_p
 
 
 def test_legacy_writer_versions_imply_their_features() -> None:
-    # writer version 6 implies identity columns, which delta-rs 1.x cannot commit to
+    # writer version 6 implies identity columns: appended to by spark-chkpt's own commit,
+    # refused for what delta-rs 1.x would commit (it cannot commit to such tables)
+    check_table(protocol(writer=6), writer="chkpt-delta", operation="append")
     with pytest.raises(TableFeatureError, match="'identityColumns'"):
-        check_table(protocol(writer=6), writer="chkpt-delta", operation="append")
+        check_table(protocol(writer=6), writer="chkpt-delta", operation="overwrite")
     # version 5 implies column mapping, which both writers implement (staged files
     # with physical names and field ids), with a mode set or not
     check_table(protocol(writer=5), writer="chkpt-delta", operation="append")
@@ -199,13 +201,13 @@ def test_a_feature_turned_on_while_a_batch_is_staged_fails_at_commit_naming_it(
     q = Query(tmp_path)
     write_deltalake(str(q.table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
     staged = q.stage(0, [1, 2])
-    # someone else turns identity columns on between the start and the commit (row
+    # someone else turns column defaults on between the start and the commit (row
     # tracking turned on meanwhile is committed: tests/delta/test_log_commit.py)
-    _turn_on(q.table, 1, features=["identityColumns"])
+    _turn_on(q.table, 1, features=["allowColumnDefaults"])
     caplog.set_level(logging.WARNING)
     with pytest.raises(TableFeatureError) as raised:
         q.commit(0, staged)
-    assert raised.value.feature == "identityColumns"
+    assert raised.value.feature == "allowColumnDefaults"
     assert str(q.table) in str(raised.value)
     assert "commit conflict" not in caplog.text
     assert DeltaTable(str(q.table)).version() == 1  # nothing committed

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.identity import IdentityColumns, identity_columns
+from spark_chkpt.delta.protocol import read_protocol
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.sink.dead_letter_rows import pa_schema_of
 from spark_chkpt.delta.sink.dead_letters import check_dead_letters
@@ -52,6 +54,7 @@ class DeltaSink:
     generated: GeneratedColumns | None = None
     mapping: ColumnMapping | None = None
     dead_letter_mapping: ColumnMapping | None = None
+    identity: IdentityColumns | None = None  # with the high-water marks at planning
 
     @classmethod
     def assemble(
@@ -85,11 +88,20 @@ class DeltaSink:
             table, writer="chkpt-delta", operation="overwrite" if self.complete else "append"
         )
         rules, generated = target.row_rules(table, writer="chkpt-delta")
+        # identity columns and their high-water marks as this batch is planned (a
+        # GENERATED ALWAYS column the query gives is refused here)
+        identity = identity_columns(
+            uri=config.path,
+            columns=read_protocol(table, uri=config.path).columns,
+            names=self.arrow_schema.names,
+            writer="chkpt-delta",
+        )
         return replace(
             self,
-            arrow_schema=generated.schema(self.arrow_schema),
+            arrow_schema=identity.schema(generated.schema(self.arrow_schema)),
             rules=rules,
             generated=generated,
+            identity=identity or None,
         )
 
     def mapped(self) -> DeltaSink:
@@ -138,6 +150,7 @@ class DeltaSink:
             generated=self.generated,
             mapping=self.mapping,
             dead_letter_mapping=self.dead_letter_mapping,
+            identity=self.identity,
         )
 
     def committer(self) -> DeltaCoordinator:

@@ -237,6 +237,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
                 metadata=self.commit_metadata(record, batch.batch_id),
                 overwrite=self.complete,
                 configuration=self.config.table_properties,
+                identity=[u for o in batch.outputs for u in getattr(o, "identity", ())],
             )
         return record
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.identity import IdentityColumns
 from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 class DeltaWriter:
     """One write task's staging: the sink's options, the table's columns
     (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without), the
-    table's row rules (``rules``) and generated columns (``generated``), applied to each
-    batch before it is staged, and the column mapping of each table (None: none)."""
+    table's row rules (``rules``), generated columns (``generated``) and identity
+    columns (``identity``), applied to each batch before it is staged, and the column
+    mapping of each table (None: none)."""
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class DeltaWriter:
         generated: GeneratedColumns | None = None,
         mapping: ColumnMapping | None = None,
         dead_letter_mapping: ColumnMapping | None = None,
+        identity: IdentityColumns | None = None,
     ) -> None:
         self.config = config
         self.app_id = app_id
@@ -51,6 +54,7 @@ class DeltaWriter:
         self.generated = generated
         self.mapping = mapping
         self.dead_letter_mapping = dead_letter_mapping
+        self.identity = identity
 
     def write(
         self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int
@@ -69,11 +73,15 @@ class DeltaWriter:
             if self.config.dead_letter_path and self.dead_letter_schema is not None
             else None
         )
+        # a task's values: from its partition index and its rows' order, the same on a retry
+        ids = self.identity.generator(task=task) if self.identity else None
         try:
             for batch in batches:
                 if dead is not None:
                     batch = split_dead_letters(batch, dead)
                 # the table's rules, before a row of the batch is staged
+                if ids is not None:
+                    batch = ids.apply(batch)
                 if self.generated:
                     batch = self.generated.apply(batch)
                 if self.rules:
@@ -83,6 +91,8 @@ class DeltaWriter:
                 # task with rows runs (a stateful stage's state stores half written)
                 failpoint(FaultPoint.IN_WRITE, stager.output.batch_id, can_fail=task == 0)
             staged = stager.finish()
+            if ids is not None:
+                staged.identity = ids.uses()
             dead_staged = dead.finish() if dead is not None else None
         except BaseException:
             stager.discard()
