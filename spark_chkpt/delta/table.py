@@ -34,6 +34,7 @@ from spark_chkpt.delta.log_commit import (
     load_state,
     needs_own_commit,
 )
+from spark_chkpt.delta.log_restore import commit_restore
 from spark_chkpt.delta.log_upkeep import last_checkpoint, no_hooks, upkeep
 from spark_chkpt.delta.protocol import Operation, TableProtocol, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
@@ -543,12 +544,36 @@ class DeltaTarget:
         )
         upkeep(self)
 
-    @staticmethod
-    def restore_to(table: Any, version: int, *, props: Any) -> None:
+    def restore_to(self, table: Any, version: int, *, props: Any) -> None:
         """delta-rs ``restore``: the table's files of ``version`` back in one commit
         carrying ``props`` (:func:`commit_properties`); the next commit's
-        :func:`~spark_chkpt.delta.log_upkeep.upkeep` checkpoints a version it made due."""
-        table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
+        :func:`~spark_chkpt.delta.log_upkeep.upkeep` checkpoints a version it made due.
+        A table whose features delta-rs refuses is restored by the project's own commit
+        (:mod:`spark_chkpt.delta.log_restore`)."""
+        found = read_protocol(table, uri=self.uri)
+        if not needs_own_commit(found):
+            table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
+            return
+        check_own_commit_store(found, writer="savepoint rewind")
+        features = frozenset(found.required())
+        now, at = (
+            load_state(
+                self.location, version=v, features=features, configuration=found.configuration
+            )
+            for v in (int(table.version()), version)
+        )
+        committed = commit_restore(
+            location=self.location,
+            uri=self.uri,
+            now=now,
+            at=at,
+            txns={t.app_id: int(t.version) for t in props.app_transactions},
+            metadata=props.custom_metadata,
+            put=lambda where, text: put_if_absent(
+                where, text, uri=self.uri, storage_options=self.storage_options
+            ),
+        )
+        log.debug("Delta table %s: own restore commit at version %s", self.uri, committed)
 
     def commit_at(self, version: int) -> TxnCommit | None:
         """The commit of Delta ``version`` (its commitInfo and txn versions by app id), or
