@@ -1,31 +1,16 @@
 """The project's own Delta RESTORE commit, for tables delta-rs refuses to restore.
 
-delta-rs 1.x ``restore`` commits to no table whose protocol lists rowTracking,
-domainMetadata (so liquid clustering), inCommitTimestamp or typeWidening
-(:func:`~spark_chkpt.delta.log_commit.needs_own_commit`): its error is an unnamed
-"Unsupported table features". A savepoint rewind of such a table (and of its
-dead-letter table) is written here, with the actions delta-spark's ``RESTORE``
-(RestoreTableCommand) writes, as ``_delta_log/<version:020>.json``:
-
-- ``commitInfo`` first (``operation`` RESTORE, ``inCommitTimestamp`` when in-commit
-  timestamps are on, greater than the previous commit's), with the caller's metadata
-  (the rewind's ``chkpt.rewind`` key, the snapshot record) at its top level as
-  delta-rs puts it;
-- ``remove`` (``dataChange`` true) of every file live now but not at the target version
-  and ``add`` (``dataChange`` true) of every file live at the target but not now, a file
-  being its path and deletion vector (a file whose deletion vector changed is removed
-  and added back with the old one); the adds keep their ``baseRowId``,
-  ``defaultRowCommitVersion``, ``deletionVector``, stats and tags, so the rows keep
-  their row ids;
-- the domains as they were at the target version, except the row-tracking domain: its
-  high-water mark is never lowered (row ids assigned after the target version stay
-  unused), the target's metadata if it changed since, and the ``txn`` actions.
-
-The file is created only if absent (``put``:
-:func:`~spark_chkpt.delta.commit_safety.put_if_absent`); a lost race is a
-:class:`~spark_chkpt.errors.CommitConflictError` naming the table and the version
-another writer committed (the restore is computed from the files live at one version,
-so it is not retried on top of another: the rewind is run again).
+delta-rs 1.x ``restore`` commits to no table that needs the project's own commit
+(:func:`~spark_chkpt.delta.log_commit.needs_own_commit`: row tracking, in-commit
+timestamps, domain metadata, type widening). A savepoint rewind of such a table is
+written here with the actions delta-spark's ``RESTORE`` writes: ``commitInfo`` first
+(RESTORE, the in-commit timestamp, the caller's metadata at its top level), ``remove``
+of each file (path and deletion vector) live now but not at the target version, ``add``
+(``dataChange`` true) of each live at the target but not now with its ``baseRowId``,
+``defaultRowCommitVersion`` and deletion vector, the target's domains but the row-id
+high-water mark (never lowered), the target's metadata if it changed, the ``txn`` actions.
+The file is created only if absent; a lost race is a
+:class:`~spark_chkpt.errors.CommitConflictError` naming the version another writer took.
 More: docs/concepts/delta-features.md.
 """
 
