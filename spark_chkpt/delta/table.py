@@ -112,7 +112,42 @@ class DeltaTarget:
 
         if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options or None):
             return None
-        return DeltaTable(self.uri, storage_options=self.storage_options or None)
+        try:
+            return DeltaTable(self.uri, storage_options=self.storage_options or None)
+        except Exception:
+            self.refuse_unloadable()
+            raise
+
+    def refuse_unloadable(self) -> None:
+        """For a table delta-rs cannot load: :class:`~spark_chkpt.errors.TableFeatureError`
+        naming the feature if its newest protocol action (read from the JSON commits)
+        requires one spark-chkpt refuses or does not know (a catalog-managed table's
+        ``catalogManaged``); else nothing (delta-rs's own error stands)."""
+        log_dir = self.location.child("_delta_log")
+        try:
+            names = [i.base_name for i in log_dir.list()]
+        except Exception:
+            return
+        versions = sorted(
+            (int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()),
+            reverse=True,
+        )
+        for version in versions:
+            for line in log_dir.child(f"{version:020d}.json").read_text().splitlines():
+                if '"protocol"' not in line:
+                    continue
+                p = json.loads(line).get("protocol")
+                if not isinstance(p, dict):
+                    continue
+                found = TableProtocol(
+                    uri=self.uri,
+                    min_reader_version=int(p.get("minReaderVersion", 1)),
+                    min_writer_version=int(p.get("minWriterVersion", 2)),
+                    reader_features=frozenset(p.get("readerFeatures") or ()),
+                    writer_features=frozenset(p.get("writerFeatures") or ()),
+                )
+                check_table(found, writer="spark-chkpt", operation="append")
+                return
 
     def latest(self) -> Any | None:
         """The ``DeltaTable`` at its latest version, or None if there is no table yet,
@@ -200,6 +235,9 @@ class DeltaTarget:
             # delta-rs adds its Rust error's debug form on a second line
             # ("Error: Os { code: 2, ... }"): one line is enough.
             raise NotADeltaTableError((str(e).strip().splitlines() or [repr(e)])[0]) from e
+        except Exception:
+            self.refuse_unloadable()
+            raise
 
     def check_features(self, table: Any, *, writer: str, operation: Operation) -> None:
         """Raise :class:`~spark_chkpt.errors.TableFeatureError` unless ``writer`` can

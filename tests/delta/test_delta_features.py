@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -454,6 +455,7 @@ def test_a_savepoint_rewind_of_a_databricks_default_table_keeps_row_ids_and_resu
 ) -> None:
     """Issue 47: a rewind of a table delta-rs cannot restore (row tracking, in-commit
     timestamps, deletion vectors, column mapping) is the project's own RESTORE commit."""
+    from spark_chkpt.delta.table import DeltaTarget
     from spark_chkpt.savepoint.manifest import create_savepoint
     from spark_chkpt.savepoint.restore import restore_savepoint
 
@@ -462,8 +464,9 @@ def test_a_savepoint_rewind_of_a_databricks_default_table_keeps_row_ids_and_resu
     create(spark, table, ddl, tail)
     folder.mkdir()
     batches = [[{"id": 10 * b + i, "v": f"b{b}"} for i in range(5)] for b in range(3)]
-    for b, rows in enumerate(batches):
+    for b, rows in enumerate(batches):  # one file a batch, in this order (by mtime)
         (folder / f"{b}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(folder / f"{b}.json", (1_700_000_000 + b, 1_700_000_000 + b))
 
     def stream() -> DataFrame:
         return spark.readStream.schema(INPUT_DDL).option("maxFilesPerTrigger", 1).json(str(folder))
@@ -471,10 +474,14 @@ def test_a_savepoint_rewind_of_a_databricks_default_table_keeps_row_ids_and_resu
     assert run(stream(), table, chk) is None
     assert (chk / "commits" / "2").exists()  # three snapshots
     snap1 = sorted((r["id"], r["v"]) for r in batches[0] + batches[1])
+    target = DeltaTarget(uri=str(table))
+    app_id = json.loads((chk / "metadata").read_text())["id"]
+    commit = target.find_txn_commit(target.require(), app_id=app_id, txn_version=1)
+    assert commit is not None
     ids_at_1 = {
         (r.id, r.row_id)
         for r in spark.read.format("delta")
-        .option("versionAsOf", 2)  # version 0: CREATE; 1, 2: batches 0 and 1
+        .option("versionAsOf", commit.version)
         .load(str(table))
         .select("id", "_metadata.row_id")
         .collect()
