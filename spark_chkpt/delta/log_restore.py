@@ -188,7 +188,7 @@ def build_restore(
         info = {"timestamp": ict, "inCommitTimestamp": ict}
     info |= {
         "operation": "RESTORE",
-        "operationParameters": {"version": target.version, "timestamp": None},
+        "operationParameters": {"version": target.version},
         "readVersion": now.version,
         "isolationLevel": "Serializable",
         "isBlindAppend": False,
