@@ -35,6 +35,7 @@ from spark_chkpt.delta.log_commit import (
     load_state,
     needs_own_commit,
 )
+from spark_chkpt.delta.log_restore import commit_restore
 from spark_chkpt.delta.log_upkeep import last_checkpoint, no_hooks, upkeep
 from spark_chkpt.delta.protocol import Operation, TableProtocol, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
@@ -112,7 +113,42 @@ class DeltaTarget:
 
         if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options or None):
             return None
-        return DeltaTable(self.uri, storage_options=self.storage_options or None)
+        try:
+            return DeltaTable(self.uri, storage_options=self.storage_options or None)
+        except Exception:
+            self.refuse_unloadable()
+            raise
+
+    def refuse_unloadable(self) -> None:
+        """For a table delta-rs cannot load: :class:`~spark_chkpt.errors.TableFeatureError`
+        naming the feature if its newest protocol action (read from the JSON commits)
+        requires one spark-chkpt refuses or does not know (a catalog-managed table's
+        ``catalogManaged``); else nothing (delta-rs's own error stands)."""
+        log_dir = self.location.child("_delta_log")
+        try:
+            names = [i.base_name for i in log_dir.list()]
+        except Exception:
+            return
+        versions = sorted(
+            (int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()),
+            reverse=True,
+        )
+        for version in versions:
+            for line in log_dir.child(f"{version:020d}.json").read_text().splitlines():
+                if '"protocol"' not in line:
+                    continue
+                p = json.loads(line).get("protocol")
+                if not isinstance(p, dict):
+                    continue
+                found = TableProtocol(
+                    uri=self.uri,
+                    min_reader_version=int(p.get("minReaderVersion", 1)),
+                    min_writer_version=int(p.get("minWriterVersion", 2)),
+                    reader_features=frozenset(p.get("readerFeatures") or ()),
+                    writer_features=frozenset(p.get("writerFeatures") or ()),
+                )
+                check_table(found, writer="spark-chkpt", operation="append")
+                return
 
     def latest(self) -> Any | None:
         """The ``DeltaTable`` at its latest version, or None if there is no table yet,
@@ -200,6 +236,9 @@ class DeltaTarget:
             # delta-rs adds its Rust error's debug form on a second line
             # ("Error: Os { code: 2, ... }"): one line is enough.
             raise NotADeltaTableError((str(e).strip().splitlines() or [repr(e)])[0]) from e
+        except Exception:
+            self.refuse_unloadable()
+            raise
 
     def check_features(self, table: Any, *, writer: str, operation: Operation) -> None:
         """Raise :class:`~spark_chkpt.errors.TableFeatureError` unless ``writer`` can
@@ -558,12 +597,36 @@ class DeltaTarget:
         )
         upkeep(self)
 
-    @staticmethod
-    def restore_to(table: Any, version: int, *, props: Any) -> None:
+    def restore_to(self, table: Any, version: int, *, props: Any) -> None:
         """delta-rs ``restore``: the table's files of ``version`` back in one commit
         carrying ``props`` (:func:`commit_properties`); the next commit's
-        :func:`~spark_chkpt.delta.log_upkeep.upkeep` checkpoints a version it made due."""
-        table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
+        :func:`~spark_chkpt.delta.log_upkeep.upkeep` checkpoints a version it made due.
+        A table whose features delta-rs refuses is restored by the project's own commit
+        (:mod:`spark_chkpt.delta.log_restore`)."""
+        found = read_protocol(table, uri=self.uri)
+        if not needs_own_commit(found):
+            table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
+            return
+        check_own_commit_store(found, writer="savepoint rewind")
+        features = frozenset(found.required())
+        now, at = (
+            load_state(
+                self.location, version=v, features=features, configuration=found.configuration
+            )
+            for v in (int(table.version()), version)
+        )
+        committed = commit_restore(
+            location=self.location,
+            uri=self.uri,
+            now=now,
+            at=at,
+            txns={t.app_id: int(t.version) for t in props.app_transactions},
+            metadata=props.custom_metadata,
+            put=lambda where, text: put_if_absent(
+                where, text, uri=self.uri, storage_options=self.storage_options
+            ),
+        )
+        log.debug("Delta table %s: own restore commit at version %s", self.uri, committed)
 
     def commit_at(self, version: int) -> TxnCommit | None:
         """The commit of Delta ``version`` (its commitInfo and txn versions by app id), or

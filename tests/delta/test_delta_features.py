@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -510,3 +511,63 @@ def test_a_catalog_table_that_cannot_be_written_is_refused_at_start_naming_why(
     with pytest.raises(CatalogTableError, match="is a parquet table"):
         DeltaUpsert(table=f"{db}.plain", keys=["id"], checkpoint_location=str(tmp_path / "u"))
     assert not (tmp_path / "chk").exists()  # no query started
+
+
+def test_a_savepoint_rewind_of_a_databricks_default_table_keeps_row_ids_and_resumes_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 47: a rewind of a table delta-rs cannot restore (row tracking, in-commit
+    timestamps, deletion vectors, column mapping) is the project's own RESTORE commit."""
+    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.savepoint.manifest import create_savepoint
+    from spark_chkpt.savepoint.restore import restore_savepoint
+
+    ddl, tail, _ = OWN_COMMIT["databricks"]
+    table, chk, folder = tmp_path / "table", tmp_path / "chk", tmp_path / "in"
+    create(spark, table, ddl, tail)
+    folder.mkdir()
+    batches = [[{"id": 10 * b + i, "v": f"b{b}"} for i in range(5)] for b in range(3)]
+    for b, rows in enumerate(batches):  # one file a batch, in this order (by mtime)
+        (folder / f"{b}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(folder / f"{b}.json", (1_700_000_000 + b, 1_700_000_000 + b))
+
+    def stream() -> DataFrame:
+        return spark.readStream.schema(INPUT_DDL).option("maxFilesPerTrigger", 1).json(str(folder))
+
+    assert run(stream(), table, chk) is None
+    assert (chk / "commits" / "2").exists()  # three snapshots
+    snap1 = sorted((r["id"], r["v"]) for r in batches[0] + batches[1])
+    target = DeltaTarget(uri=str(table))
+    app_id = json.loads((chk / "metadata").read_text())["id"]
+    commit = target.find_txn_commit(target.require(), app_id=app_id, txn_version=1)
+    assert commit is not None
+    ids_at_1 = {
+        (r.id, r.row_id)
+        for r in spark.read.format("delta")
+        .option("versionAsOf", commit.version)
+        .load(str(table))
+        .select("id", "_metadata.row_id")
+        .collect()
+    }
+    assert sorted(i for i, _ in ids_at_1) == [i for i, _ in snap1]
+    point = create_savepoint(
+        checkpoint_location=str(chk), savepoint_dir=str(tmp_path / "sp"), batch_id=1
+    )
+    new = tmp_path / "new"
+    restore_savepoint(savepoint=point.location, checkpoint_location=str(new), mode="rewind")
+    got = delta(spark, table).select("id", "v", "_metadata.row_id").collect()
+    assert sorted((r.id, r.v) for r in got) == snap1
+    assert {(r.id, r.row_id) for r in got} == ids_at_1  # row ids unchanged
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()[-1]
+    assert last.operation == "RESTORE"
+    # the query continues from snapshot 1: batch 2 again, once
+    assert run(stream(), table, new) is None
+    final = delta(spark, table).select("id", "v", "_metadata.row_id").collect()
+    everything = sorted((r["id"], r["v"]) for rows in batches for r in rows)
+    assert sorted((r.id, r.v) for r in final) == everything
+    assert len({r.row_id for r in final}) == len(final)
+    stamps = [
+        h.timestamp
+        for h in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+    ]
+    assert stamps == sorted(set(stamps)), stamps  # in-commit timestamps: increasing
