@@ -517,8 +517,8 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         delete = merger.delete_column if merger.delete_column in staged.schema.names else None
         merge_through_delta_spark(
             self.upsert.spark,
-            table_path=self.target.location.path,
-            files=[self.target.location.child(f).path for f in files],
+            table_path=self.upsert.path,
+            files=[f"{self.upsert.path.rstrip('/')}/{f}" for f in files],
             columns=without_column(staged.schema, delete).names,
             keys=merger.keys,
             delete=delete,
