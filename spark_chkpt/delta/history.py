@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table import DeltaTarget, project_info
 from spark_chkpt.snapshot.epoch import writer_of
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 
@@ -35,7 +35,7 @@ class HistoryEntry:
 
 def history(table: Any) -> list[HistoryEntry]:
     """Every commit delta-rs' ``history()`` reports of ``table``, newest first."""
-    return [HistoryEntry(version=int(e["version"]), info=e) for e in table.history()]
+    return [HistoryEntry(version=int(e["version"]), info=project_info(e)) for e in table.history()]
 
 
 def snapshot_records(

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 from spark_chkpt.errors import ConfigError, TableFeatureError
 
-Operation = Literal["append", "overwrite", "merge"]
+Operation = Literal["append", "overwrite", "merge", "spark_merge"]
+# spark_merge: DeltaUpsert's MERGE committed through delta-spark (the session has it)
 # (name, nullable, metadata) of each top-level column
 Column = tuple[str, bool, Mapping[str, Any]]
 
@@ -95,15 +96,18 @@ def _append_only(t: TableProtocol) -> bool:
 
 _DELTA_SPARK = "write this table with format('delta') (delta-spark)"
 
-# The features spark-chkpt honours for appends only (its own commit): what removes or
-# rewrites rows is committed by delta-rs, which refuses such tables.
+# The features spark-chkpt honours with its own commit (appends and complete-mode
+# replacements); DeltaUpsert's MERGE on such tables goes through delta-spark when the
+# session has it, else is refused (delta-rs commits it and refuses such tables).
 _APPENDS_ONLY = (
-    "spark-chkpt commits appends to such tables itself, but outputMode('complete') and "
-    "DeltaUpsert's MERGE are committed by delta-rs 1.x, which refuses them"
+    "spark-chkpt commits appends and complete-mode replacements to such tables itself, "
+    "but DeltaUpsert's MERGE needs delta-spark in the session (delta-rs 1.x refuses such "
+    "tables)"
 )
 _APPENDS: dict[str, Any] = {
-    "way_forward": f"write the table with chkpt-delta in append mode, or {_DELTA_SPARK}",
-    "refuses": frozenset({"overwrite", "merge"}),
+    "way_forward": "run the query in a session with delta-spark (DeltaUpsert then commits "
+    f"its MERGE through it), write the table with chkpt-delta, or {_DELTA_SPARK}",
+    "refuses": frozenset({"merge"}),
     "refusal": _APPENDS_ONLY,
     "on_creation": False,
 }
@@ -120,7 +124,7 @@ FEATURES: dict[str, Feature] = {
             "delta.appendOnly on it (ALTER TABLE ... SET TBLPROPERTIES "
             "('delta.appendOnly'='false'))",
             in_use=_append_only,
-            refuses=frozenset({"overwrite", "merge"}),
+            refuses=frozenset({"overwrite", "merge", "spark_merge"}),
         ),
         Feature(
             "invariants",
@@ -172,7 +176,16 @@ FEATURES: dict[str, Feature] = {
             "task's retry, above the high-water mark read at planning; the commit moves "
             "delta.identity.highWaterMark in its metaData action, and fails if another "
             "writer moved it meanwhile",
-            **_APPENDS,
+            way_forward="write the table with chkpt-delta in append mode, run DeltaUpsert in "
+            f"a session with delta-spark (it commits the MERGE through it), or {_DELTA_SPARK}",
+            # complete mode's own commit generates no identity values nor moves the
+            # high-water mark; delta-spark's MERGE does both
+            refuses=frozenset({"overwrite", "merge"}),
+            refusal="spark-chkpt commits appends to such tables itself (identity values "
+            "generated, the high-water mark moved), but not outputMode('complete'), and "
+            "DeltaUpsert's MERGE needs delta-spark in the session (delta-rs 1.x refuses "
+            "such tables)",
+            on_creation=False,
         ),
         Feature(
             "deletionVectors",
@@ -330,6 +343,7 @@ def check_table(table: TableProtocol, *, writer: str, operation: Operation) -> N
             what = {
                 "overwrite": "outputMode('complete') removes every row of the table on each batch",
                 "merge": "its MERGE updates and deletes rows",
+                "spark_merge": "its MERGE updates and deletes rows",
             }[operation]
             reason = (
                 feature.refusal or f"the table is append-only (delta.appendOnly=true) and {what}"

@@ -486,17 +486,22 @@ class DeltaTarget:
                 commit_properties=props,
                 post_commithook_properties=no_hooks(),
             )
-        elif not overwrite and needs_own_commit(found := read_protocol(table, uri=self.uri)):
-            meta = identity_metadata(
-                uri=self.uri,
-                metadata=metadata_action(table),
-                schema_json=table.schema().to_json(),
-                uses=identity,
-                batch_id=version,
-            )
-            self._own_append(
-                table, found, files, props, app_id=app_id, partition_by=partition_by, meta=meta
-            )
+        elif needs_own_commit(found := read_protocol(table, uri=self.uri)):
+            if overwrite:  # identity tables refuse complete mode (protocol.FEATURES)
+                self._own_overwrite(
+                    table, found, files, props, app_id=app_id, partition_by=partition_by
+                )
+            else:
+                meta = identity_metadata(
+                    uri=self.uri,
+                    metadata=metadata_action(table),
+                    schema_json=table.schema().to_json(),
+                    uses=identity,
+                    batch_id=version,
+                )
+                self._own_append(
+                    table, found, files, props, app_id=app_id, partition_by=partition_by, meta=meta
+                )
         else:
             table.create_write_transaction(
                 actions,
@@ -551,6 +556,50 @@ class DeltaTarget:
             meta=meta,
         )
         log.debug("Delta table %s: own append commit at version %s", self.uri, version)
+        return version
+
+    def _own_overwrite(
+        self,
+        table: Any,
+        found: TableProtocol,
+        files: Sequence[StagedFile],
+        props: Any,
+        *,
+        app_id: str,
+        partition_by: Sequence[str],
+    ) -> int | None:
+        """A replacement (outputMode("complete")) of a table whose features delta-rs
+        refuses, committed by :mod:`spark_chkpt.delta.log_overwrite`: every live file
+        removed, ``files`` added, with the txns and metadata of ``props``."""
+        from spark_chkpt.delta.log_overwrite import commit_overwrite
+
+        writer = "chkpt-delta"
+        state = load_state(
+            self.location,
+            version=int(table.version()),
+            features=frozenset(found.required()),
+            configuration=found.configuration,
+        )
+
+        def check(protocol: TableProtocol) -> None:
+            check_table(protocol, writer=writer, operation="overwrite")
+            check_own_commit_store(protocol, writer=writer)
+
+        version = commit_overwrite(
+            location=self.location,
+            uri=self.uri,
+            state=state,
+            files=files,
+            app_id=app_id,
+            txns={t.app_id: int(t.version) for t in props.app_transactions},
+            metadata=props.custom_metadata,
+            partition_by=partition_by,
+            put=lambda at, text: put_if_absent(
+                at, text, uri=self.uri, storage_options=self.storage_options
+            ),
+            check=check,
+        )
+        log.debug("Delta table %s: own overwrite commit at version %s", self.uri, version)
         return version
 
     def generation(self, table: Any | None, *, app_id: str) -> int | None:
@@ -642,7 +691,7 @@ class DeltaTarget:
                 continue
             action = json.loads(line)
             if isinstance(action.get("commitInfo"), dict):
-                info = dict(action["commitInfo"])
+                info = project_info(action["commitInfo"])
             elif isinstance(action.get("txn"), dict):
                 txns[str(action["txn"].get("appId"))] = int(action["txn"]["version"])
         return TxnCommit(version=version, info=info, txns=txns)
@@ -670,7 +719,7 @@ class DeltaTarget:
                     continue  # add actions: skip parsing their statistics
                 action = json.loads(line)
                 if isinstance(action.get("commitInfo"), dict):
-                    info = dict(action["commitInfo"])
+                    info = project_info(action["commitInfo"])
                 elif isinstance(action.get("txn"), dict) and action["txn"].get("appId") == app_id:
                     txn = int(action["txn"]["version"])
             if txn == txn_version:
@@ -748,6 +797,22 @@ def pa_schema(fields: Sequence[pa.Field]) -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema(list(fields))
+
+
+def project_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A commit's commitInfo with the project's keys at the top level: delta-rs writes
+    them there; a MERGE committed through delta-spark carries them as a JSON object in
+    ``userMetadata`` (:mod:`spark_chkpt.delta.upsert.spark_merge`)."""
+    found = dict(info)
+    text = found.get("userMetadata")
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            extra = json.loads(text)
+        except ValueError:
+            return found
+        if isinstance(extra, dict):
+            found |= {k: v for k, v in extra.items() if str(k).startswith("chkpt.")}
+    return found
 
 
 def commit_properties(

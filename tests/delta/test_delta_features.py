@@ -122,17 +122,6 @@ def test_a_refused_feature_fails_at_start_naming_it_with_nothing_staged(
     assert "commit conflict" not in capfd.readouterr().err
 
 
-def test_delta_upsert_refuses_a_feature_before_staging(spark: SparkSession, tmp_path: Path) -> None:
-    table = tmp_path / "table"
-    create(spark, table, "id BIGINT, v STRING", ICT)  # appends only: no MERGE
-    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'old')")
-    before = parquet_files(table)
-    error = upsert(rows_stream(spark, tmp_path / "in", ROWS), table, tmp_path / "chk", ["id"])
-    assert error is not None and "'inCommitTimestamp'" in str(error)
-    assert "commits appends to such tables itself" in str(error)
-    assert parquet_files(table) == before
-
-
 # name -> (columns, the rest of CREATE TABLE, what delta-spark runs after): tables whose
 # features delta-rs refuses, appended to by spark-chkpt's own commit
 OWN_COMMIT = {
@@ -571,3 +560,146 @@ def test_a_savepoint_rewind_of_a_databricks_default_table_keeps_row_ids_and_resu
         for h in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
     ]
     assert stamps == sorted(set(stamps)), stamps  # in-commit timestamps: increasing
+
+
+def run_complete(df: DataFrame, table: Path, chk: Path) -> BaseException | None:
+    """``df`` aggregated by ``id`` (complete mode needs an aggregate) into ``table`` with
+    outputMode("complete"): each batch replaces the table's rows."""
+    from pyspark.sql import functions as F
+
+    query = (
+        df.groupBy("id")
+        .agg(F.max("v").alias("v"))
+        .writeStream.format("chkpt-delta")
+        .outputMode("complete")
+        .option("path", str(table))
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with contextlib.suppress(Exception):
+        query.awaitTermination(240)
+    return query.exception()
+
+
+def assert_row_tracking_and_timestamps(spark: SparkSession, table: Path, rows: int) -> None:
+    """Row ids unique across the table's rows; DESCRIBE HISTORY's (in-commit)
+    timestamps strictly increasing."""
+    ids = delta(spark, table).select("_metadata.row_id").collect()
+    assert len(ids) == rows == len({r.row_id for r in ids}), ids
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+    stamps = [h.timestamp for h in history]
+    assert stamps == sorted(set(stamps)), stamps
+
+
+@pytest.mark.parametrize("name", ["clustered", "databricks"])
+def test_complete_mode_replaces_the_rows_of_a_table_delta_rs_refuses(
+    spark: SparkSession, tmp_path: Path, name: str
+) -> None:
+    from spark_chkpt.delta.table import DeltaTarget
+
+    ddl, tail, _ = OWN_COMMIT[name]
+    table, chk, folder = tmp_path / "table", tmp_path / "chk", tmp_path / "in"
+    create(spark, table, ddl, tail)
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (-1, 'x'), (-2, 'y'), (-3, 'z')")
+    # a deletion vector on the file (the Databricks table has them): its remove must
+    # name it, else delta-spark keeps reading the file
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE id = -2")
+    target = DeltaTarget(uri=str(table))
+    # the second batch replaces the first's files, committed by spark-chkpt itself (on
+    # the Databricks table; one batch keeps the clustered case short)
+    batches = (ROWS[:12], ROWS[12:]) if name == "databricks" else (ROWS,)
+    for batch, rows in enumerate(batches):
+        df = rows_stream(spark, folder, rows)
+        error = run_complete(df, table, chk)
+        assert error is None, str(error)[:3000]
+        expected = [(r["id"], r["v"]) for r in ROWS[: 12 if batch + 1 < len(batches) else None]]
+        assert_same(delta(spark, table), spark.createDataFrame(expected, INPUT_DDL))
+        got = target.rows(target.require()).select(["id", "v"]).to_pylist()
+        assert sorted((r["id"], r["v"]) for r in got) == sorted(expected)
+        if name == "databricks":  # row tracking and in-commit timestamps
+            assert_row_tracking_and_timestamps(spark, table, len(expected))
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()[-1]
+    assert last.operation == "WRITE" and last.operationParameters["mode"] == "Overwrite"
+    if name == "clustered":
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+        assert detail is not None and list(detail["clusteringColumns"]) == ["id"]
+
+
+UPSERT_DDL = "id BIGINT, v STRING, _delete BOOLEAN"
+CDF = "'delta.enableChangeDataFeed'='true'"
+
+
+@pytest.mark.parametrize("name", ["clustered", "databricks"])
+def test_delta_upsert_merges_into_a_table_delta_rs_refuses_through_delta_spark(
+    spark: SparkSession, tmp_path: Path, name: str
+) -> None:
+    """The session has delta-spark: DeltaUpsert's MERGE is delta-spark's, with the txn
+    and the snapshot record in its commit (a replay commits nothing) and its change
+    feed."""
+    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+
+    ddl, tail, _ = OWN_COMMIT[name]
+    tail = tail.replace("TBLPROPERTIES (", f"TBLPROPERTIES ({CDF}, ")
+    tail = tail if CDF in tail else f"{tail} TBLPROPERTIES ({CDF})"
+    table, chk, folder = tmp_path / "table", tmp_path / "chk", tmp_path / "in"
+    create(spark, table, ddl, tail)
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    tracked = name == "databricks"  # row tracking and in-commit timestamps
+    before = row_ids(spark, table) if tracked else {}
+    target = DeltaTarget(uri=str(table))
+    start = target.require().version()
+    batch = [
+        {"id": 2, "v": "B", "_delete": False},
+        {"id": 3, "v": None, "_delete": True},
+        {"id": 4, "v": "d", "_delete": False},
+    ]
+    df = rows_stream(spark, folder, batch, UPSERT_DDL)
+    error = upsert(df, table, chk, ["id"])
+    assert error is None, str(error)[:3000]
+    expected = [(1, "a"), (2, "B"), (4, "d")]
+    assert_same(delta(spark, table), spark.createDataFrame(expected, INPUT_DDL))
+    if tracked:
+        after = row_ids(spark, table)
+        # delta-spark's MERGE keeps the row ids of the rows it updates
+        assert after[1] == before[1] and after[2] == before[2], (before, after)
+        assert len(set(after.values())) == 3 and after[4] not in before.values()
+    version = target.require().version()
+    assert version == start + 1
+    commit = target.find_txn_commit(target.require(), app_id=_app_id(chk), txn_version=0)
+    assert commit is not None and commit.version == version
+    assert commit.info.get("operation") == "MERGE" and SNAPSHOT_KEY in commit.info
+    # a replayed batch 0 (a kill -9 before its commits/0): the txn is there, nothing
+    # is committed
+    (chk / "commits" / "0").unlink()
+    assert upsert(df, table, chk, ["id"]) is None
+    assert target.require().version() == version
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .load(str(table))
+        .select("id", "_change_type")
+        .collect()
+    )
+    assert sorted((r.id, r._change_type) for r in changes) == [
+        (2, "update_postimage"),
+        (2, "update_preimage"),
+        (3, "delete"),
+        (4, "insert"),
+    ]
+    if tracked:
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+        stamps = [h.timestamp for h in history]
+        assert stamps == sorted(set(stamps)), stamps
+
+
+def row_ids(spark: SparkSession, table: Path) -> dict[int, int]:
+    rows = delta(spark, table).select("id", "_metadata.row_id").collect()
+    return {r.id: r.row_id for r in rows}
+
+
+def _app_id(chk: Path) -> str:
+    """The query id of the checkpoint (DeltaUpsert's app id by default)."""
+    return str(json.loads((chk / "metadata").read_text().splitlines()[0])["id"])

@@ -372,3 +372,105 @@ def test_a_generation_commit_recover_and_migrate_make_is_the_own_commit(tmp_path
     assert commit[0]["commitInfo"]["inCommitTimestamp"] == 4_000_000_000_001
     assert commit[0]["commitInfo"]["k"] == "v"
     assert not any("add" in a or "domainMetadata" in a for a in commit)
+
+
+def _dv(path: str) -> dict[str, Any]:
+    return {"storageType": "u", "pathOrInlineDv": path, "offset": 1, "sizeInBytes": 36,
+            "cardinality": 1}  # fmt: skip
+
+
+def test_an_overwrite_removes_every_live_file_as_delta_spark_writes_the_remove(
+    tmp_path: Path,
+) -> None:
+    from spark_chkpt.delta.log_overwrite import build_overwrite, live_files
+
+    log_dir = tmp_path / "_delta_log"
+    log_dir.mkdir()
+    a = {"path": "a.parquet", "partitionValues": {}, "size": 10, "modificationTime": 1,
+         "dataChange": True, "stats": '{"numRecords":2}', "baseRowId": 0,
+         "defaultRowCommitVersion": 0}  # fmt: skip
+    b = a | {"path": "b%20c.parquet", "baseRowId": 2, "stats": '{"numRecords":3}'}
+    gone = a | {"path": "gone.parquet", "baseRowId": 5}
+    commits = [
+        [{"add": a}, {"add": b}, {"add": gone}],
+        [{"remove": {"path": "gone.parquet", "dataChange": True}}],
+        # delta-spark's DELETE with deletion vectors: the file again, with its DV
+        [{"remove": b | {"dataChange": True}}, {"add": b | {"deletionVector": _dv("x")}}],
+        [{"remove": b | {"deletionVector": _dv("x")}}, {"add": b | {"deletionVector": _dv("y")}}],
+    ]
+    for version, found in enumerate(commits):
+        (log_dir / f"{version:020d}.json").write_text(_theirs(*found))
+    live = live_files(resolve(str(tmp_path)), version=3)
+    assert sorted(f["path"] for f in live) == ["a.parquet", "b%20c.parquet"]
+    text = build_overwrite(
+        state(version=3),
+        live=live,
+        files=[staged("new.parquet", 4)],
+        txns={"app": 3},
+        metadata={"chkpt.batchId": 3},
+        partition_by=[],
+        now_ms=10_000,
+    )
+    found = actions(text)
+    info = found[0]["commitInfo"]
+    assert info["operation"] == "WRITE" and info["operationParameters"]["mode"] == "Overwrite"
+    assert info["isBlindAppend"] is False and info["inCommitTimestamp"] == 10_000
+    removes = {r["remove"]["path"]: r["remove"] for r in found if "remove" in r}
+    assert set(removes) == {"a.parquet", "b%20c.parquet"}
+    rb = removes["b%20c.parquet"]
+    assert rb["deletionVector"] == _dv("y") and rb["deletionTimestamp"] == 10_000
+    assert rb["dataChange"] is True and rb["extendedFileMetadata"] is True
+    assert (rb["size"], rb["partitionValues"], rb["baseRowId"]) == (10, {}, 2)
+    assert rb["stats"] == '{"numRecords":3}' and rb["defaultRowCommitVersion"] == 0
+    adds = [x["add"] for x in found if "add" in x]
+    assert [x["baseRowId"] for x in adds] == [100] and adds[0]["defaultRowCommitVersion"] == 4
+    txn = next(x["txn"] for x in found if "txn" in x)
+    assert (txn["appId"], txn["version"]) == ("app", 3)
+
+
+def test_complete_mode_replaces_a_row_tracked_table_through_the_own_commit(
+    tmp_path: Path,
+) -> None:
+    """outputMode("complete") on a table delta-rs refuses: the commit removes every
+    file of the version (one from a checkpoint, one from a JSON commit) and adds the
+    new ones with row ids above the high-water mark and the txn."""
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.delta.table import DeltaTarget
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
+    _upgrade(table, 1, hwm=9)
+    DeltaTable(str(table)).create_checkpoint()
+    target = DeltaTarget(uri=str(table))
+
+    def commit(name: str, ids: list[int], *, overwrite: bool, version: int) -> None:
+        rows = pa.Table.from_batches([make_batch(SCHEMA, ids, ["b"] * len(ids))])
+        pq.write_table(rows, table / name)
+        file = StagedFile(
+            path=name,
+            size=(table / name).stat().st_size,
+            partition_values={},
+            modification_time=1,
+            rows=len(ids),
+            stats=json.dumps({"numRecords": len(ids)}),
+        )
+        target.commit(
+            table=target.require(),
+            schema=SCHEMA,
+            partition_by=[],
+            files=[file],
+            app_id=APP_ID,
+            version=version,
+            metadata={"chkpt.batchId": version},
+            overwrite=overwrite,
+        )
+
+    commit("one.parquet", [1], overwrite=False, version=0)  # an append: row id 10
+    commit("new.parquet", [7, 8], overwrite=True, version=1)
+    after = DeltaTable(str(table))
+    assert after.version() == 3 and after.transaction_version(APP_ID) == 1
+    assert sorted(after.to_pyarrow_table().column("id").to_pylist()) == [7, 8]
+    found = actions((table / "_delta_log" / f"{3:020d}.json").read_text())
+    assert len([x for x in found if "remove" in x]) == 2
+    assert [x["add"]["baseRowId"] for x in found if "add" in x] == [11]

@@ -128,15 +128,24 @@ OWN_COMMIT = ("rowTracking", "inCommitTimestamp", "typeWidening", "clustering", 
 
 
 @pytest.mark.parametrize("name", OWN_COMMIT)
-def test_an_own_commit_feature_takes_appends_only_and_names_what_it_refuses(name: str) -> None:
+def test_an_own_commit_feature_takes_appends_and_replacements_and_a_merge_with_delta_spark(
+    name: str,
+) -> None:
     table = protocol(writer_features=(name, "domainMetadata"))
     check_table(table, writer="chkpt-delta", operation="append")
-    for writer, operation in (("chkpt-delta", "overwrite"), ("DeltaUpsert", "merge")):
-        with pytest.raises(TableFeatureError) as raised:
-            check_table(table, writer=writer, operation=operation)
-        text = str(raised.value)
-        assert raised.value.feature == name and "commits appends to such tables" in text
-        assert text.replace("/data/t", "TABLE") in ERRORS_PAGE, text
+    check_table(table, writer="chkpt-delta", operation="overwrite")
+    check_table(table, writer="DeltaUpsert", operation="spark_merge")
+    # DeltaUpsert in a session without delta-spark: its MERGE would be delta-rs's
+    with pytest.raises(TableFeatureError) as raised:
+        check_table(table, writer="DeltaUpsert", operation="merge")
+    text = str(raised.value)
+    assert raised.value.feature == name and "a session with delta-spark" in text
+    assert text.replace("/data/t", "TABLE") in ERRORS_PAGE, text
+    # delta.appendOnly still refuses a MERGE through delta-spark
+    only = protocol(writer_features=(name, "domainMetadata", "appendOnly"),
+                    configuration={"delta.appendOnly": "true"})  # fmt: skip
+    with pytest.raises(TableFeatureError, match="'appendOnly'"):
+        check_table(only, writer="DeltaUpsert", operation="spark_merge")
     creation = {
         "rowTracking": "delta.enableRowTracking",
         "inCommitTimestamp": "delta.enableInCommitTimestamps",
@@ -238,3 +247,18 @@ def test_delta_rs_refusing_a_feature_is_no_commit_conflict() -> None:
         CommitFailedError("Unsupported table features required: [InCommitTimestamp]")
     )
     assert is_conflict(CommitFailedError("Transaction failed: version already exists"))
+
+
+def test_identity_columns_take_appends_and_a_merge_with_delta_spark_not_complete_mode() -> None:
+    """The own replacement commit generates no identity values and does not move the
+    high-water mark, so complete mode on an identity table is refused; delta-spark's
+    MERGE generates them."""
+    table = protocol(writer_features=("identityColumns",))
+    check_table(table, writer="chkpt-delta", operation="append")
+    check_table(table, writer="DeltaUpsert", operation="spark_merge")
+    for writer, operation in (("chkpt-delta", "overwrite"), ("DeltaUpsert", "merge")):
+        with pytest.raises(TableFeatureError) as raised:
+            check_table(table, writer=writer, operation=operation)  # type: ignore[arg-type]
+        text = str(raised.value)
+        assert raised.value.feature == "identityColumns" and "not outputMode('complete')" in text
+        assert text.replace("/data/t", "TABLE") in ERRORS_PAGE, text

@@ -23,9 +23,12 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.delta.commit_safety import commit_storage_options
 from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
+from spark_chkpt.delta.log_commit import needs_own_commit
+from spark_chkpt.delta.protocol import Operation, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
-from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures
+from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures, without_column
+from spark_chkpt.delta.upsert.spark_merge import has_delta_spark, merge_through_delta_spark
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import ChkptError, ConfigError, QueryIdentityError, TableFeatureError
 from spark_chkpt.failpoints import FaultPoint, failpoint
@@ -161,6 +164,10 @@ class DeltaUpsert:
         # The table's rules as step 2 of the current batch read them (None: no table).
         self.rules: TableRules | None = None
         self.generated: GeneratedColumns | None = None
+        # The query's session, as step 2 found it: with delta-spark, a MERGE into a
+        # table delta-rs refuses is committed through it (spark_merge)
+        self.spark: Any = None
+        self.operation: Operation = "merge"
 
     def snapshot_settings(self, *, app_id: str) -> SnapshotSettings:
         """The snapshot protocol's settings of these arguments (``app_id``: ``app_id``,
@@ -203,10 +210,11 @@ class DeltaUpsert:
 
     # -- step 2 --------------------------------------------------------------------------
 
-    def check(self, batch_schema: StructType) -> pa.Schema:
+    def check(self, batch_schema: StructType, *, spark: Any = None) -> pa.Schema:
         """Step 2: the batch's Arrow schema, once the keys, the delete column and the
         partition columns are found in it and its columns and types are the table's (if
-        there is one). Raises :class:`ConfigError` or
+        there is one; ``spark``: the query's session, whose delta-spark commits a MERGE
+        into a table delta-rs refuses). Raises :class:`ConfigError` or
         :class:`~spark_chkpt.delta.table.SchemaMismatchError` naming the column."""
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BooleanType
@@ -239,12 +247,14 @@ class DeltaUpsert:
                     "Nothing was written.",
                 )
         schema = to_arrow_schema(batch_schema, timezone="UTC")
+        self.spark = spark
+        self.operation = "spark_merge" if has_delta_spark(spark) else "merge"
         table = self.target.latest()
         self.rules, self.generated = None, None
         if table is not None:
             # every feature the table requires, before anything is staged; the table's
             # row rules and generated columns go to the staging tasks
-            self.target.check_features(table, writer=WRITER, operation="merge")
+            self.target.check_features(table, writer=WRITER, operation=self.operation)
             self.rules, self.generated = self.target.row_rules(table, writer=WRITER)
             schema = self.generated.schema(schema)
             self.merger.check_schema(table, schema)
@@ -269,7 +279,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
 
     def prepare(self, batch: UpsertBatch, plan: BatchPlan) -> None:
         # Step 2
-        batch.schema = self.upsert.check(batch.batch_df.schema)
+        batch.schema = self.upsert.check(batch.batch_df.schema, spark=batch.batch_df.sparkSession)
         self._clean_staging(self.app_id)
 
     def already_committed(self, batch: UpsertBatch, plan: BatchPlan) -> Committed | None:
@@ -299,7 +309,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
     def make_visible(self, batch: UpsertBatch, plan: BatchPlan, *, retry: int) -> SnapshotRecord:
         # Step 4: the table this attempt found (a feature another writer turned on
         # since step 2 is refused by name, not retried as a conflict)
-        self.target.check_features(batch.table, writer=WRITER, operation="merge")
+        self.target.check_features(batch.table, writer=WRITER, operation=self.upsert.operation)
         if batch.table is not None:
             self._refuse_new_rules(batch.table, batch.batch_id)
         create = batch.table is None
@@ -480,6 +490,10 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
                 metadata=self.commit_metadata(replace(record, merge=figures.as_dict()), batch_id),
             )
             return figures
+        if self.upsert.operation == "spark_merge" and needs_own_commit(
+            read_protocol(table, uri=self.upsert.path)
+        ):
+            return self._spark_merge(staged, record, app_id, batch_id)
         return self.upsert.merger.merge(
             table,
             files=[f.path for f in staged.files],
@@ -488,6 +502,39 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
             version=batch_id,
             metadata=self.commit_metadata(record, batch_id),
             batch_size=self.upsert.batch_size,
+        )
+
+    def _spark_merge(
+        self, staged: StagedBatch, record: SnapshotRecord, app_id: str, batch_id: int
+    ) -> MergeFigures:
+        """The MERGE of a table delta-rs refuses (row tracking, in-commit timestamps,
+        domain metadata, type widening), committed by the session's delta-spark with
+        ``txn(app_id, batch_id)`` and the snapshot record (:mod:`.spark_merge`); its
+        figures are read back from its commit."""
+        files = [f.path for f in staged.files]
+        merger = self.upsert.merger
+        merger.check_unique(files, schema=staged.schema, version=batch_id)
+        delete = merger.delete_column if merger.delete_column in staged.schema.names else None
+        merge_through_delta_spark(
+            self.upsert.spark,
+            table_path=self.upsert.path,
+            files=[f"{self.upsert.path.rstrip('/')}/{f}" for f in files],
+            columns=without_column(staged.schema, delete).names,
+            keys=merger.keys,
+            delete=delete,
+            app_id=app_id,
+            version=batch_id,
+            metadata=self.commit_metadata(record, batch_id),
+        )
+        latest = self.target.latest()
+        commit = (
+            self.target.find_txn_commit(latest, app_id=app_id, txn_version=batch_id)
+            if latest is not None
+            else None
+        )
+        figures = MergeFigures.from_commit_info(commit.info) if commit is not None else None
+        return figures or MergeFigures(
+            source_rows=staged.source_rows, inserted=0, updated=0, deleted=0
         )
 
 

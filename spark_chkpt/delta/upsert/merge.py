@@ -43,11 +43,17 @@ class MergeFigures:
 
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> MergeFigures:
+        """delta-rs's metrics (snake case), or delta-spark's (camel case, as strings)."""
+
+        def figure(name: str) -> int:
+            camel = "".join(w.title() if i else w for i, w in enumerate(name.split("_")))
+            return int(metrics.get(name, metrics.get(camel, 0)) or 0)
+
         return cls(
-            source_rows=int(metrics.get("num_source_rows", 0)),
-            inserted=int(metrics.get("num_target_rows_inserted", 0)),
-            updated=int(metrics.get("num_target_rows_updated", 0)),
-            deleted=int(metrics.get("num_target_rows_deleted", 0)),
+            source_rows=figure("num_source_rows"),
+            inserted=figure("num_target_rows_inserted"),
+            updated=figure("num_target_rows_updated"),
+            deleted=figure("num_target_rows_deleted"),
         )
 
     @classmethod
