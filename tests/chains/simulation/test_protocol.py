@@ -232,7 +232,9 @@ class FakeBatchFrame:
             ]
         )
         context = SimpleNamespace(getLocalProperty=lambda name: None)
-        self.sparkSession = SimpleNamespace(sparkContext=context)
+        # a session without delta-spark: DeltaUpsert's MERGE is delta-rs's
+        conf = SimpleNamespace(get=lambda key, default=None: default)
+        self.sparkSession = SimpleNamespace(sparkContext=context, conf=conf)
         noop = SimpleNamespace(save=lambda: None)
         self.write = SimpleNamespace(format=lambda name: SimpleNamespace(mode=lambda m: noop))
 
