@@ -102,11 +102,16 @@ CRASH_POINTS = [
     FaultPoint.IN_WRITE,
     FaultPoint.AFTER_STAGING,
     FaultPoint.AFTER_DEAD_LETTERS,
+    FaultPoint.AFTER_OWN_COMMIT,  # an own-commit table's only (others: no crash)
     FaultPoint.AFTER_DELTA_COMMIT,
     FaultPoint.AFTER_SNAPSHOT,
     FaultPoint.IN_ABORT,
 ]
-VISIBLE_AFTER = {FaultPoint.AFTER_DELTA_COMMIT, FaultPoint.AFTER_SNAPSHOT}
+VISIBLE_AFTER = {
+    FaultPoint.AFTER_OWN_COMMIT,
+    FaultPoint.AFTER_DELTA_COMMIT,
+    FaultPoint.AFTER_SNAPSHOT,
+}
 # The dead letters are committed (to their own table, before the batch's commit) there.
 LETTERS_AFTER = VISIBLE_AFTER | {FaultPoint.AFTER_DEAD_LETTERS}
 
