@@ -30,6 +30,8 @@ class FaultPoint(str, Enum):
 
     AFTER_STAGING = "after-staging"  # coordinator entered; nothing committed yet
     AFTER_DEAD_LETTERS = "after-dead-letters"  # dead letters committed; the table not yet
+    AFTER_OWN_COMMIT = "after-own-commit"  # own Delta commit: _delta_log/<v>.json created;
+    # log upkeep, the snapshot record and the rest of the coordinator's steps not yet
     AFTER_DELTA_COMMIT = "after-delta-commit"  # data visible; snapshot record not written
     AFTER_SNAPSHOT = "after-snapshot"  # snapshot record written; Spark's commit log not yet
     AFTER_COMMIT_LOG = "after-commit-log"  # Spark's commits/N written (progress event seen)

@@ -32,6 +32,7 @@ from spark_chkpt.delta.commit_safety import put_if_absent_store
 from spark_chkpt.delta.protocol import TableProtocol
 from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.errors import CommitConflictError, TableFeatureError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import Location
 from spark_chkpt.version import __version__
 
@@ -333,6 +334,9 @@ def commit_append(
             meta=meta,
         )
         if put(log_dir.child(f"{version:020d}.json"), text):
+            # the fault tests' kill point inside the own commit (of batch chkpt.batchId)
+            batch = metadata.get("chkpt.batchId")
+            failpoint(FaultPoint.AFTER_OWN_COMMIT, int(batch) if batch is not None else None)
             return version
         # lost the race: read every commit that won, by version
         while True:

@@ -6,9 +6,15 @@ column), written by each writer as a real job killed with SIGKILL (the whole pro
 tree, from inside: :mod:`spark_chkpt.failpoints`) at the protocol's named steps and
 restarted until done:
 
-* ``chkpt-delta``: the real job (``python -m spark_chkpt.jobs.kafka_to_delta``);
+* ``chkpt-delta``: the real job (``python -m spark_chkpt.jobs.kafka_to_delta``), on the
+  table with the combination a Databricks workspace gives new tables on top (deletion
+  vectors + in-commit timestamps + row tracking + column mapping ``name``): delta-rs
+  refuses to commit to it, so each batch is the project's own commit
+  (:mod:`spark_chkpt.delta.log_commit`), killed right after its ``_delta_log/<v>.json``
+  (``after-own-commit``) and after Spark's ``commits/N`` (``after-commit-log``);
 * ``DeltaUpsert``: a user's ``foreachBatch`` job (``tests/user_scripts/upsert_job.py``)
-  whose input updates and deletes rows by key.
+  whose input updates and deletes rows by key (on the table without row tracking and
+  in-commit timestamps: DeltaUpsert refuses those today).
 
 Then delta-spark reads the table and it equals (chispa) what delta-spark itself writes for
 the same input into a twin table created the same way (``format("delta")`` appends; its
@@ -18,6 +24,7 @@ on the final state's keys. One job run per kill, one chain per writer (CI time).
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -51,12 +58,20 @@ TABLE_TAIL = (
     "'delta.enableChangeDataFeed'='true', 'delta.checkpointPolicy'='v2', "
     "'delta.checkpointInterval'='2')"
 )
+# What a Databricks workspace turns on for new tables, on top of the above (chkpt-delta).
+DATABRICKS_DEFAULTS = "'delta.enableRowTracking'='true', 'delta.enableInCommitTimestamps'='true', "
 UPSERT_SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "upsert_job.py"
 
 
-def create_production_table(spark: SparkSession, path: Path) -> None:
-    """The table as delta-spark creates it, with a row deleted by a deletion vector."""
-    spark.sql(f"CREATE TABLE delta.`{path}` ({TABLE_DDL}) USING delta {TABLE_TAIL}")
+def create_production_table(
+    spark: SparkSession, path: Path, *, databricks_defaults: bool = False
+) -> None:
+    """The table as delta-spark creates it, with a row deleted by a deletion vector
+    (``databricks_defaults``: with row tracking and in-commit timestamps too)."""
+    tail = TABLE_TAIL
+    if databricks_defaults:
+        tail = tail.replace("TBLPROPERTIES (", f"TBLPROPERTIES ({DATABRICKS_DEFAULTS}")
+    spark.sql(f"CREATE TABLE delta.`{path}` ({TABLE_DDL}) USING delta {tail}")
     spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT nonneg CHECK (n >= 0)")
     spark.sql(
         f"INSERT INTO delta.`{path}` (id, app, v, n, at) VALUES "
@@ -133,6 +148,35 @@ def final_keys_of_change_feed(spark: SparkSession, path: Path) -> set[int]:
     return {key for key, (_, kind) in last.items() if kind != "delete"}
 
 
+def log_commits(path: Path) -> list[list[dict[str, Any]]]:
+    """The table's JSON commits, by version (none missing)."""
+    log = path / "_delta_log"
+    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    assert versions == list(range(len(versions))), versions
+    return [
+        [json.loads(line) for line in (log / f"{v:020d}.json").read_text().splitlines()]
+        for v in versions
+    ]
+
+
+def assert_row_tracking(spark: SparkSession, path: Path, *, engine: str) -> None:
+    """delta-spark reads a row id for every row, each once; every commit has an
+    in-commit timestamp, strictly increasing; the commits of ``engine`` (its
+    ``engineInfo``) are there and are what set the row ids of their files."""
+    ids = [r.row_id for r in delta(spark, path).select("_metadata.row_id").collect()]
+    assert None not in ids and len(ids) == len(set(ids)), "row ids not unique"
+    stamps, ours = [], 0
+    for version, actions in enumerate(log_commits(path)):
+        info = actions[0]["commitInfo"]  # first, with in-commit timestamps on
+        stamps.append(info["inCommitTimestamp"])
+        if str(info.get("engineInfo", "")).startswith(engine):
+            adds = [a["add"] for a in actions if "add" in a]
+            assert all("baseRowId" in a for a in adds), f"version {version}"
+            ours += 1
+    assert all(a < b for a, b in itertools.pairwise(stamps)), stamps
+    assert ours, f"no commit by {engine}"
+
+
 def _killed(result: subprocess.CompletedProcess[str], point: str) -> None:
     assert result.returncode == -signal.SIGKILL, (
         f"expected SIGKILL at {point}, got {result.returncode}\n{result.stderr[-3000:]}"
@@ -153,7 +197,7 @@ def test_chkpt_delta_writes_the_production_table_through_kill_9(
 ) -> None:
     table, twin = tmp_path / "table", tmp_path / "twin"
     for path in (table, twin):
-        create_production_table(spark, path)
+        create_production_table(spark, path, databricks_defaults=True)
     topic = make_topic(partitions=3)
     values = [record(i, i, "v0") for i in range(EVENTS)]
     produce(producer, topic, values, partitions=3)
@@ -169,13 +213,16 @@ def test_chkpt_delta_writes_the_production_table_through_kill_9(
     def run(kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
         return run_job(tmp_path, bootstrap_servers, topic, kill_at=kill_at, extra=extra)
 
-    # Staged, not committed: the table (delta-spark's, version 3) does not have batch 1.
-    _killed(run("after-staging@1"), "after-staging@1")
-    assert txn_version(tmp_path) == 0 and spark_committed(tmp_path) == [0]
-    # Batch 2 in the Delta table, its snapshot record and Spark's commits/2 not written.
-    _killed(run("after-delta-commit@2"), "after-delta-commit@2")
-    assert txn_version(tmp_path) == 2 and snapshots(tmp_path) == [0, 1]
-    assert spark_committed(tmp_path) == [0, 1]
+    # The own commit of batch 1 written (_delta_log/<v>.json), nothing after it: no log
+    # upkeep, no snapshot record, no commits/1. (A kill before the commit file, at
+    # after-staging, is the same state as any other: tests/chains/test_exactly_once.py.)
+    _killed(run("after-own-commit@1"), "after-own-commit@1")
+    assert txn_version(tmp_path) == 1 and snapshots(tmp_path) == [0]
+    assert spark_committed(tmp_path) == [0]
+    # The restart finds batch 1 in the table (its snapshot record written from the
+    # commit), writes commits/1 and dies: batch 2 is not planned twice.
+    _killed(run("after-commit-log@1"), "after-commit-log@1")
+    assert spark_committed(tmp_path)[:2] == [0, 1] and snapshots(tmp_path)[:2] == [0, 1]
     done = run()
     assert done.returncode == 0, done.stderr[-3000:]
     assert snapshots(tmp_path) == [0, 1, 2] and txn_version(tmp_path) == 2
@@ -188,6 +235,9 @@ def test_chkpt_delta_writes_the_production_table_through_kill_9(
     props = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{table}`").collect()}
     assert props["delta.columnMapping.mode"] == "name"
     assert props["delta.checkpointPolicy"] == "v2"
+    assert props["delta.enableRowTracking"] == props["delta.enableInCommitTimestamps"] == "true"
+    assert_row_tracking(spark, table, engine="spark-chkpt/")
+    assert_row_tracking(spark, twin, engine="Apache-Spark/")
     checkpoints = sorted((table / "_delta_log").glob("*.checkpoint*.parquet"))
     assert checkpoints, "no checkpoint"
     for checkpoint in checkpoints:  # v2: each holds its checkpointMetadata action

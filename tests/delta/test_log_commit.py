@@ -474,3 +474,39 @@ def test_complete_mode_replaces_a_row_tracked_table_through_the_own_commit(
     found = actions((table / "_delta_log" / f"{3:020d}.json").read_text())
     assert len([x for x in found if "remove" in x]) == 2
     assert [x["add"]["baseRowId"] for x in found if "add" in x] == [11]
+
+
+def test_the_after_own_commit_point_fires_once_the_commit_file_exists(tmp_path: Path) -> None:
+    """``after-own-commit@N``: the file of batch N (its ``chkpt.batchId``) is there when
+    the point fires; a commit that finds its txn already there (nothing written) and a
+    commit of another batch do not fire it."""
+    from spark_chkpt.failpoints import FaultPoint, enabled
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
+    _upgrade(table, 1, hwm=9)
+    location = resolve(str(table))
+    fired: list[tuple[int, bool]] = []
+
+    def seen(point: FaultPoint, batch_id: int) -> None:
+        fired.append((batch_id, (table / "_delta_log" / f"{2:020d}.json").is_file()))
+
+    def commit(version: int, batch: int) -> int | None:
+        return commit_append(
+            location=location,
+            uri=str(table),
+            state=load_state(location, version=version, features=ROW_TRACKING, configuration=ON),
+            files=[staged(f"f{batch}.parquet", 1)],
+            app_id="app",
+            txns={"app": batch},
+            metadata={"chkpt.batchId": batch},
+            partition_by=[],
+            put=lambda at, text: put_if_absent(at, text, uri=str(table), storage_options={}),
+            check=lambda p: None,
+        )
+
+    with enabled(FaultPoint.AFTER_OWN_COMMIT, seen, batch_id=7):
+        assert commit(1, 7) == 2
+        assert commit(1, 7) is None  # lost the race to its own commit: nothing written
+        assert commit(2, 8) == 3
+    assert fired == [(7, True)]

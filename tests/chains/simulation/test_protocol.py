@@ -22,6 +22,7 @@ removes a name when its fix merges.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -101,11 +102,16 @@ CRASH_POINTS = [
     FaultPoint.IN_WRITE,
     FaultPoint.AFTER_STAGING,
     FaultPoint.AFTER_DEAD_LETTERS,
+    FaultPoint.AFTER_OWN_COMMIT,  # an own-commit table's only (others: no crash)
     FaultPoint.AFTER_DELTA_COMMIT,
     FaultPoint.AFTER_SNAPSHOT,
     FaultPoint.IN_ABORT,
 ]
-VISIBLE_AFTER = {FaultPoint.AFTER_DELTA_COMMIT, FaultPoint.AFTER_SNAPSHOT}
+VISIBLE_AFTER = {
+    FaultPoint.AFTER_OWN_COMMIT,
+    FaultPoint.AFTER_DELTA_COMMIT,
+    FaultPoint.AFTER_SNAPSHOT,
+}
 # The dead letters are committed (to their own table, before the batch's commit) there.
 LETTERS_AFTER = VISIBLE_AFTER | {FaultPoint.AFTER_DEAD_LETTERS}
 
@@ -340,11 +346,15 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.counter += 1
         return self.root / f"{kind}-{self.counter}"
 
-    @initialize(poison=st.booleans())
-    def start_query(self, poison: bool) -> None:
+    @initialize(poison=st.booleans(), own_commit=st.booleans())
+    def start_query(self, poison: bool, own_commit: bool = False) -> None:
         # Schedules with malformed records (the dead-letter table is rewound with the
         # table: a rewind to N leaves the dead letters of batches 0..N of its timeline).
+        # ``own_commit``: the main table exists before the query, with row tracking and
+        # in-commit timestamps on (delta-rs refuses to commit to it: every append is the
+        # project's own commit, :mod:`spark_chkpt.delta.log_commit`).
         self.poison = poison
+        self.own_commit = own_commit
         query = Query(
             name="q",
             table=self._folder("table"),
@@ -355,6 +365,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         SparkDriver(query.checkpoint).start(str(uuid.uuid4()))
         self.queries.append(query)
+        if own_commit:
+            create_own_commit_table(query.table)
         self.upsert = Query(
             name="upsert",
             table=self._folder("counts"),
@@ -627,20 +639,19 @@ class ProtocolMachine(RuleBasedStateMachine):
             return
         ids = tuple(OTHER_IDS + self.counter * 10 + i for i in range(rows))
         self.counter += 1
-        write_deltalake(
-            str(query.table),
-            pa.table({"id": pa.array(ids, pa.int64()), "app": ["other"] * rows}),
-            mode="append",
-            partition_by=["app"],
-        )
+        data = pa.table({"id": pa.array(ids, pa.int64()), "app": ["other"] * rows})
+        if self.own_commit:  # delta-rs refuses to commit to it: delta-spark's append
+            append_as_delta_spark(query.table, data)
+        else:
+            write_deltalake(str(query.table), data, mode="append", partition_by=["app"])
         query.events.append(OtherEvent(ids))
 
     @rule(vacuum=st.booleans())
     def optimize(self, vacuum: bool) -> None:
         """OPTIMIZE (compaction), then maybe VACUUM with zero retention."""
         query = self.main
-        if not DeltaTable.is_deltatable(str(query.table)):
-            return
+        if not DeltaTable.is_deltatable(str(query.table)) or self.own_commit:
+            return  # delta-rs refuses to OPTIMIZE a row-tracked table (so do we: issue 47)
         table = DeltaTable(str(query.table))
         table.optimize.compact()
         if vacuum:
@@ -862,6 +873,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             bad.update(r for r in self.kafka.records(event.ranges) if r in self.kafka.poison)
         assert Counter(ids_of(query.table)) == good, f"{query.name}: the table's rows"
         assert Counter(ids_of(query.dead)) == bad, f"{query.name}: the dead letters"
+        if self.own_commit and query is self.main:
+            check_row_tracking(query.table)
         self._check_checkpoint(query)
 
     def _check_checkpoint(self, query: Query) -> None:
@@ -880,6 +893,161 @@ class ProtocolMachine(RuleBasedStateMachine):
             f"{query.name}: the checkpoint resumes after {resumes} (pending {replay}), "
             f"the table ends at {end}"
         )
+
+
+# -- tables with row tracking and in-commit timestamps (the project's own commit) ----------
+
+OWN_COMMIT_FEATURES = [
+    "appendOnly",
+    "invariants",
+    "domainMetadata",
+    "rowTracking",
+    "inCommitTimestamp",
+]
+OWN_COMMIT_CONF = {
+    "delta.enableRowTracking": "true",
+    "delta.enableInCommitTimestamps": "true",
+    "delta.rowTracking.materializedRowIdColumnName": "_row-id-col-sim",
+    "delta.rowTracking.materializedRowCommitVersionColumnName": "_row-commit-version-col-sim",
+}
+SIM_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "app", "type": "string", "nullable": True, "metadata": {}},
+    ],
+}
+
+
+def _line(*actions: dict[str, Any]) -> str:
+    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+
+
+def create_own_commit_table(table: Path) -> None:
+    """Version 0 of an empty table partitioned by ``app`` whose protocol has row
+    tracking and in-commit timestamps (as delta-spark's CREATE TABLE writes it), read
+    back by delta-rs."""
+    log = table / "_delta_log"
+    log.mkdir(parents=True)
+    now = 1_714_564_800_000
+    info = {"timestamp": now, "inCommitTimestamp": now, "operation": "CREATE TABLE"}
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": OWN_COMMIT_FEATURES}
+    meta = {
+        "id": str(uuid.uuid4()),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": json.dumps(SIM_SCHEMA),
+        "partitionColumns": ["app"],
+        "configuration": OWN_COMMIT_CONF,
+        "createdTime": now,
+    }
+    mark = {"domain": "delta.rowTracking", "configuration": '{"rowIdHighWaterMark":-1}'}
+    text = _line(
+        {"commitInfo": info},
+        {"protocol": protocol},
+        {"metaData": meta},
+        {"domainMetadata": mark | {"removed": False}},
+    )
+    (log / f"{0:020d}.json").write_text(text)
+    found = DeltaTable(str(table))
+    assert found.version() == 0 and found.metadata().partition_columns == ["app"]
+    assert {"rowTracking", "inCommitTimestamp"} <= set(found.protocol().writer_features or [])
+
+
+def log_commits(table: Path) -> list[list[dict[str, Any]]]:
+    """Every JSON commit of the table, by version (none is missing)."""
+    log = table / "_delta_log"
+    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    assert versions == list(range(len(versions))), f"{table}: commits missing: {versions}"
+    return [
+        [json.loads(line) for line in (log / f"{v:020d}.json").read_text().splitlines() if line]
+        for v in versions
+    ]
+
+
+def row_tracking_state(table: Path) -> tuple[int, int]:
+    """The table's row-id high-water mark and its newest in-commit timestamp, read from
+    its log as delta-spark reads them."""
+    mark, ict = -1, 0
+    for actions in log_commits(table):
+        for action in actions:
+            dm = action.get("domainMetadata")
+            if dm and dm["domain"] == "delta.rowTracking" and not dm.get("removed"):
+                mark = int(json.loads(dm["configuration"])["rowIdHighWaterMark"])
+            info = action.get("commitInfo")
+            if info:
+                ict = int(info["inCommitTimestamp"])
+    return mark, ict
+
+
+def append_as_delta_spark(table: Path, data: pa.Table) -> None:
+    """Another program's append to a row-tracked table, as delta-spark commits it:
+    row ids above the high-water mark (moved on), an in-commit timestamp above the last
+    commit's, no txn. (delta-rs refuses to commit to such a table.)"""
+    import pyarrow.parquet as pq
+
+    version = len(log_commits(table))
+    mark, ict = row_tracking_state(table)
+    name = f"app=other/part-{uuid.uuid4()}.parquet"
+    (table / "app=other").mkdir(exist_ok=True)
+    pq.write_table(data.select(["id"]), table / name)
+    rows = data.num_rows
+    stamp = ict + 1
+    text = _line(
+        {"commitInfo": {"timestamp": stamp, "inCommitTimestamp": stamp, "operation": "WRITE"}},
+        {
+            "domainMetadata": {
+                "domain": "delta.rowTracking",
+                "configuration": json.dumps({"rowIdHighWaterMark": mark + rows}),
+                "removed": False,
+            }
+        },
+        {
+            "add": {
+                "path": name,
+                "partitionValues": {"app": "other"},
+                "size": (table / name).stat().st_size,
+                "modificationTime": stamp,
+                "dataChange": True,
+                "stats": json.dumps({"numRecords": rows}),
+                "baseRowId": mark + 1,
+                "defaultRowCommitVersion": version,
+            }
+        },
+    )
+    with open(table / "_delta_log" / f"{version:020d}.json", "x") as out:  # put-if-absent
+        out.write(text)
+
+
+def check_row_tracking(table: Path) -> None:
+    """The table's row ids are unique (each live file's ``baseRowId`` range apart from
+    every other's and under the high-water mark, which never goes down) and its in-commit
+    timestamps strictly increase, commit by commit."""
+    live: dict[str, tuple[int, int]] = {}
+    mark, last_ict = -1, None
+    for version, actions in enumerate(log_commits(table)):
+        info = [a["commitInfo"] for a in actions if "commitInfo" in a]
+        assert len(info) == 1 and "commitInfo" in actions[0], f"{table} v{version}: commitInfo"
+        ict = info[0].get("inCommitTimestamp")
+        assert ict is not None, f"{table} v{version}: no in-commit timestamp"
+        assert last_ict is None or ict > last_ict, f"{table} v{version}: ICT {ict} <= {last_ict}"
+        last_ict = ict
+        for action in actions:
+            dm = action.get("domainMetadata")
+            if dm and dm["domain"] == "delta.rowTracking":
+                new = int(json.loads(dm["configuration"])["rowIdHighWaterMark"])
+                assert new >= mark, f"{table} v{version}: the high-water mark went down"
+                mark = new
+            if "remove" in action:
+                live.pop(action["remove"]["path"], None)
+            if "add" in action:
+                add = action["add"]
+                assert "baseRowId" in add, f"{table} v{version}: {add['path']} has no row ids"
+                rows = int(json.loads(add["stats"])["numRecords"])
+                live[add["path"]] = (int(add["baseRowId"]), rows)
+    spans = sorted(live.values())
+    for (a, n), (b, _) in itertools.pairwise(spans):
+        assert a + n <= b, f"{table}: row ids {a}..{a + n - 1} and {b}.. overlap"
+    assert not spans or spans[-1][0] + spans[-1][1] - 1 <= mark, f"{table}: above the mark"
 
 
 def nonzero(ends: dict[int, int]) -> dict[int, int]:
@@ -999,3 +1167,27 @@ def test_known_hole_schedule(hole: str) -> None:
         machine.tables_hold_the_committed_offsets_once()
     finally:
         machine.teardown()
+
+
+def test_the_row_tracking_check_finds_reused_row_ids_and_a_timestamp_not_moving_on(
+    tmp_path: Path,
+) -> None:
+    """The own-commit invariant can fail: another writer's append reusing row ids, or
+    one whose in-commit timestamp repeats the last, is found."""
+    table = tmp_path / "t"
+    create_own_commit_table(table)
+    append_as_delta_spark(table, pa.table({"id": [1, 2], "app": ["other"] * 2}))
+    append_as_delta_spark(table, pa.table({"id": [3], "app": ["other"]}))
+    check_row_tracking(table)
+    assert row_tracking_state(table)[0] == 2
+    last = table / "_delta_log" / f"{2:020d}.json"
+    good = last.read_text()
+    last.write_text(good.replace('"baseRowId":2', '"baseRowId":1'))
+    with pytest.raises(AssertionError, match="overlap"):
+        check_row_tracking(table)
+    stamp = json.loads(good.splitlines()[0])["commitInfo"]["inCommitTimestamp"]
+    last.write_text(
+        good.replace(f'"inCommitTimestamp":{stamp}', f'"inCommitTimestamp":{stamp - 1}')
+    )
+    with pytest.raises(AssertionError, match="ICT"):
+        check_row_tracking(table)
