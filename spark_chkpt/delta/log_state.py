@@ -1,26 +1,19 @@
 """The Delta table a process keeps across batches, advanced by reading new commits by version.
 
-delta-rs lists the whole ``_delta_log`` whenever it loads or advances a table
-(``DeltaTable(...)``, ``update_incremental``, ``load_as_version``) and twice in a commit
-(``create_write_transaction``): at 10,000 versions each listing costs ~30 ms, so a batch
-that loads and commits through delta-rs grows with the table's age. Here a process keeps,
-per table (URI and storage options), a delta-rs table loaded once (``base``) and reads
-only the JSON commits after it, by version (``_delta_log/<v>.json``, probed upward, no
-listing): the txn versions they set, the newest commit's in-commit timestamp, the row
-tracking domain. :class:`KeptTable`, what :meth:`DeltaTarget.latest
-<spark_chkpt.delta.table.DeltaTarget.latest>` hands out, answers ``version()`` and
-``transaction_version()`` from them and ``schema()`` / ``metadata()`` / ``protocol()``
-from ``base`` (the same: a commit with a ``metaData`` or ``protocol`` action makes the
-table load again); any other delta-rs call brings ``base`` up to date first (one
-listing: a checkpoint, a rewrite, a MERGE, the rare paths). An append to a local table
-is then the project's own put-if-absent commit (:mod:`spark_chkpt.delta.log_commit`) on
-the kept state, not delta-rs's.
+delta-rs lists the whole ``_delta_log`` whenever it loads or advances a table and twice
+in a commit (~30 ms each at 10,000 versions). Here a process keeps, per table (URI and
+storage options), a delta-rs table loaded once (``base``) and reads only the JSON
+commits after it, by version (no listing): the txn versions they set, the newest
+commit's in-commit timestamp, the row tracking domain. :class:`KeptTable` answers
+``version()`` and ``transaction_version()`` from them, ``schema()`` / ``metadata()`` /
+``protocol()`` from ``base`` (a ``metaData`` or ``protocol`` action makes the table
+load again), anything else from ``base`` brought up to date (one listing). An append to
+a local table is then the project's own put-if-absent commit
+(:mod:`spark_chkpt.delta.log_commit`) on the kept state.
 
-The kept table is loaded again from scratch when in doubt: the JSON commit of the
-version it was last checked at is no longer the same (digest: the table was deleted or
-replaced at the same path, or restored over a deleted log), the JSON commit of the
-checkpoint ``base`` was loaded from is gone (log clean-up: delta-rs reads txns from it
-lazily), a new commit changes the metadata or protocol, or the table id changed. More:
+Loaded again from scratch when in doubt: the JSON commit of the version last read has
+other bytes (deleted or replaced at the same path), the JSON commit of ``base``'s
+checkpoint is gone (log clean-up), the metadata, protocol or table id changed. More:
 docs/concepts/delta-internals.md.
 """
 
@@ -32,13 +25,27 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from spark_chkpt.delta.log_commit import LogState, load_state
 from spark_chkpt.delta.log_upkeep import last_checkpoint
+from spark_chkpt.fs import Location
 
-if TYPE_CHECKING:
-    from spark_chkpt.delta.table import DeltaTarget
+
+class DeltaTarget(Protocol):
+    """What the kept table needs of :class:`spark_chkpt.delta.table.DeltaTarget`."""
+
+    uri: str
+    storage_options: dict[str, str]
+    location: Location
+
+    def open(self) -> Any | None: ...
+    def has_commit(self, version: int) -> bool: ...
+    def commit_bytes(self, version: int) -> bytes | None: ...
+    def commit_digest(self, version: int) -> str | None: ...
+    def latest(self) -> Any | None: ...
+    def open_at(self, version: int) -> Any: ...
+
 
 log = logging.getLogger(__name__)
 
