@@ -447,3 +447,31 @@ def test_a_catalog_table_that_cannot_be_written_is_refused_at_start_naming_why(
     with pytest.raises(CatalogTableError, match="is a parquet table"):
         DeltaUpsert(table=f"{db}.plain", keys=["id"], checkpoint_location=str(tmp_path / "u"))
     assert not (tmp_path / "chk").exists()  # no query started
+
+
+def test_optimize_vacuum_and_another_writer_between_runs_each_row_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sink's Python workers keep the table across batches and queries
+    (spark_chkpt/delta/log_state.py): delta-spark's OPTIMIZE, VACUUM and append between
+    two runs of the query are read as new commits, and delta-spark reads every row once."""
+    table, chk, src = tmp_path / "t", tmp_path / "chk", tmp_path / "in"
+    create(spark, table)
+    assert run(rows_stream(spark, src, [{"id": i, "v": "a"} for i in range(3)]), table, chk) is None
+    assert (
+        run(rows_stream(spark, src, [{"id": i, "v": "b"} for i in range(3, 5)]), table, chk) is None
+    )
+    spark.sql(f"OPTIMIZE delta.`{table}`")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    spark.createDataFrame([(100, "other")], INPUT_DDL).write.format("delta").mode("append").save(
+        str(table)
+    )
+    assert run(rows_stream(spark, src, [{"id": 5, "v": "c"}]), table, chk) is None
+    got = sorted(r.id for r in spark.read.format("delta").load(str(table)).collect())
+    assert got == [0, 1, 2, 3, 4, 5, 100]
+    ops = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
+    assert "OPTIMIZE" in ops and "VACUUM END" in ops
