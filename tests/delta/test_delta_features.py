@@ -462,11 +462,14 @@ def test_optimize_vacuum_and_another_writer_between_runs_each_row_once(
         run(rows_stream(spark, src, [{"id": i, "v": "b"} for i in range(3, 5)]), table, chk) is None
     )
     spark.sql(f"OPTIMIZE delta.`{table}`")
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    confs = ("retentionDurationCheck.enabled", "false"), ("vacuum.logging.enabled", "true")
+    for key, value in confs:
+        spark.conf.set(f"spark.databricks.delta.{key}", value)
     try:
         spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS")
     finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        for key, _ in confs:
+            spark.conf.unset(f"spark.databricks.delta.{key}")
     spark.createDataFrame([(100, "other")], INPUT_DDL).write.format("delta").mode("append").save(
         str(table)
     )
