@@ -19,6 +19,8 @@ import shutil
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -26,10 +28,22 @@ from urllib.parse import unquote
 CHECKPOINT_EVERY = 100
 
 
+# Above this many versions, only the last FULL_CHECKPOINTS_TAIL versions get their
+# checkpoints (each earlier one is a delta-rs load and a growing Parquet file: 100,000
+# versions checkpointed every 100 would take most of an hour). The log still holds
+# every JSON commit, which is what a listing reads.
+FULL_CHECKPOINTS_UP_TO = 20_000
+FULL_CHECKPOINTS_TAIL = 1_000
+
+
 def age(*, template: Path, table: Path, versions: int) -> float:
     """Write ``table``: ``template``'s protocol and metadata (version 0), then
-    ``versions`` appends of one file each (copies of a data file of ``template``),
-    checkpointed every 100 versions; returns the seconds it took."""
+    ``versions`` appends of one file each (hard links to a data file of ``template``:
+    distinct paths, one content), checkpointed every 100 versions (above
+    :data:`FULL_CHECKPOINTS_UP_TO` versions, in the last :data:`FULL_CHECKPOINTS_TAIL`
+    only); returns the seconds it took."""
+    import os
+
     from deltalake import DeltaTable
 
     started = time.monotonic()
@@ -40,7 +54,8 @@ def age(*, template: Path, table: Path, versions: int) -> float:
         line for line in first if line and next(iter(json.loads(line))) in ("protocol", "metaData")
     ]
     add = next(json.loads(line)["add"] for line in first if line.startswith('{"add"'))
-    data = (template / unquote(str(add["path"]))).read_bytes()
+    source = template / unquote(str(add["path"]))
+    data = source.read_bytes()
     stats = add.get("stats")
     now = int(time.time() * 1000)
     (log_dir / f"{0:020d}.json").write_text(
@@ -49,7 +64,11 @@ def age(*, template: Path, table: Path, versions: int) -> float:
     )
     for version in range(1, versions + 1):
         name = f"part-aged-{version:07d}-{uuid.uuid4().hex[:8]}.parquet"
-        (table / name).write_bytes(data)
+        try:
+            os.link(source, table / name)
+        except OSError:  # the file system's limit of links to one file: a new source
+            (table / name).write_bytes(data)
+            source = table / name
         action = {
             "path": name,
             "partitionValues": {},
@@ -69,7 +88,8 @@ def age(*, template: Path, table: Path, versions: int) -> float:
         (log_dir / f"{version:020d}.json").write_text(
             _line({"commitInfo": info}) + _line({"add": action})
         )
-        if version % CHECKPOINT_EVERY == 0:
+        tail = versions <= FULL_CHECKPOINTS_UP_TO or version > versions - FULL_CHECKPOINTS_TAIL
+        if version % CHECKPOINT_EVERY == 0 and tail:
             DeltaTable(str(table), version=version).create_checkpoint()
     return time.monotonic() - started
 
@@ -89,9 +109,12 @@ def measure(
     batches: int = 20,
     per_batch: int = 500,
     rounds: int = 2,
+    rewritten: int | None = None,
 ) -> dict[str, Any]:
     """Per N of ``versions``, ``rounds`` pairs of runs (a fresh table, then one of N
-    versions): the medians of each side and their ratio, in one session."""
+    versions): the medians of each side and their ratio, in one session. ``rewritten``:
+    one more row, a table of that many versions that another job OPTIMIZEs and VACUUMs
+    while the query runs (:func:`rewriting`)."""
     from deltalake import DeltaTable
 
     from bench.batch_cost import fill
@@ -115,21 +138,29 @@ def measure(
     median_batch("aged-warm-up")  # the session's first query pays its warm-up
     rows: dict[str, Any] = {"per_batch": per_batch, "batches": batches, "rounds": rounds}
     fresh_all: list[float] = []
-    for n in versions:
+    sizes = [(n, False) for n in versions] + ([(rewritten, True)] if rewritten else [])
+    for n, rewrite in sizes:
         pairs = []
         for r in range(rounds):  # a fresh run, then an aged one: the machine's drift
             fresh = median_batch(f"aged-fresh-{n}-{r}")
-            name = f"aged-{n}-{r}"
+            name = f"aged-{n}-{r}{'-rewritten' if rewrite else ''}"
             prepared = age(template=workdir / "aged-warm-up", table=workdir / name, versions=n)
             before = int(DeltaTable(str(workdir / name)).version())
-            aged = median_batch(name)
-            pairs.append({"fresh_ms": fresh, "aged_ms": aged, "prepare_s": round(prepared, 1)})
+            pair: dict[str, Any] = {"fresh_ms": fresh, "prepare_s": round(prepared, 1)}
+            if rewrite:
+                with rewriting(workdir / name) as done:
+                    pair["aged_ms"] = median_batch(name)
+                pair["rewrites"] = done[0]
+            else:
+                pair["aged_ms"] = median_batch(name)
+            pairs.append(pair)
             fresh_all.append(fresh)
             shutil.rmtree(workdir / name, ignore_errors=True)
         fresh_median = statistics.median(p["fresh_ms"] for p in pairs)
         aged_median = statistics.median(p["aged_ms"] for p in pairs)
-        rows[str(n)] = {
+        rows[f"{n}-rewritten" if rewrite else str(n)] = {
             "versions": before,
+            "rewritten": rewrite,
             "pairs": pairs,
             "fresh_ms": fresh_median,
             "median_ms": aged_median,
@@ -139,17 +170,53 @@ def measure(
     return rows
 
 
+@contextmanager
+def rewriting(table: Path, *, every_s: float = 1.0) -> Iterator[list[int]]:
+    """Another job on ``table`` while the block runs: every ``every_s`` a delta-rs
+    OPTIMIZE (compaction: one commit removing many files, adding few) and a VACUUM
+    (its commits; 1 hour retention: the files staged by the query's batches in flight
+    are never vacuumed, as Delta requires). Yields ``[rewrites done]``."""
+    import threading
+
+    from deltalake import DeltaTable
+
+    done = [0]
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every_s):
+            try:
+                other = DeltaTable(str(table))
+                other.optimize.compact()
+                other.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
+                done[0] += 1
+            except Exception as e:  # a lost race with the query's commit: next round
+                print(f"aged table rewrite: {e}", flush=True)
+
+    thread = threading.Thread(target=run, name="aged-rewrite", daemon=True)
+    thread.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        thread.join()
+
+
 def report_lines(rows: dict[str, Any]) -> list[str]:
     lines = [
         f"aged table: chkpt-kafka -> chkpt-delta, availableNow, {rows['per_batch']}-record "
         f"batches, median batch (triggerExecution, first batch left out), "
         f"{rows['rounds']} pairs of runs (fresh, aged) per size",
     ]
-    for key, row in rows.items():
+    for row in rows.values():
         if isinstance(row, dict):
             each = ", ".join(f"{p['fresh_ms']:.0f}/{p['aged_ms']:.0f}" for p in row["pairs"])
+            what = "versions/files"
+            if row.get("rewritten"):
+                rewrites = sum(p.get("rewrites", 0) for p in row["pairs"])
+                what += f", OPTIMIZE+VACUUM by another job meanwhile ({rewrites} rounds)"
             lines.append(
-                f"  {int(key):>7,} versions/files: fresh {row['fresh_ms']:.0f} ms, aged "
+                f"  {row['versions']:>7,} {what}: fresh {row['fresh_ms']:.0f} ms, aged "
                 f"{row['median_ms']:.0f} ms, {row['ratio']:.2f}x fresh  (pairs: {each})"
             )
     return lines

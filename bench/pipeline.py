@@ -544,6 +544,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="versions (one file each) of the aged tables, comma-separated",
     )
     parser.add_argument(
+        "--aged-rewritten",
+        type=int,
+        default=0,
+        help="with --aged-table-only: one more row, a table of this many versions that "
+        "another job OPTIMIZEs and VACUUMs while the query runs (0: none)",
+    )
+    parser.add_argument(
         "--k2k-shapes-only",
         action="store_true",
         help="run only Kafka -> Kafka by record shape (bench/k2k_shapes.py): chkpt "
@@ -714,6 +721,7 @@ def _aged_table_only(args: argparse.Namespace, workdir: Path) -> int:
             partitions=args.partitions,
             client=args.client,
             versions=[int(n) for n in args.aged_versions.split(",") if n.strip()],
+            rewritten=args.aged_rewritten or None,
         )
         spark.stop()
     print("\n".join(aged_table.report_lines(rows)), flush=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
+from spark_chkpt.delta import log_state
 from spark_chkpt.delta.column_mapping import ColumnMapping
 from spark_chkpt.delta.commit_safety import put_if_absent
 from spark_chkpt.delta.constraints import (
@@ -36,7 +36,7 @@ from spark_chkpt.delta.log_commit import (
     needs_own_commit,
 )
 from spark_chkpt.delta.log_restore import commit_restore
-from spark_chkpt.delta.log_upkeep import last_checkpoint, no_hooks, upkeep
+from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
 from spark_chkpt.delta.protocol import Operation, TableProtocol, check_table, read_protocol
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import (
@@ -77,25 +77,8 @@ class TxnCommit:
     txns: dict[str, int] = field(default_factory=dict)  # every txn it set (commit_at)
 
 
-@dataclass
-class _Kept:
-    """A ``DeltaTable`` kept across batches (:meth:`DeltaTarget.latest`): the version it
-    was last checked at, the table's id then, and a digest of that version's JSON commit
-    (a table deleted and created again at the same path has other commits)."""
-
-    table: Any
-    version: int
-    table_id: str
-    digest: str
-    anchor: int  # the checkpoint it was loaded from (0: none): its log starts there
-
-
-# One DeltaTable per (uri, storage options) in this Python process, advanced with the
-# new commits only (delta-rs update_incremental); see DeltaTarget.latest.
-_KEPT: dict[tuple[str, tuple[tuple[str, str], ...]], _Kept] = {}
-_KEPT_LOCK = threading.Lock()
-# How this process got its tables: "loaded" from scratch, "advanced" by new commits only.
-LOADS: dict[str, int] = {"loaded": 0, "advanced": 0}
+# How this process got its tables (spark_chkpt.delta.log_state): loaded, advanced, ...
+LOADS = log_state.LOADS
 
 
 class DeltaTarget:
@@ -151,78 +134,38 @@ class DeltaTarget:
                 return
 
     def latest(self) -> Any | None:
-        """The ``DeltaTable`` at its latest version, or None if there is no table yet,
-        as :meth:`open` but kept in this process across batches: the table this process
-        last saw is advanced by the commits made since (delta-rs ``update_incremental``:
-        its last checkpoint and older commits are not read again), so a batch's cost
-        does not grow with the table's history. Every caller gets the same object,
-        advanced on each call (other writers' commits, a protocol or schema change are
-        seen as by :meth:`open`). It is loaded again from scratch when the version it
-        was last checked at no longer has the same JSON commit (the table was deleted
-        or replaced by a new table at the same path), the JSON commit of the checkpoint it
-        was loaded from is gone (log cleanup: delta-rs reads that log again on demand),
-        its version went backwards, or its table id changed."""
-        key = (self.uri, tuple(sorted(self.storage_options.items())))
-        with _KEPT_LOCK:
-            kept = _KEPT.pop(key, None)
-            table = self._advanced(kept) if kept is not None else None
-            if table is None:
-                anchor = last_checkpoint(self) or 0
-                table = self.open()
-                if table is None:
-                    return None
-                LOADS["loaded"] += 1
-                log.debug("Delta table %s loaded at version %s", self.uri, table.version())
-            else:
-                assert kept is not None
-                anchor = kept.anchor
-                LOADS["advanced"] += 1
-                log.debug("Delta table %s advanced to version %s", self.uri, table.version())
-            version = int(table.version())
-            digest = self._commit_digest(version)
-            if digest is not None and self._has_commit(anchor):
-                _KEPT[key] = _Kept(table, version, str(table.metadata().id), digest, anchor)
-            return table
+        """The table at its latest version, or None if there is no table yet, as
+        :meth:`open` but kept in this process across batches
+        (:mod:`spark_chkpt.delta.log_state`): only the JSON commits made since it was
+        last read are read, by version, so a batch's cost does not grow with the
+        table's history. Every caller gets the same object (a
+        :class:`~spark_chkpt.delta.log_state.KeptTable`); other writers' commits, a
+        protocol or schema change, a table deleted or replaced at the same path are
+        seen as by :meth:`open`."""
+        return log_state.latest(self)
 
-    def _advanced(self, kept: _Kept) -> Any | None:
-        """``kept``'s table advanced to the latest version; None if it must be loaded
-        again (see :meth:`latest`)."""
-        if self._commit_digest(kept.version) != kept.digest:
-            return None  # deleted, replaced, or that commit cleaned up: load again
-        if not self._has_commit(kept.anchor):
-            # the log it reads on demand (delta-rs reads txns lazily) was cleaned up
-            return None
-        if not self._has_commit(int(kept.table.version()) + 1):
-            return kept.table  # nothing new: delta-rs's listing of the log is skipped
-        try:
-            kept.table.update_incremental()
-        except Exception as e:  # the table is gone or unreadable: load it afresh
-            log.debug("Delta table %s: update_incremental failed (%s)", self.uri, e)
-            return None
-        if int(kept.table.version()) < kept.version:
-            return None
-        if str(kept.table.metadata().id) != kept.table_id:
-            return None
-        return kept.table
-
-    def _has_commit(self, version: int) -> bool:
+    def has_commit(self, version: int) -> bool:
         return self.location.child("_delta_log", f"{version:020d}.json").exists()
+
+    def commit_bytes(self, version: int) -> bytes | None:
+        """The JSON commit of ``version`` (None: there is none)."""
+        try:
+            return self.location.child("_delta_log", f"{version:020d}.json").read_bytes()
+        except (FileNotFoundError, OSError):
+            return None
+
+    def commit_digest(self, version: int) -> str | None:
+        """A digest of the JSON commit of ``version`` (None: there is none)."""
+        data = self.commit_bytes(version)
+        return hashlib.sha1(data, usedforsecurity=False).hexdigest() if data is not None else None
 
     def last_version(self, table: Any) -> int:
         """The table's latest version: ``table``'s, or a later one whose JSON commit is
         there (a commit made since ``table`` was read), found without listing the log."""
         version = int(table.version())
-        while self._has_commit(version + 1):
+        while self.has_commit(version + 1):
             version += 1
         return version
-
-    def _commit_digest(self, version: int) -> str | None:
-        """A digest of the JSON commit of ``version`` (None: there is none)."""
-        try:
-            data = self.location.child("_delta_log", f"{version:020d}.json").read_bytes()
-        except (FileNotFoundError, OSError):
-            return None
-        return hashlib.sha1(data, usedforsecurity=False).hexdigest()
 
     def require(self) -> Any:
         """The ``DeltaTable`` at its latest version; :class:`NotADeltaTableError` (with
@@ -486,7 +429,9 @@ class DeltaTarget:
                 commit_properties=props,
                 post_commithook_properties=no_hooks(),
             )
-        elif needs_own_commit(found := read_protocol(table, uri=self.uri)):
+        elif needs_own_commit(found := read_protocol(table, uri=self.uri)) or (
+            not overwrite and self._kept_here(table)
+        ):
             if overwrite:  # identity tables refuse complete mode (protocol.FEATURES)
                 self._own_overwrite(
                     table, found, files, props, app_id=app_id, partition_by=partition_by
@@ -513,6 +458,13 @@ class DeltaTarget:
             )
         upkeep(self)  # checkpoint and clean-up by the table's properties
 
+    def _kept_here(self, table: Any) -> bool:
+        """Whether an append to ``table`` is the project's own commit although delta-rs
+        could make it: the table kept across batches on a local file system, whose
+        state the commit builds on without delta-rs listing the log (twice per commit).
+        Other stores keep delta-rs's commit (its locking or conditional put)."""
+        return isinstance(table, log_state.KeptTable) and self.location.is_local
+
     def _own_append(
         self,
         table: Any,
@@ -529,12 +481,16 @@ class DeltaTarget:
         (:func:`commit_properties`): the version written, or None when a commit that
         won the race already holds the txn (nothing written)."""
         writer = "chkpt-delta"
-        state = load_state(
-            self.location,
-            version=int(table.version()),
-            features=frozenset(found.required()),
-            configuration=found.configuration,
-        )
+        features = frozenset(found.required())
+        if isinstance(table, log_state.KeptTable):  # what was read of the log, kept
+            state = table.log_state(features=features, configuration=found.configuration)
+        else:
+            state = load_state(
+                self.location,
+                version=int(table.version()),
+                features=features,
+                configuration=found.configuration,
+            )
 
         def check(protocol: TableProtocol) -> None:
             check_table(protocol, writer=writer, operation="append")

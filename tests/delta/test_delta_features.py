@@ -703,3 +703,34 @@ def row_ids(spark: SparkSession, table: Path) -> dict[int, int]:
 def _app_id(chk: Path) -> str:
     """The query id of the checkpoint (DeltaUpsert's app id by default)."""
     return str(json.loads((chk / "metadata").read_text().splitlines()[0])["id"])
+
+
+def test_optimize_vacuum_and_another_writer_between_runs_each_row_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sink's Python workers keep the table across batches and queries
+    (spark_chkpt/delta/log_state.py): delta-spark's OPTIMIZE, VACUUM and append between
+    two runs of the query are read as new commits, and delta-spark reads every row once."""
+    table, chk, src = tmp_path / "t", tmp_path / "chk", tmp_path / "in"
+    create(spark, table)
+    assert run(rows_stream(spark, src, [{"id": i, "v": "a"} for i in range(3)]), table, chk) is None
+    assert (
+        run(rows_stream(spark, src, [{"id": i, "v": "b"} for i in range(3, 5)]), table, chk) is None
+    )
+    spark.sql(f"OPTIMIZE delta.`{table}`")
+    confs = ("retentionDurationCheck.enabled", "false"), ("vacuum.logging.enabled", "true")
+    for key, value in confs:
+        spark.conf.set(f"spark.databricks.delta.{key}", value)
+    try:
+        spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS")
+    finally:
+        for key, _ in confs:
+            spark.conf.unset(f"spark.databricks.delta.{key}")
+    spark.createDataFrame([(100, "other")], INPUT_DDL).write.format("delta").mode("append").save(
+        str(table)
+    )
+    assert run(rows_stream(spark, src, [{"id": 5, "v": "c"}]), table, chk) is None
+    got = sorted(r.id for r in spark.read.format("delta").load(str(table)).collect())
+    assert got == [0, 1, 2, 3, 4, 5, 100]
+    ops = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
+    assert "OPTIMIZE" in ops and "VACUUM END" in ops
