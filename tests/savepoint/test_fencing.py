@@ -286,6 +286,7 @@ class Frame:
                 StructField("ts", TimestampType()),
             ]
         )
+        self.sparkSession = None  # no session: DeltaUpsert's MERGE would be delta-rs's
 
 
 def test_upsert_from_a_new_query_id_on_a_table_of_the_same_partitions_is_refused(
