@@ -152,10 +152,12 @@ def read_snapshot(location: Location, version: int) -> LogSnapshot:
     return LogSnapshot(version=version, files=files, metadata=metadata, protocol=protocol)
 
 
-def _remove(add: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+def remove_of(add: Mapping[str, Any], *, timestamp: int) -> dict[str, Any]:
+    """The remove action of a live file, as delta-spark's ``removeWithTimestamp`` writes
+    it (a restore's and a complete-mode replacement's)."""
     remove: dict[str, Any] = {
         "path": add["path"],
-        "deletionTimestamp": now_ms,
+        "deletionTimestamp": timestamp,
         "dataChange": True,
         "extendedFileMetadata": True,
         "partitionValues": add.get("partitionValues", {}),
@@ -180,7 +182,8 @@ def build_restore(
     """The JSON commit of version ``now.version + 1`` restoring the table to
     ``target`` (``at``: its :class:`LogState`) from ``current`` (``now``), with
     ``txns`` (app id to version) and ``metadata`` in its commitInfo (pure)."""
-    removes = [_remove(current.files[k], now_ms) for k in current.files if k not in target.files]
+    gone = [k for k in current.files if k not in target.files]
+    removes = [remove_of(current.files[k], timestamp=now_ms) for k in gone]
     adds = [dict(target.files[k], dataChange=True) for k in target.files if k not in current.files]
     info: dict[str, Any] = {"timestamp": now_ms}
     if now.in_commit_timestamps:
