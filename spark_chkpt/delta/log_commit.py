@@ -320,19 +320,51 @@ def commit_append(
     the file if absent (False: it exists). After :data:`MAX_RACES` lost races, a
     :class:`CommitConflictError`. ``meta``: a ``metaData`` action written with the
     adds (a race lost to another writer's metaData is a :class:`CommitConflictError`)."""
-    log_dir = location.child("_delta_log")
-    txn_version = txns.get(app_id, -1)
-    for _ in range(MAX_RACES):
-        version = state.version + 1
-        text = build_append(
-            state,
+    return commit_actions(
+        location=location,
+        uri=uri,
+        state=state,
+        app_id=app_id,
+        txns=txns,
+        metadata=metadata,
+        build=lambda at, now_ms: build_append(
+            at,
             files=files,
             txns=txns,
             metadata=metadata,
             partition_by=partition_by,
-            now_ms=int(clock() * 1000),
+            now_ms=now_ms,
             meta=meta,
-        )
+        ),
+        put=put,
+        check=check,
+        clock=clock,
+    )
+
+
+def commit_actions(
+    *,
+    location: Location,
+    uri: str,
+    state: LogState,
+    app_id: str,
+    txns: Mapping[str, int],
+    metadata: Mapping[str, Any],
+    build: Callable[[LogState, int], str],
+    put: Callable[[Location, str], bool],
+    check: Callable[[TableProtocol], None],
+    clock: Callable[[], float] = time.time,
+) -> int | None:
+    """The own commit's loop, for an append or a replacement: ``build(state, now_ms)``'s
+    actions put as the next version if absent; a lost race reads every commit that won,
+    by version (:func:`advance`), and builds again on the newest. The version
+    committed, or None when a winner holds ``txn(app_id) >= txns[app_id]``; after
+    :data:`MAX_RACES` lost races, a :class:`CommitConflictError`."""
+    log_dir = location.child("_delta_log")
+    txn_version = txns.get(app_id, -1)
+    for _ in range(MAX_RACES):
+        version = state.version + 1
+        text = build(state, int(clock() * 1000))
         if put(log_dir.child(f"{version:020d}.json"), text):
             # the fault tests' kill point inside the own commit of batch chkpt.batchId to
             # the sink's table (its dead-letter table's commit has after-dead-letters)

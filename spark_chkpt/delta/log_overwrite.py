@@ -23,11 +23,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from spark_chkpt.delta.log_commit import MAX_RACES, LogState, advance, build_append
+from spark_chkpt.delta.log_commit import LogState, build_append, commit_actions
 from spark_chkpt.delta.log_restore import read_snapshot, remove_of
 from spark_chkpt.delta.protocol import TableProtocol
 from spark_chkpt.delta.staging import StagedFile
-from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import Location
 
 
@@ -83,38 +82,23 @@ def commit_overwrite(
     """Replace every file of the table with ``files`` on top of ``state``, as
     :func:`~spark_chkpt.delta.log_commit.commit_append` appends: the version committed,
     or None when a commit that won the race holds ``txn(app_id) >= txns[app_id]``."""
-    log_dir = location.child("_delta_log")
-    txn_version = txns.get(app_id, -1)
-    for _ in range(MAX_RACES):
-        version = state.version + 1
-        text = build_overwrite(
-            state,
-            live=live_files(location, version=state.version),
+    return commit_actions(
+        location=location,
+        uri=uri,
+        state=state,
+        app_id=app_id,
+        txns=txns,
+        metadata=metadata,
+        build=lambda at, now_ms: build_overwrite(
+            at,
+            live=live_files(location, version=at.version),
             files=files,
             txns=txns,
             metadata=metadata,
             partition_by=partition_by,
-            now_ms=int(clock() * 1000),
-        )
-        if put(log_dir.child(f"{version:020d}.json"), text):
-            return version
-        while True:
-            try:
-                theirs = log_dir.child(f"{state.version + 1:020d}.json").read_text()
-            except FileNotFoundError:
-                break
-            moved = advance(
-                state,
-                version=state.version + 1,
-                text=theirs,
-                app_id=app_id,
-                txn_version=txn_version,
-                check=check,
-                uri=uri,
-            )
-            if moved is None:
-                return None
-            state = moved
-    raise CommitConflictError(
-        f"Delta table {uri}: lost the race for the next version {MAX_RACES} times in a row"
+            now_ms=now_ms,
+        ),
+        put=put,
+        check=check,
+        clock=clock,
     )
