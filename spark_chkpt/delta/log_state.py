@@ -179,6 +179,13 @@ class KeptTable:
             )
 
 
+def delta_rs(table: Any) -> Any:
+    """The delta-rs ``DeltaTable`` behind ``table`` (a :class:`KeptTable`'s, brought up to
+    date; any other table as it is), for delta-rs calls that take the table itself
+    (``QueryBuilder.register`` reads its private ``_table``)."""
+    return table.current() if isinstance(table, KeptTable) else table
+
+
 def latest(target: DeltaTarget) -> Any | None:
     """``target``'s table kept in this process, advanced by the commits made since it was
     last read (see the module docstring); None if there is no table."""

@@ -367,7 +367,7 @@ class DeltaTarget:
         import pyarrow as pa
         from deltalake import QueryBuilder
 
-        reader = QueryBuilder().register("t", table).execute("SELECT * FROM t")
+        reader = QueryBuilder().register("t", log_state.delta_rs(table)).execute("SELECT * FROM t")
         return pa.table(reader.read_all())
 
     def add_columns(self, table: Any, batch_schema: pa.Schema, names: Sequence[str]) -> None:

@@ -185,3 +185,29 @@ def test_a_restore_by_another_job_between_batches(tmp_path: Path) -> None:
     q.commit(2, q.stage(2, [2], task=1))  # batch 2's txn is still there: discarded
     assert _ids(q) == [0, 1, 3]
     assert DeltaTable(str(q.table)).transaction_version(APP_ID) == 3
+
+
+def test_the_kept_table_is_read_by_delta_rs_query_builder(tmp_path: Path) -> None:
+    """The sink's readers that hand the table to delta-rs's DataFusion (its rows with
+    column mapping and deletion vectors applied; DeltaUpsert's lookup of a batch's
+    deletes on a change-feed table) take the kept table too: QueryBuilder reads the
+    delta-rs table's private ``_table``, which the kept view does not forward."""
+    import pyarrow.dataset as ds
+
+    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.upsert.merge import KeyedMerge
+
+    table = tmp_path / "t"
+    write_deltalake(
+        str(table),
+        pa.Table.from_batches([make_batch(SCHEMA, [1, 2], ["a", "b"])]),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    target = DeltaTarget(uri=str(table))
+    kept = target.latest()
+    assert isinstance(kept, log_state.KeptTable)
+    assert sorted(target.rows(kept).column("id").to_pylist()) == [1, 2]
+    staged = pa.table({"id": [2, 3], "flag": [True, True]})
+    merger = KeyedMerge(target=target, keys=["id"], delete_column="flag")
+    absent = merger.absent_deletes(kept, staged=ds.dataset(staged), delete="flag")
+    assert absent == {(3,)}

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_chkpt.delta.log_state import delta_rs
 from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
 from spark_chkpt.delta.table import DeltaTarget, commit_properties
 from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
@@ -174,7 +175,7 @@ class KeyedMerge:
         if flagged.num_rows == 0:
             return set()
         columns = ", ".join(quote(k) for k in self.keys)
-        query = QueryBuilder().register("t", table).execute(f"SELECT {columns} FROM t")
+        query = QueryBuilder().register("t", delta_rs(table)).execute(f"SELECT {columns} FROM t")
         held = pa.table(query.read_all()).select(list(self.keys)).cast(flagged.schema)
         absent = flagged.join(held, keys=list(self.keys), join_type="left anti")
         return set(zip(*(absent.column(k).to_pylist() for k in self.keys), strict=True))
