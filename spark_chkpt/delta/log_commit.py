@@ -268,10 +268,9 @@ def _actions(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _checkpoint_domains(log_dir: Location, version: int) -> tuple[int, dict[str, str]]:
-    """The newest checkpoint at or before ``version`` (-1: none) and its domains."""
+def checkpoint_files(log_dir: Location, version: int) -> tuple[int, list[str]]:
+    """The newest checkpoint at or before ``version`` (-1: none) and its files, sorted."""
     import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
 
     found: dict[int, list[str]] = {}
     for info in log_dir.list():
@@ -280,10 +279,18 @@ def _checkpoint_domains(log_dir: Location, version: int) -> tuple[int, dict[str,
         if rest and head.isdigit() and int(head) <= version and info.type == pafs.FileType.File:
             found.setdefault(int(head), []).append(name)
     if not found:
-        return -1, {}
+        return -1, []
     at = max(found)
+    return at, sorted(found[at])
+
+
+def _checkpoint_domains(log_dir: Location, version: int) -> tuple[int, dict[str, str]]:
+    """The newest checkpoint at or before ``version`` (-1: none) and its domains."""
+    import pyarrow.parquet as pq
+
+    at, names = checkpoint_files(log_dir, version)
     domains: dict[str, str] = {}
-    for name in sorted(found[at]):
+    for name in names:
         path = log_dir.child(name)
         if name.endswith(".json"):  # a v2 checkpoint's top-level file in JSON
             rows = [a.get("domainMetadata") for a in _actions(path.read_text())]
@@ -355,11 +362,9 @@ def commit_actions(
     check: Callable[[TableProtocol], None],
     clock: Callable[[], float] = time.time,
 ) -> int | None:
-    """The own commit's loop, for an append or a replacement: ``build(state, now_ms)``'s
-    actions put as the next version if absent; a lost race reads every commit that won,
-    by version (:func:`advance`), and builds again on the newest. The version
-    committed, or None when a winner holds ``txn(app_id) >= txns[app_id]``; after
-    :data:`MAX_RACES` lost races, a :class:`CommitConflictError`."""
+    """The own commit's loop (append or replacement): ``build(state, now_ms)`` put as the
+    next version if absent; a lost race read by version (:func:`advance`) and built again.
+    The version, or None when a winner holds the txn; MAX_RACES losses: CommitConflictError."""
     log_dir = location.child("_delta_log")
     txn_version = txns.get(app_id, -1)
     for _ in range(MAX_RACES):

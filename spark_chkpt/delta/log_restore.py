@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.delta.log_commit import ROW_TRACKING_DOMAIN, LogState
+from spark_chkpt.delta.log_commit import ROW_TRACKING_DOMAIN, LogState, checkpoint_files
 from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import Location
 from spark_chkpt.version import __version__
@@ -94,18 +94,11 @@ def _actions(text: str) -> list[dict[str, Any]]:
 def _checkpoint(log_dir: Location, version: int) -> tuple[int, list[dict[str, Any]]]:
     """The newest checkpoint at or before ``version`` (-1: none) and its actions (add,
     remove, metaData, protocol; a v2 checkpoint's sidecars read too)."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    found: dict[int, list[str]] = {}
-    for info in log_dir.list():
-        name = info.base_name
-        head, _, rest = name.partition(".checkpoint")
-        if rest and head.isdigit() and int(head) <= version and info.type == pafs.FileType.File:
-            found.setdefault(int(head), []).append(name)
-    if not found:
+    at, names = checkpoint_files(log_dir, version)
+    if at < 0:
         return -1, []
-    at = max(found)
     wanted = ("add", "remove", "metaData", "protocol", "sidecar")
     actions: list[dict[str, Any]] = []
 
@@ -118,7 +111,7 @@ def _checkpoint(log_dir: Location, version: int) -> tuple[int, list[dict[str, An
                 if row.get(column) is not None:
                     actions.append({column: _map_fields(_plain(row[column]))})
 
-    for name in sorted(found[at]):
+    for name in names:
         path = log_dir.child(name)
         if name.endswith(".json"):
             actions += _actions(path.read_text())
