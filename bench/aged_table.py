@@ -213,6 +213,7 @@ def measure(
             else:
                 aged = batch_ms(name)
             pair["aged_ms"] = statistics.median(aged)
+            pair["aged_batches_ms"] = aged  # the checkpoint batches show here
             pairs.append(pair)
             aged_all += aged
             fresh_all.append(fresh)
