@@ -4,13 +4,14 @@ The target: the per-batch cost of the ``chkpt-kafka`` → ``chkpt-delta`` query
 (availableNow, ``per_batch``-record batches) into a table of N versions and N files is
 at most 1.1× (N = 10,000) and 1.25× (N = 100,000) a fresh table's. :func:`age` prepares
 the aged table cheaply but for real: version 0 is the protocol and metadata of a table
-the sink itself created (so the query's schema fits), then N appends, each adding a copy
-of one of that table's Parquet files, written as Delta JSON commits, with a delta-rs
-checkpoint every 100 versions (as Delta does by default). delta-rs and delta-spark read
-it as any table. :func:`measure` then runs the same query (same topic, its own
-checkpoint), after a warm-up run, in pairs: a fresh table, then the aged one; it reports
-each one's median batch (Spark's ``triggerExecution``, the first batch left out) and the ratio.
-"""
+the sink itself created (so the query's schema fits), then N appends, each adding a link
+to one of that table's Parquet files, written as Delta JSON commits, with a Parquet
+checkpoint every 100 versions (delta-rs's default) written in delta-rs's own checkpoint
+schema. delta-rs and the sink read it as any table. :func:`measure` then runs the same
+query (same topic, a checkpoint and table per run), after a warm-up run, in pairs: a
+fresh table, then the aged one; it reports each one's median batch (Spark's
+``triggerExecution``, the first batch left out), the aged batches' p90 and maximum, and
+the ratio."""
 
 from __future__ import annotations
 
