@@ -72,6 +72,9 @@ def register(spark: SparkSession) -> list[str]:
     apply_register_defaults(spark)
     install_excepthook()  # Spark's "failed to connect back" explained first
     explain_stopped_commit(spark)  # query.stop() during a commit: one line, no traceback
+    from spark_chkpt.metrics.reporter import arm_commit_log_failpoint
+
+    arm_commit_log_failpoint(spark)  # fault tests: SPARK_CHKPT_KILL_AT=after-commit-log@N
     from spark_chkpt.delta.catalog import install_table_option
 
     install_table_option()  # chkpt-delta's option("table", "db.events") and toTable

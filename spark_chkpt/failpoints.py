@@ -89,6 +89,12 @@ def armed(point: FaultPoint, batch_id: int, *, env: str = ENV) -> bool:
     return name == point.value and (not batch or int(batch) == batch_id)
 
 
+def named(point: FaultPoint) -> bool:
+    """Whether ``SPARK_CHKPT_KILL_AT`` or ``SPARK_CHKPT_STALL_AT`` names ``point`` (for
+    any batch): a point that only a listener reaches is then listened for."""
+    return any(os.environ.get(env, "").partition("@")[0] == point.value for env in (ENV, STALL_ENV))
+
+
 def enable(point: FaultPoint, action: Action, *, batch_id: int | None = None) -> None:
     """Switch ``point`` on in this process (for ``batch_id``, or every batch)."""
     _ENABLED[point] = (action, batch_id)

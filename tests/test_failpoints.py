@@ -59,3 +59,38 @@ def test_a_test_switches_a_point_on_in_process() -> None:
     assert seen == [(FaultPoint.AFTER_BARRIERS, 7)]
     with enabled(FaultPoint.IN_SAVEPOINT, "fail"), pytest.raises(InjectedFailureError):
         failpoint(FaultPoint.IN_SAVEPOINT, 0)
+
+
+def test_named_is_any_batch_of_a_kill_or_a_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not failpoints.named(FaultPoint.AFTER_COMMIT_LOG)
+    monkeypatch.setenv(failpoints.FAIL_ENV, "after-commit-log@1")  # cannot fail there
+    assert not failpoints.named(FaultPoint.AFTER_COMMIT_LOG)
+    monkeypatch.setenv(failpoints.ENV, "after-commit-log@4")
+    assert failpoints.named(FaultPoint.AFTER_COMMIT_LOG)
+    assert not failpoints.named(FaultPoint.AFTER_SNAPSHOT)
+    monkeypatch.setenv(failpoints.ENV, "after-staging")
+    monkeypatch.setenv(failpoints.STALL_ENV, "after-commit-log")
+    assert failpoints.named(FaultPoint.AFTER_COMMIT_LOG)
+
+
+def test_register_listens_for_after_commit_log_only_when_the_environment_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain foreachBatch script has no SnapshotReporter: the listener that reaches
+    after-commit-log is attached once per session, and only when it is switched on."""
+    from types import SimpleNamespace
+
+    from spark_chkpt.metrics.reporter import CommitLogFailpoint, arm_commit_log_failpoint
+
+    listeners: list[object] = []
+    session = SimpleNamespace(streams=SimpleNamespace(addListener=listeners.append))
+    assert not arm_commit_log_failpoint(session)  # type: ignore[arg-type]
+    assert listeners == []
+    monkeypatch.setenv(failpoints.ENV, "after-commit-log@2")
+    assert arm_commit_log_failpoint(session)  # type: ignore[arg-type]
+    assert arm_commit_log_failpoint(session)  # type: ignore[arg-type]
+    assert len(listeners) == 1 and isinstance(listeners[0], CommitLogFailpoint)
+    seen: list[tuple[FaultPoint, int]] = []
+    with enabled(FaultPoint.AFTER_COMMIT_LOG, lambda p, b: seen.append((p, b))):
+        listeners[0].onQueryProgress(SimpleNamespace(progress=SimpleNamespace(batchId=2)))
+    assert seen == [(FaultPoint.AFTER_COMMIT_LOG, 2)]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from spark_chkpt.failpoints import FaultPoint, failpoint
+from spark_chkpt.failpoints import FaultPoint, failpoint, named
 from spark_chkpt.metrics.lag import (
     SourceLag,
     detach_at_exit,
@@ -211,8 +211,6 @@ class SnapshotReporter(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        # Spark posts a batch's progress after writing its commit log (commits/N).
-        failpoint(FaultPoint.AFTER_COMMIT_LOG, int(progress.batchId))
         for topic, report in alignment_report(progress).items():
             self.alignment.setdefault(str(progress.id), []).append(
                 {"batch": progress.batchId, "topic": topic, **report}
@@ -294,6 +292,40 @@ class SnapshotReporter(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         pass
+
+
+class CommitLogFailpoint(StreamingQueryListener):
+    """The ``after-commit-log`` fail point: Spark posts a batch's progress after writing
+    its commit log (``commits/N``). :func:`arm_commit_log_failpoint` listens with it on
+    a session whose environment switches the point on, whatever else the script
+    attaches (a plain ``foreachBatch`` job has no :class:`SnapshotReporter`)."""
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        failpoint(FaultPoint.AFTER_COMMIT_LOG, int(event.progress.batchId))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+_ARMED_SESSIONS: set[int] = set()
+
+
+def arm_commit_log_failpoint(spark: SparkSession) -> bool:
+    """Listen on ``spark``'s queries with :class:`CommitLogFailpoint` (once per session)
+    when the environment kills or stalls at ``after-commit-log``; called by
+    ``spark_chkpt.register``. Returns whether it listens."""
+    if not named(FaultPoint.AFTER_COMMIT_LOG):
+        return False
+    if id(spark) not in _ARMED_SESSIONS:
+        _ARMED_SESSIONS.add(id(spark))
+        spark.streams.addListener(CommitLogFailpoint())
+    return True
 
 
 def store_records(*, checkpoint_location: str) -> list[SnapshotRecord]:

@@ -2,30 +2,37 @@
 delta-spark creates with every table feature this project implements at once
 (partitioned, column mapping ``name``, NOT NULL, a CHECK constraint, a generated column,
 deletion vectors, change data feed, v2 checkpoints every two commits, a TIMESTAMP_NTZ
-column), written by each writer as a real job killed with SIGKILL (the whole process
-tree, from inside: :mod:`spark_chkpt.failpoints`) at the protocol's named steps and
-restarted until done:
+column) and the combination a Databricks workspace gives new tables on top (deletion
+vectors + in-commit timestamps + row tracking + column mapping ``name``:
+DATABRICKS_DEFAULTS), written by each writer as a real job killed with SIGKILL (the
+whole process tree, from inside: :mod:`spark_chkpt.failpoints`) at the protocol's named
+steps and restarted until done:
 
-* ``chkpt-delta``: the real job (``python -m spark_chkpt.jobs.kafka_to_delta``), on the
-  table with the combination a Databricks workspace gives new tables on top (deletion
-  vectors + in-commit timestamps + row tracking + column mapping ``name``): delta-rs
-  refuses to commit to it, so each batch is the project's own commit
+* ``chkpt-delta``: the real job (``python -m spark_chkpt.jobs.kafka_to_delta``): delta-rs
+  refuses to commit to the table, so each batch is the project's own commit
   (:mod:`spark_chkpt.delta.log_commit`), killed right after its ``_delta_log/<v>.json``
   (``after-own-commit``) and after Spark's ``commits/N`` (``after-commit-log``);
-* ``DeltaUpsert``: a user's ``foreachBatch`` job (``tests/user_scripts/upsert_job.py``)
-  whose input updates and deletes rows by key (on the table without row tracking and
-  in-commit timestamps: DeltaUpsert refuses those today).
+* ``DeltaUpsert``: a user's ``foreachBatch`` job (``tests/user_scripts/upsert_job.py
+  --delta-spark``, its session with delta-spark as a Databricks job's) whose input
+  updates and deletes rows by key: each batch's MERGE is delta-spark's
+  (:mod:`spark_chkpt.delta.upsert.spark_merge`, the batch's txn and snapshot record in
+  its commit), killed after staging (``after-staging``), right after that MERGE commit
+  (``after-delta-commit``) and, on the restart that finds it in the table and commits
+  nothing, after Spark's ``commits/N`` (``after-commit-log``).
 
 Then delta-spark reads the table and it equals (chispa) what delta-spark itself writes for
 the same input into a twin table created the same way (``format("delta")`` appends; its
 own MERGE); every key once; delta-rs reads the same rows; both tables' change feeds agree
-on the final state's keys. One job run per kill, one chain per writer (CI time).
+on the final state's keys; row ids are present and unique (kept by updated rows, as
+delta-spark's MERGE keeps them) and in-commit timestamps increase. One job run per
+kill, one chain per writer (CI time).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -58,7 +65,7 @@ TABLE_TAIL = (
     "'delta.enableChangeDataFeed'='true', 'delta.checkpointPolicy'='v2', "
     "'delta.checkpointInterval'='2')"
 )
-# What a Databricks workspace turns on for new tables, on top of the above (chkpt-delta).
+# What a Databricks workspace turns on for new tables, on top of the above.
 DATABRICKS_DEFAULTS = "'delta.enableRowTracking'='true', 'delta.enableInCommitTimestamps'='true', "
 UPSERT_SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "upsert_job.py"
 
@@ -290,14 +297,19 @@ def test_delta_upsert_merges_into_the_production_table_through_kill_9(
 ) -> None:
     table, twin = tmp_path / "table", tmp_path / "twin"
     for path in (table, twin):
-        create_production_table(spark, path)
+        create_production_table(spark, path, databricks_defaults=True)
+    created = len(log_commits(table))  # create, constraint, insert, delete
     topic = make_topic(partitions=1)
     rounds = upsert_rounds()
     produce(producer, topic, [v for values in rounds for v in values], partitions=1)
     chk = tmp_path / "chk"
+    jars = os.environ.get("SPARK_CHKPT_JARS_DIR")
 
     def run(kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = user_env(**({"SPARK_CHKPT_KILL_AT": kill_at} if kill_at else {}))
+        env = user_env(
+            **({"SPARK_CHKPT_JARS_DIR": jars} if jars else {}),
+            **({"SPARK_CHKPT_KILL_AT": kill_at} if kill_at else {}),
+        )
         return subprocess.run(
             [
                 sys.executable,
@@ -308,6 +320,7 @@ def test_delta_upsert_merges_into_the_production_table_through_kill_9(
                 str(chk),
                 f"{COLUMNS}, _delete BOOLEAN",
                 str(KEYS),
+                "--delta-spark",
             ],
             cwd=tmp_path,
             env=env,
@@ -317,13 +330,31 @@ def test_delta_upsert_merges_into_the_production_table_through_kill_9(
             timeout=420,
         )
 
+    # Batch 1 staged, nothing of it committed: the restart stages it again.
     _killed(run("after-staging@1"), "after-staging@1")
     assert txn_version(tmp_path) == 0 and spark_committed(tmp_path) == [0]
-    _killed(run("after-delta-commit@2"), "after-delta-commit@2")
-    assert txn_version(tmp_path) == 2 and spark_committed(tmp_path) == [0, 1]
+    # Batch 1's MERGE committed by delta-spark (its txn and snapshot record in the
+    # commit), neither the snapshot store nor Spark's commits/1 written.
+    _killed(run("after-delta-commit@1"), "after-delta-commit@1")
+    assert txn_version(tmp_path) == 1 and spark_committed(tmp_path) == [0]
+    assert snapshots(tmp_path) == [0]
+    merged = len(log_commits(table))
+    # The restart replays batch 1: the table's txn says it is in, nothing is committed
+    # (no MERGE runs again), its record comes from the commit; commits/1, then the kill.
+    _killed(run("after-commit-log@1"), "after-commit-log@1")
+    assert spark_committed(tmp_path)[:2] == [0, 1] and snapshots(tmp_path)[:2] == [0, 1]
+    assert len(log_commits(table)) == merged
     done = run()
     assert done.returncode == 0, done.stderr[-3000:]
     assert snapshots(tmp_path) == [0, 1, 2] and txn_version(tmp_path) == 2
+
+    # every batch one MERGE of delta-spark's (spark_merge), with the batch's txn
+    app_id = json.loads((chk / "metadata").read_text())["id"]
+    batches = log_commits(table)[created:]
+    assert [c[0]["commitInfo"]["operation"] for c in batches] == ["MERGE"] * 3
+    assert all(c[0]["commitInfo"]["engineInfo"].startswith("Apache-Spark/") for c in batches)
+    txns = [[(a["txn"]["appId"], a["txn"]["version"]) for a in c if "txn" in a] for c in batches]
+    assert txns == [[(app_id, 0)], [(app_id, 1)], [(app_id, 2)]]
 
     for values in rounds:
         twin_merge(spark, twin, values)
@@ -331,12 +362,15 @@ def test_delta_upsert_merges_into_the_production_table_through_kill_9(
     deleted = {k for k in range(30, KEYS) if k % 4 == 0}
     assert sorted(r.id for r in rows) == sorted({-2, *range(KEYS)} - deleted)
     assert all(r.n2 == r.n * 2 for r in rows)
+    for path in (table, twin):
+        assert_row_tracking(spark, path, engine="Apache-Spark/")
+        assert_row_ids_kept(spark, path, round_0=created)
     # the change files: every update and delete of DeltaUpsert's MERGEs is in the feed
     kinds = {
         r._change_type: r["count"]
         for r in spark.read.format("delta")
         .option("readChangeFeed", "true")
-        .option("startingVersion", 4)
+        .option("startingVersion", created)
         .load(str(table))
         .groupBy("_change_type")
         .count()
@@ -344,3 +378,22 @@ def test_delta_upsert_merges_into_the_production_table_through_kill_9(
     }
     # inserts: round 0's 60 and round 2's 8 again; updates: 45 and 22; deletes: 15
     assert kinds == {"insert": 68, "update_preimage": 67, "update_postimage": 67, "delete": 15}
+
+
+def assert_row_ids_kept(spark: SparkSession, path: Path, *, round_0: int) -> None:
+    """Row tracking through the rounds, as delta-spark's MERGE keeps it: a row updated
+    (never deleted) keeps the row id it had after round 0 (table version ``round_0``);
+    a key deleted and inserted again gets a new one."""
+
+    def row_ids(version: int | None = None) -> dict[int, int]:
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        rows = reader.load(str(path)).select("id", "_metadata.row_id").collect()
+        return {r.id: r.row_id for r in rows}
+
+    before, after = row_ids(round_0), row_ids()
+    kept = [k for k in range(KEYS) if k % 4 != 0] + [-2]
+    assert {k: after[k] for k in kept} == {k: before[k] for k in kept}, path.name
+    again = range(0, 30, 4)
+    assert all(after[k] not in before.values() for k in again), path.name
