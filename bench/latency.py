@@ -216,6 +216,10 @@ def measure(
             if time.monotonic() > deadline or query.exception() is not None:
                 raise RuntimeError(f"latency query fell behind or failed: {query.exception()}")
             time.sleep(0.2)
+        if progress is not None:
+            # The last batch's progress event comes after its Delta commit (Spark's
+            # commit log and the report follow): wait for it before it is read.
+            _await_progress(query, _last_batch_id(workdir / name), deadline_s=30)
     finally:
         if progress is not None:
             progress.extend(json.loads(p.json) for p in query.recentProgress)
@@ -223,6 +227,28 @@ def measure(
     return _summary(
         path="kafka->delta", rate=rate, seconds=seconds, sent=sent, took=took, table=workdir / name
     )
+
+
+def _last_batch_id(table: Path) -> int | None:
+    """The batch id of the table's newest commit that carries a snapshot record."""
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+
+    for entry in sorted((table / "_delta_log").glob("*.json"), reverse=True):
+        for action in _actions(entry):
+            info = action.get("commitInfo") or {}
+            if SNAPSHOT_KEY in info:
+                return int(json.loads(info[SNAPSHOT_KEY])["batch_id"])
+    return None
+
+
+def _await_progress(query: Any, batch_id: int | None, *, deadline_s: float) -> None:
+    """Until ``query`` has reported the progress of ``batch_id`` (or the deadline)."""
+    deadline = time.monotonic() + deadline_s
+    while batch_id is not None and time.monotonic() < deadline:
+        last = query.lastProgress
+        if last is not None and int(last["batchId"]) >= batch_id:
+            return
+        time.sleep(0.05)
 
 
 def breakdown(progress: list[dict[str, Any]], table: Path) -> dict[str, Any]:
