@@ -17,6 +17,7 @@ downstream's batch. Each source record must be in the downstream table exactly o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -169,19 +170,26 @@ def measure(
     partitions: int,
     client: str,
     min_pause: str | None = None,
+    progress: list[dict[str, Any]] | None = None,
+    settings: dict[str, str] | None = None,
+    tag: str = "",
 ) -> Latency:
     """Run the job at ``rate`` records/s for ``seconds`` and measure each record's latency
-    (``min_pause``: the sink's ``minPauseBetweenSnapshots``)."""
+    (``min_pause``: the sink's ``minPauseBetweenSnapshots``). ``progress``: filled with
+    the query's progress events (``batchId``, ``numInputRows``, ``durationMs``), for the
+    batch's breakdown of ``--latency-only``; ``settings``: more job settings
+    (``sink.*``, ``source.*``, ``job.*``), over the run's own; ``tag``: appended to the
+    topic's and table's names, for more runs on one broker."""
     from spark_chkpt.jobs.kafka_to_delta import start
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL
 
-    suffix = f"-pause{min_pause}" if min_pause else ""
+    suffix = (f"-pause{min_pause}" if min_pause else "") + tag
     topic = f"latency-{rate}{suffix}"
     create_topic(bootstrap_servers=servers, name=topic, partitions=partitions)
     name = f"latency{rate}{suffix}"
     pause = {"sink.minPauseBetweenSnapshots": min_pause} if min_pause else {}
-    settings = {
+    job = {
         **pause,
         "source.kafka.bootstrap.servers": servers,
         "source.subscribe": topic,
@@ -192,8 +200,9 @@ def measure(
         "job.schema": PAGE_VIEW_SCHEMA_DDL,
         "job.trigger": "processingTime=0 seconds",
         "job.queryName": f"bench_{name}",
+        **(settings or {}),
     }
-    query = start(spark, settings)
+    query = start(spark, job)
     try:
         deadline = time.monotonic() + 120
         while not query.recentProgress:  # the first (empty) batch: the query is polling
@@ -207,11 +216,135 @@ def measure(
             if time.monotonic() > deadline or query.exception() is not None:
                 raise RuntimeError(f"latency query fell behind or failed: {query.exception()}")
             time.sleep(0.2)
+        if progress is not None:
+            # The last batch's progress event comes after its Delta commit (Spark's
+            # commit log and the report follow): wait for it before it is read.
+            _await_progress(query, _last_batch_id(workdir / name), deadline_s=30)
     finally:
+        if progress is not None:
+            progress.extend(json.loads(p.json) for p in query.recentProgress)
         query.stop()
     return _summary(
         path="kafka->delta", rate=rate, seconds=seconds, sent=sent, took=took, table=workdir / name
     )
+
+
+def _last_batch_id(table: Path) -> int | None:
+    """The batch id of the table's newest commit that carries a snapshot record."""
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+
+    for entry in sorted((table / "_delta_log").glob("*.json"), reverse=True):
+        for action in _actions(entry):
+            info = action.get("commitInfo") or {}
+            if SNAPSHOT_KEY in info:
+                return int(json.loads(info[SNAPSHOT_KEY])["batch_id"])
+    return None
+
+
+def _await_progress(query: Any, batch_id: int | None, *, deadline_s: float) -> None:
+    """Until ``query`` has reported the progress of ``batch_id`` (or the deadline)."""
+    deadline = time.monotonic() + deadline_s
+    while batch_id is not None and time.monotonic() < deadline:
+        last = query.lastProgress
+        if last is not None and int(last["batchId"]) >= batch_id:
+            return
+        time.sleep(0.05)
+
+
+def breakdown(progress: list[dict[str, Any]], table: Path) -> dict[str, Any]:
+    """Where a batch's time goes, over the batches that read rows: p50 / p99 of each
+    ``durationMs`` phase, of the gap from one batch's end to the next one's start (Spark's
+    progress report and trigger wait), of the sink's driver commit (``commit_ms`` of the
+    snapshot records in ``table``), and the rows per batch."""
+    from datetime import datetime
+
+    from deltalake import DeltaTable
+
+    from spark_chkpt.metrics.reporter import percentile
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+
+    def started(event: dict[str, Any]) -> float:
+        stamp = event["timestamp"].replace("Z", "+00:00")
+        return datetime.fromisoformat(stamp).timestamp() * 1000
+
+    with_rows = [e for e in progress if e.get("numInputRows")]
+    phases: dict[str, list[float]] = {}
+    for event in with_rows:
+        for phase, ms in (event.get("durationMs") or {}).items():
+            phases.setdefault(phase, []).append(float(ms))
+    gaps = [
+        started(after) - started(before) - float(before["durationMs"]["triggerExecution"])
+        for before, after in itertools.pairwise(progress)
+        if before.get("numInputRows") and "triggerExecution" in (before.get("durationMs") or {})
+    ]
+    commits = [
+        float(json.loads(entry[SNAPSHOT_KEY])["commit_ms"])
+        for entry in DeltaTable(str(table)).history()
+        if SNAPSHOT_KEY in entry
+    ]
+    rows = [float(e["numInputRows"]) for e in with_rows]
+
+    def p50_p99(values: list[float]) -> list[float | None]:
+        return [_rounded(percentile(values, 50)), _rounded(percentile(values, 99))]
+
+    figures = {phase: p50_p99(ms) for phase, ms in sorted(phases.items())}
+    figures["gap_between_batches"] = p50_p99(gaps)
+    figures["sink_driver_commit"] = p50_p99(commits)
+    figures["rows_per_batch"] = p50_p99(rows)
+    return {"batches": len(with_rows), "p50_p99_ms": figures}
+
+
+def latency_split(progress: list[dict[str, Any]], table: Path) -> dict[str, Any]:
+    """Each record's latency in two parts: the wait (its Kafka timestamp to the start of
+    the batch that read it: the batch running when it arrived, and the trigger) and its
+    own batch (that batch's start to its Delta commit's file time); p50 / p99 of each
+    over all records, and the medians of both over the slowest 1% (what the p99 is made
+    of). A batch's start is its progress event's ``timestamp``; a commit's batch is its
+    snapshot record's ``batch_id``."""
+    import statistics
+    from datetime import datetime
+
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.metrics.reporter import percentile
+    from spark_chkpt.snapshot.record import SNAPSHOT_KEY
+
+    starts = {
+        int(e["batchId"]): datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
+        * 1000
+        for e in progress
+    }
+    parts: list[tuple[float, float, float]] = []  # (latency, wait, own batch)
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        actions = _actions(entry)
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if SNAPSHOT_KEY not in info:
+            continue
+        start = starts.get(int(json.loads(info[SNAPSHOT_KEY])["batch_id"]))
+        if start is None:
+            continue
+        visible_ms = os.stat(entry).st_mtime_ns / 1e6
+        for action in actions:
+            if "add" not in action:
+                continue
+            column = pq.read_table(table / action["add"]["path"], columns=["kafka_timestamp"])
+            for micros in column.column(0).cast("int64").to_pylist():
+                parts.append(
+                    (visible_ms - micros / 1000, start - micros / 1000, visible_ms - start)
+                )
+    if not parts:
+        return {}
+    parts.sort()
+    slowest = parts[int(len(parts) * 0.99) :]
+    waits = [w for _, w, _ in parts]
+    owns = [o for _, _, o in parts]
+    return {
+        "records": len(parts),
+        "wait_p50_p99_ms": [_rounded(percentile(waits, 50)), _rounded(percentile(waits, 99))],
+        "own_batch_p50_p99_ms": [_rounded(percentile(owns, 50)), _rounded(percentile(owns, 99))],
+        "slowest_1pct_median_wait_ms": _rounded(statistics.median(w for _, w, _ in slowest)),
+        "slowest_1pct_median_own_batch_ms": _rounded(statistics.median(o for _, _, o in slowest)),
+    }
 
 
 # The header the upstream query forwards each record's origin in: "partition:offset:ms".

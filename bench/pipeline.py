@@ -572,12 +572,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="1000,100000",
         help="old snapshots of the aged barrier topics, comma-separated (--kafka-age-only)",
     )
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="run only the Kafka -> Delta latency rows (--latency-rates, --latency-seconds, "
+        "--repeat rounds) after one warm-up query, with each batch's breakdown",
+    )
+    parser.add_argument(
+        "--latency-spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --latency-only: a Spark setting of the session (repeatable)",
+    )
+    parser.add_argument(
+        "--latency-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --latency-only: a job setting of the measured query, e.g. "
+        "job.trigger=... or sink.<option>=... (repeatable)",
+    )
+    parser.add_argument(
+        "--latency-variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="with --latency-only: a named set of settings to alternate with the others "
+        "(job settings, or spark.sql.* runtime settings), e.g. "
+        "'one-task:source.partitionsPerTask=4' (repeatable; none: the defaults)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-bench-"))
     if args.min_pause_only:
         return _min_pause_only(args, workdir)
+    if args.latency_only:
+        return _latency_only(args, workdir)
     if args.scaling_only:
         return _scaling(args, workdir, result=None)
     if args.batch_cost_only:
@@ -638,6 +670,150 @@ def _aligned_read_only(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
+
+
+def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a dict."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"spark-chkpt: {flag} {value!r}: expected KEY=VALUE")
+        pairs[key.strip()] = setting.strip()
+    return pairs
+
+
+def _variants(values: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``--latency-variant NAME:KEY=VALUE,KEY=VALUE`` arguments by name; none: one
+    variant, ``default``, with no settings."""
+    variants: dict[str, dict[str, str]] = {}
+    for value in values:
+        name, sep, pairs = value.partition(":")
+        if not sep or not name.strip():
+            raise SystemExit(
+                f"spark-chkpt: --latency-variant {value!r}: expected NAME:KEY=VALUE,..."
+            )
+        variants[name.strip()] = _pairs(
+            [p for p in pairs.split(",") if p.strip()], "--latency-variant"
+        )
+    return variants or {"default": {}}
+
+
+def _latency_only(args: argparse.Namespace, workdir: Path) -> int:
+    """``--latency-only``: the Kafka -> Delta latency rows alone, after one warm-up query:
+    ``--repeat`` rounds, each of every ``--latency-variant`` in turn (alternated, so the
+    variants see the same load) at each of ``--latency-rates``; each row with its
+    batches' breakdown and its records' latency split. A variant's ``spark.*`` keys are
+    set on the session for its row only (runtime SQL settings), its other keys are job
+    settings."""
+    from bench import batch_cost
+    from bench.query import bench_session, run_query
+
+    conf = {
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",  # every batch of a row
+        **_pairs(args.latency_spark_conf, "--latency-spark-conf"),
+    }
+    settings = _pairs(args.latency_set, "--latency-set")
+    variants = _variants(args.latency_variant)
+    rates = [int(r) for r in args.latency_rates.split(",") if r.strip()]
+    rows: list[dict[str, Any]] = []
+    with kafka_broker(args.bootstrap_servers) as servers:
+        spark = bench_session(partitions=args.partitions, conf=conf)
+        warm = "bench-warm"
+        batch_cost.fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
+        run_query(
+            spark=spark,
+            settings={
+                "source.kafka.bootstrap.servers": servers,
+                "source.subscribe": warm,
+                "source.startingOffsets": "earliest",
+                "source.maxOffsetsPerTrigger": "1000",
+                "source.kafka.client": args.client,
+            },
+            workdir=workdir,
+            name="warmup",
+        )
+        for round_ in range(args.repeat):
+            for index, (variant, extra) in enumerate(variants.items()):
+                for rate in rates:
+                    rows.append(
+                        _latency_row(
+                            spark=spark,
+                            servers=servers,
+                            workdir=workdir / f"round{round_ + 1}-{index}",
+                            args=args,
+                            rate=rate,
+                            variant=variant,
+                            settings={**settings, **extra},
+                            round_=round_ + 1,
+                        )
+                    )
+        spark.stop()
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"spark_conf": conf, "settings": settings, "variants": variants, "rows": rows},
+                indent=2,
+            )
+        )
+    return 0
+
+
+def _latency_row(
+    *,
+    spark: Any,
+    servers: str,
+    workdir: Path,
+    args: argparse.Namespace,
+    rate: int,
+    variant: str,
+    settings: dict[str, str],
+    round_: int,
+) -> dict[str, Any]:
+    """One latency row of ``--latency-only``, printed; with its progress events."""
+    from bench import latency
+
+    print(f"[bench] Kafka -> Delta latency at {rate} records/s, {variant}, round {round_}")
+    runtime = {k: v for k, v in settings.items() if k.startswith("spark.")}
+    job = {k: v for k, v in settings.items() if not k.startswith("spark.")}
+    before = {k: spark.conf.get(k, None) for k in runtime}
+    for key, value in runtime.items():
+        spark.conf.set(key, value)
+    workdir.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]
+    progress: list[dict[str, Any]] = []
+    try:
+        measured = latency.measure(
+            spark=spark,
+            servers=servers,
+            workdir=workdir,
+            rate=rate,
+            seconds=args.latency_seconds,
+            partitions=args.partitions,
+            client=args.client,
+            progress=progress,
+            settings=job,
+            tag=f"-{workdir.name}",
+        )
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+    table = workdir / f"latency{rate}-{workdir.name}"
+    row = {
+        **asdict(measured),
+        "variant": variant,
+        "settings": settings,
+        "round": round_,
+        "load_start": round(load, 1),
+        "load_end": round(os.getloadavg()[0], 1),
+        "breakdown": latency.breakdown(progress, table),
+        "split": latency.latency_split(progress, table),
+    }
+    print(json.dumps(row), flush=True)
+    return {**row, "progress": progress}
 
 
 def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:

@@ -13,9 +13,12 @@ SESSION_CONF = {
 }
 
 
-def bench_session(*, partitions: int, connectors: bool = False) -> Any:
+def bench_session(
+    *, partitions: int, connectors: bool = False, conf: dict[str, str] | None = None
+) -> Any:
     """The benchmark's SparkSession (``local[*]``), with the synthetic source registered;
-    ``connectors``: with Spark's Kafka connector and delta-spark (bench/native.py)."""
+    ``connectors``: with Spark's Kafka connector and delta-spark (bench/native.py);
+    ``conf``: more Spark settings (they win over the bench's)."""
     from bench.synthetic import SyntheticDataSource
     from spark_chkpt.session import build_session
 
@@ -23,7 +26,7 @@ def bench_session(*, partitions: int, connectors: bool = False) -> Any:
         app_name="spark-chkpt-bench",
         master="local[*]",
         connectors=connectors,
-        conf={**SESSION_CONF, "spark.sql.shuffle.partitions": str(partitions)},
+        conf={**SESSION_CONF, "spark.sql.shuffle.partitions": str(partitions), **(conf or {})},
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(SyntheticDataSource)

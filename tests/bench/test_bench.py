@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from bench.latency import commit_latencies
@@ -69,3 +70,27 @@ def test_latency_is_each_rows_commit_file_time_minus_its_kafka_timestamp(tmp_pat
     latencies, commits = commit_latencies(tmp_path)
     assert commits == 2
     assert sorted(round(ms) for ms in latencies) == [750, 940, 1_500]
+
+
+def test_latency_variants_are_named_settings_in_the_order_given() -> None:
+    """--latency-only alternates its variants in the order given; a variant may have no
+    settings (the defaults), and a malformed one is refused naming the flag."""
+    from bench.pipeline import _variants
+
+    assert _variants([]) == {"default": {}}
+    variants = _variants(
+        [
+            "default:",
+            "one-task:source.partitionsPerTask=4",
+            "sql:spark.sql.streaming.minBatchesToRetain=10, job.trigger=processingTime=0 seconds",
+        ]
+    )
+    assert list(variants) == ["default", "one-task", "sql"]
+    assert variants["one-task"] == {"source.partitionsPerTask": "4"}
+    assert variants["sql"] == {
+        "spark.sql.streaming.minBatchesToRetain": "10",
+        "job.trigger": "processingTime=0 seconds",
+    }
+    for bad in ("no-colon", ":source.x=1", "v:source.x"):
+        with pytest.raises(SystemExit, match="spark-chkpt: --latency-variant"):
+            _variants([bad])
