@@ -75,6 +75,18 @@ class Query:
     def store(self) -> SnapshotStore:
         return SnapshotStore(checkpoint_location=str(self.checkpoint))
 
+    def index(self) -> Any:
+        """The running process's control-topic reader of this query's app."""
+        key = (self.servers, control_topic_for(self.topic), self.topic, APP)
+        return committer._INDEXES._clients[key]
+
+    def aged(self, snapshots: range) -> Query:
+        """Commit 0 (it creates the control topic), then ``snapshots``' entries as
+        earlier commits wrote them."""
+        self.commit(0)
+        _age(self.servers, self.topic, snapshots)
+        return self
+
 
 @pytest.fixture
 def restart(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
@@ -144,9 +156,7 @@ def test_a_restarted_coordinator_reads_its_control_topic_from_the_recorded_point
 ) -> None:
     """Red before: the restarted commit parsed every one of the 400+ entries."""
     topic = make_topic(partitions=2)
-    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
-    query.commit(0)  # creates the control topic
-    _age(bootstrap_servers, topic, range(1, OLD))
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic).aged(range(1, OLD))
     query.commit(OLD)
     record = query.store().get(OLD)
     assert record is not None and record.control_read[topic]["offset"] >= OLD
@@ -157,15 +167,14 @@ def test_a_restarted_coordinator_reads_its_control_topic_from_the_recorded_point
     assert again.outcome == "committed" and again.attempts == [f"a-{OLD + 1}"]
     # From the point of commit OLD's fence: its intent and complete, nothing before.
     assert parsed[0] <= 4, parsed[0]
-    index = committer._INDEXES._clients[(bootstrap_servers, control_topic_for(topic), topic, APP)]
-    assert [(e.kind, e.snapshot_id) for e in index.entries] == [("intent", OLD), ("complete", OLD)]
+    entries = [(e.kind, e.snapshot_id) for e in query.index().entries]
+    assert entries == [("intent", OLD), ("complete", OLD)]
 
     # The same batch again after another restart (Spark's commit log lost it): read
     # from commit OLD's point, it is found committed and nothing is written.
     restart()
     assert query.commit(OLD + 1) == query.store().get(OLD + 1)
-    index = committer._INDEXES._clients[(bootstrap_servers, control_topic_for(topic), topic, APP)]
-    assert [(e.kind, e.snapshot_id) for e in index.entries][2:] == [
+    assert [(e.kind, e.snapshot_id) for e in query.index().entries][2:] == [
         ("intent", OLD + 1),
         ("complete", OLD + 1),
     ]
@@ -183,9 +192,7 @@ def test_a_recreated_control_topic_is_read_from_its_start(
     that offset: the recorded id no longer matches, the restart reads the new topic from
     0 and finds the batch committed (a seek would have written it a second time)."""
     topic = make_topic(partitions=1)
-    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
-    query.commit(0)
-    _age(bootstrap_servers, topic, range(1, 50))
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic).aged(range(1, 50))
     query.commit(50)
     point = query.store().get(50).control_read[topic]  # type: ignore[union-attr]
     control = control_topic_for(topic)
@@ -199,8 +206,7 @@ def test_a_recreated_control_topic_is_read_from_its_start(
     record = query.commit(51)
     assert record.outcome == "committed" and record.attempts == ["a-51"]  # the entry's
     assert parsed[0] >= point["offset"] + 11
-    index = committer._INDEXES._clients[(bootstrap_servers, control, topic, APP)]
-    assert not [e for e in index.entries if e.kind == "intent"]  # nothing written again
+    assert not [e for e in query.index().entries if e.kind == "intent"]  # nothing written again
 
 
 def test_after_a_rewind_and_a_stale_writer_the_restart_reads_what_it_needs(
@@ -217,9 +223,7 @@ def test_after_a_rewind_and_a_stale_writer_the_restart_reads_what_it_needs(
     an entry of an older generation than its record's and reads from the start, so the
     revocation still takes snapshot 40 back and batch 32 is committed, not skipped."""
     topic = make_topic(partitions=1)
-    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
-    query.commit(0)
-    _age(bootstrap_servers, topic, range(1, 30))
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic).aged(range(1, 30))
     for n in (30, 31, 32):
         query.commit(n)
     kept = query.store().get(30)
