@@ -151,10 +151,15 @@ class BarrierIndex:
             return 0  # an entry not read from the control topic: keep everything
         return min((o for o in offsets if o is not None), default=None)
 
-    def drop_before(self, offset: int) -> int:
+    def drop_before(self, offset: int, *, keep_revocations: bool = False) -> int:
         """Forget the entries written before control-topic ``offset`` (from
-        :meth:`needed_from`); returns how many were dropped."""
-        kept = [e for e in self.entries if e.offset is None or e.offset >= offset]
+        :meth:`needed_from`, or a sink's recorded read point), the ``revoke`` entries too
+        unless ``keep_revocations``; returns how many were dropped."""
+        kept = [
+            e
+            for e in self.entries
+            if e.offset is None or e.offset >= offset or (keep_revocations and e.kind == "revoke")
+        ]
         dropped = len(self.entries) - len(kept)
         self.entries = kept
         return dropped

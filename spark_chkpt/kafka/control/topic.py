@@ -126,6 +126,9 @@ class ControlTopic(BarrierIndex):
         self._consumer: Any = None
         self._position = max(0, start_at)
         self._start_id = start_id if start_at > 0 else None
+        # A sink coordinator's reader: the batch after whose commit it dropped the
+        # entries before that commit's read point (-1: none dropped).
+        self.trimmed_after = -1
 
     def _client(self) -> Any:
         if self._consumer is None:

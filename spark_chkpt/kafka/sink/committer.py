@@ -162,10 +162,14 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                 seeked.append(point)
             return index
 
-        # A data topic deleted and created again: entries of the old one don't count.
-        index = _INDEXES.get(
-            key, build=build, stale=lambda cached: cached.current_topic_id() != cached.topic_id
-        )
+        # A data topic deleted and created again: entries of the old one don't count. A
+        # reader trimmed after a later batch than this one (another query of this app id
+        # in the process, from an older checkpoint) lacks entries a restart would read.
+        def stale(cached: ControlTopic) -> bool:
+            behind = batch is not None and batch.batch_id < cached.trimmed_after
+            return behind or cached.current_topic_id() != cached.topic_id
+
+        index = _INDEXES.get(key, build=build, stale=stale)
         # Either call above fetched the metadata just now (current_topic_id): the read
         # takes from it whether the control topic exists instead of asking again.
         index.refresh(metadata_fresh=True)
@@ -328,12 +332,24 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
     def release(self, batch: KafkaBatch, *, failed: bool) -> None:
         """A failed commit drops this process's barrier producer: after an outage its
         connections cannot be trusted, and Spark's retry (or the restart) starts with a
-        new one."""
+        new one. A commit that made the batch visible trims the control-topic readers."""
         if batch.transactions is not None:
             batch.transactions.close()
             batch.transactions = None
         if failed:
             _BARRIER_PRODUCERS.retire(barrier_producer_key(self.config))
+            return
+        # A driver that runs for months: each reader keeps what a coordinator restarted
+        # from this commit's recorded point would read (control_read), and every
+        # revocation (a restart reads from 0 when a stale writer's entry needs one from
+        # before the point). Only topics this commit made visible: where an earlier run
+        # committed the batch, the entries of its later batches may lie before the point.
+        made_visible = {topic for topic, _, _ in batch.pending}
+        for topic, point in batch.read.items():
+            if topic in made_visible and topic in batch.indexes:
+                index = batch.indexes[topic]
+                index.drop_before(point.offset, keep_revocations=True)
+                index.trimmed_after = batch.batch_id
 
     def resume(self) -> list[int]:
         """Before a batch's tasks run (the sink's ``streamWriter``, on the driver): commit

@@ -7,6 +7,7 @@ after a savepoint rewind and a stale writer racing it."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
+from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.client.topics import create_topic, delete_topic
 from spark_chkpt.kafka.control.topic import CONTROL_TOPIC_CONFIG
@@ -37,13 +39,13 @@ OLD = 400  # snapshots in the control topic before the query's restart
 class Query:
     """One query's checkpoint folder and a coordinator per commit, as Spark builds one."""
 
-    def __init__(self, root: Path, *, servers: str, topic: str) -> None:
+    def __init__(self, root: Path, *, servers: str, topic: str, step: int = 100) -> None:
         self.checkpoint = root / "checkpoint"
         (self.checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
-        self.servers, self.topic = servers, topic
+        self.servers, self.topic, self.step = servers, topic, step
 
     def sources(self, batch_id: int) -> dict[str, Any]:
-        return {"in": {"0": 100 * (batch_id + 1)}}
+        return {"in": {"0": self.step * (batch_id + 1)}}
 
     def plan(self, batch_id: int) -> None:
         lines = ["v1", json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})]
@@ -74,6 +76,18 @@ class Query:
 
     def store(self) -> SnapshotStore:
         return SnapshotStore(checkpoint_location=str(self.checkpoint))
+
+    def index(self) -> Any:
+        """The running process's control-topic reader of this query's app."""
+        key = (self.servers, control_topic_for(self.topic), self.topic, APP)
+        return committer._INDEXES._clients[key]
+
+    def aged(self, snapshots: range) -> Query:
+        """Commit 0 (it creates the control topic), then ``snapshots``' entries as
+        earlier commits wrote them."""
+        self.commit(0)
+        _age(self.servers, self.topic, snapshots)
+        return self
 
 
 @pytest.fixture
@@ -144,9 +158,7 @@ def test_a_restarted_coordinator_reads_its_control_topic_from_the_recorded_point
 ) -> None:
     """Red before: the restarted commit parsed every one of the 400+ entries."""
     topic = make_topic(partitions=2)
-    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
-    query.commit(0)  # creates the control topic
-    _age(bootstrap_servers, topic, range(1, OLD))
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic).aged(range(1, OLD))
     query.commit(OLD)
     record = query.store().get(OLD)
     assert record is not None and record.control_read[topic]["offset"] >= OLD
@@ -155,20 +167,55 @@ def test_a_restarted_coordinator_reads_its_control_topic_from_the_recorded_point
     parsed[0] = 0
     again = query.commit(OLD + 1)
     assert again.outcome == "committed" and again.attempts == [f"a-{OLD + 1}"]
-    # From the point of commit OLD's fence: its intent and complete, nothing before.
+    # Read from the point of commit OLD's fence: its intent and complete, nothing before;
+    # kept after the commit: what a restart from OLD + 1's point would read, none yet.
     assert parsed[0] <= 4, parsed[0]
-    index = committer._INDEXES._clients[(bootstrap_servers, control_topic_for(topic), topic, APP)]
-    assert [(e.kind, e.snapshot_id) for e in index.entries] == [("intent", OLD), ("complete", OLD)]
+    assert query.index().entries == []
 
     # The same batch again after another restart (Spark's commit log lost it): read
     # from commit OLD's point, it is found committed and nothing is written.
     restart()
     assert query.commit(OLD + 1) == query.store().get(OLD + 1)
-    index = committer._INDEXES._clients[(bootstrap_servers, control_topic_for(topic), topic, APP)]
-    assert [(e.kind, e.snapshot_id) for e in index.entries][2:] == [
+    assert [(e.kind, e.snapshot_id) for e in query.index().entries][2:] == [
         ("intent", OLD + 1),
         ("complete", OLD + 1),
     ]
+
+
+def test_a_running_coordinator_holds_what_a_restart_would_read(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    restart: Callable[[], None],
+) -> None:
+    """A driver that runs for months never restarts: after each commit its reader keeps
+    only the entries from that commit's recorded point on, as a restarted one would read
+    (red before: two entries more per batch, and the fence, the check for an earlier
+    commit and the open intents each walked them all, every batch). A retry of the last
+    batch in the same process still finds it committed."""
+    topic = make_topic(partitions=1)
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
+    for n in range(30):
+        query.commit(n)
+        # kept: from batch n's recorded point on, where batch n's own entries begin
+        assert query.index().entries == [], (n, query.index().entries)
+
+    # Spark runs batch 29 again (its commit log write failed): read from 29's point, its
+    # entries say it is committed, and nothing is written again.
+    assert query.commit(29) == query.store().get(29)
+    entries = [(e.kind, e.snapshot_id) for e in query.index().entries]
+    assert entries == [("intent", 29), ("complete", 29)], entries
+
+    # Another query in the same process, started from a copy of an older checkpoint of
+    # the same app id that read other offsets: its batch 21 meets batch 21's entries, as
+    # a restart reading from its record of 20 would (the reader is read again from
+    # there, not taken trimmed at 29), and is refused by name.
+    older = Query(tmp_path / "older", servers=bootstrap_servers, topic=topic, step=7)
+    shutil.copytree(query.checkpoint / "chkpt", older.checkpoint / "chkpt")
+    for n in range(21, 30):
+        (older.checkpoint / "chkpt" / "snapshots" / f"{n}.json").unlink()
+    with pytest.raises(QueryIdentityError, match="batch 21"):
+        older.commit(21)
 
 
 def test_a_recreated_control_topic_is_read_from_its_start(
@@ -183,9 +230,7 @@ def test_a_recreated_control_topic_is_read_from_its_start(
     that offset: the recorded id no longer matches, the restart reads the new topic from
     0 and finds the batch committed (a seek would have written it a second time)."""
     topic = make_topic(partitions=1)
-    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
-    query.commit(0)
-    _age(bootstrap_servers, topic, range(1, 50))
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic).aged(range(1, 50))
     query.commit(50)
     point = query.store().get(50).control_read[topic]  # type: ignore[union-attr]
     control = control_topic_for(topic)
@@ -199,27 +244,28 @@ def test_a_recreated_control_topic_is_read_from_its_start(
     record = query.commit(51)
     assert record.outcome == "committed" and record.attempts == ["a-51"]  # the entry's
     assert parsed[0] >= point["offset"] + 11
-    index = committer._INDEXES._clients[(bootstrap_servers, control, topic, APP)]
-    assert not [e for e in index.entries if e.kind == "intent"]  # nothing written again
+    assert not [e for e in query.index().entries if e.kind == "intent"]  # nothing written again
 
 
+@pytest.mark.parametrize("restarted", [True, False], ids=["restarted", "running"])
 def test_after_a_rewind_and_a_stale_writer_the_restart_reads_what_it_needs(
     bootstrap_servers: str,
     make_topic: Callable[..., str],
     tmp_path: Path,
     restart: Callable[[], None],
     parsed: list[int],
+    restarted: bool,
 ) -> None:
     """A savepoint rewind to snapshot 30 revokes 31..32 under generation 1. The restored
     query's restart reads from snapshot 30's point: it sees the revocation and commits
     31 anew. Then a stale writer of generation 0 appends a complete entry of snapshot 40
     after the restored query's point, the revocation before it: the next restart finds
     an entry of an older generation than its record's and reads from the start, so the
-    revocation still takes snapshot 40 back and batch 32 is committed, not skipped."""
+    revocation still takes snapshot 40 back and batch 32 is committed, not skipped.
+    ``running``: the same in a driver that never restarts, whose reader keeps only what a
+    restart would read, and the revocation (else snapshot 40 would count as newer)."""
     topic = make_topic(partitions=1)
-    query = Query(tmp_path, servers=bootstrap_servers, topic=topic)
-    query.commit(0)
-    _age(bootstrap_servers, topic, range(1, 30))
+    query = Query(tmp_path, servers=bootstrap_servers, topic=topic).aged(range(1, 30))
     for n in (30, 31, 32):
         query.commit(n)
     kept = query.store().get(30)
@@ -246,19 +292,25 @@ def test_after_a_rewind_and_a_stale_writer_the_restart_reads_what_it_needs(
     )
     rewind.apply(generation=generation, checkpoint_location=str(query.checkpoint))
 
-    restart()
+    if restarted:
+        restart()
     parsed[0] = 0
     record = query.commit(31)
     assert record.outcome == "committed"
-    assert parsed[0] <= 10, parsed[0]  # from snapshot 30's point, not the 30+ before
+    if restarted:
+        assert parsed[0] <= 10, parsed[0]  # from snapshot 30's point, not the 30+ before
     assert query.store().get(31).control_read[topic]["generation"] == 1  # type: ignore[union-attr]
 
     _age(bootstrap_servers, topic, range(40, 41), generation=0)  # the stale writer
-    restart()
+    if restarted:
+        restart()
     parsed[0] = 0
     record = query.commit(32)
     assert record.outcome == "committed" and record.attempts == ["a-32"]
-    assert parsed[0] > 30  # the whole control topic, read again
+    if restarted:
+        assert parsed[0] > 30  # the whole control topic, read again
+    else:
+        assert len(query.index().entries) <= 4, query.index().entries
 
 
 def _location(path: Path) -> Any:

@@ -662,6 +662,7 @@ def test_one_commit_checks_each_topics_id_once(
     class Index:
         def __init__(self, **_: Any) -> None:
             self.topic_id: str | None = None
+            self.trimmed_after = -1
 
         def current_topic_id(self) -> str:
             calls.append("id")
