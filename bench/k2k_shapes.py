@@ -101,7 +101,10 @@ def copy(
     json_step: bool,
     checkpoint: Path,
     source_client: str = "confluent",
+    progress: list[dict[str, Any]] | None = None,
 ) -> float:
+    """The query's wall time (s); ``progress``: filled with its batches' progress
+    events (``durationMs`` per phase), for the profile's timeline."""
     reader = (
         spark.readStream.format(fmt)
         .option("kafka.bootstrap.servers", servers)
@@ -127,6 +130,8 @@ def copy(
     query = writer.start()
     query.awaitTermination()
     seconds = time.monotonic() - started
+    if progress is not None:
+        progress.extend(json.loads(p.json) for p in query.recentProgress)
     if query.exception() is not None:
         raise RuntimeError(f"bench k2k shapes {out} failed: {query.exception()}")
     return seconds
