@@ -14,8 +14,10 @@ More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/client/transactions.py
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 from typing import Any
 
@@ -183,3 +185,32 @@ class TransactionClient:
         if name != "NoError":
             raise BrokerError(f"fencing transactional id {transactional_id!r} failed: {name}")
         return int(response.producer_id), int(response.producer_epoch)
+
+
+# Idle clients by (servers, settings), per process: a write task asks for its
+# transaction's producer id and epoch once per batch, and a new client's bootstrap
+# (connect, api versions, metadata) cost more than the question.
+_IDLE: dict[tuple[str, tuple[tuple[str, str], ...]], list[TransactionClient]] = {}
+_IDLE_LOCK = threading.Lock()
+
+
+@contextmanager
+def pooled_client(
+    *, bootstrap_servers: str, settings: Mapping[str, Any]
+) -> Iterator[TransactionClient]:
+    """A :class:`TransactionClient` of this process's pool, for one caller at a time:
+    back into the pool after the block, closed instead when the block raised (its
+    connection state is then not to be trusted)."""
+    key = (bootstrap_servers, tuple(sorted((k, repr(v)) for k, v in settings.items())))
+    with _IDLE_LOCK:
+        idle = _IDLE.get(key)
+        client = idle.pop() if idle else None
+    if client is None:
+        client = TransactionClient(bootstrap_servers=bootstrap_servers, settings=settings)
+    try:
+        yield client
+    except BaseException:
+        client.close()
+        raise
+    with _IDLE_LOCK:
+        _IDLE.setdefault(key, []).append(client)
