@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
-# produce()'s positional arguments after the partition: topic, value, key, partition,
+# produce()'s positional arguments: topic, value, key, partition,
 # callback and on_delivery (None: the producer's), timestamp (0: now), headers.
 Headers = list[tuple[str, str | bytes | None]]  # what produce() takes
 
