@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter, methodcaller
 from typing import Any, Literal, Protocol
 
 from spark_chkpt.errors import KafkaReadError, OffsetOutOfRangeError
@@ -34,11 +32,6 @@ from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
 from spark_chkpt.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
-
-# A confluent-kafka Message's fields, called through map (C, not bytecode, per record).
-_KEY, _VALUE, _OFFSET, _TIMESTAMP, _HEADERS = map(
-    methodcaller, ("key", "value", "offset", "timestamp", "headers")
-)
 
 ClientKind = Literal["kafka-python", "confluent"]
 CLIENTS: tuple[ClientKind, ...] = ("kafka-python", "confluent")
@@ -324,29 +317,22 @@ class ConfluentConsumer:
             start = stop
         return polled
 
-    def _records(self, run: list[Any]) -> list[Record]:
-        """One partition's messages as :class:`Record` tuples, field by field through
-        ``map`` over the ``Message`` methods (no Python bytecode per record; a
-        comprehension calling five methods and ``Record(...)`` per message cost about
-        1 µs a record, a large part of the read at 100-byte records)."""
-        stamps = list(map(_TIMESTAMP, run))
-        kinds = set(map(itemgetter(0), stamps))
-        if len(kinds) == 1 and 0 not in kinds:  # one timestamp type, every record has one
-            times: Iterable[int] = map(itemgetter(1), stamps)
-            types: Iterable[int] = repeat(1 if kinds == {2} else 0)  # 2: log-append time
-        else:
-            times = [t if kind else -1 for kind, t in stamps]  # 0: no timestamp
-            types = [1 if kind == 2 else 0 for kind, _ in stamps]
-        fields = zip(
-            map(_KEY, run),
-            map(_VALUE, run),
-            map(_OFFSET, run),
-            times,
-            types,
-            map(_HEADERS, run),
-            strict=False,  # types may be repeat()
-        )
-        return list(map(tuple.__new__, repeat(Record), fields))
+    @staticmethod
+    def _records(run: list[Any]) -> list[Record]:
+        """One partition's messages as :class:`Record` tuples. A comprehension calling
+        the message's methods: ``map`` over each method and ``tuple.__new__`` measured
+        slower (1.1-1.6 µs a record against 0.6-1.2, 66,000 messages of 100 B)."""
+        return [
+            Record(
+                m.key(),
+                m.value(),
+                m.offset(),
+                stamp[1] if (stamp := m.timestamp())[0] else -1,  # 0: no timestamp
+                1 if stamp[0] == 2 else 0,  # 2: log-append time
+                m.headers(),
+            )
+            for m in run
+        ]
 
     def _raise_for(self, message: Any, error: Any) -> None:
         codes = self._ck.KafkaError

@@ -22,8 +22,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter
 from typing import Any
 
 from spark_chkpt.kafka.client.columnar import RecordColumns, count, head
@@ -39,11 +37,6 @@ class _Ahead:
 
 
 def _size(records: Sequence[Any]) -> int:
-    if not any(map(isinstance, records, repeat(RecordColumns))):
-        # Record objects only: summed through map, no Python bytecode per record.
-        values = filter(None, map(attrgetter("value"), records))
-        keys = filter(None, map(attrgetter("key"), records))
-        return sum(map(len, values)) + sum(map(len, keys))
     return sum(
         r.nbytes if isinstance(r, RecordColumns) else len(r.value or b"") + len(r.key or b"")
         for r in records

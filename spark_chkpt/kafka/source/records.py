@@ -9,7 +9,6 @@ Spark's connector gives it, not an empty array).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,26 +51,21 @@ def to_record_batch(
     """Build one Arrow batch from one partition's records: kafka-python ``ConsumerRecord``s
     or :class:`spark_chkpt.kafka.client.consumer.Record`s (the same field names).
 
-    One pass per column over the records, through ``map`` of an ``attrgetter`` (no
-    Python bytecode per record); no per-record dicts.
+    One pass per column over the records kafka-python returned; no per-record dicts.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = len(records)
-
-    def column(name: str) -> list[Any]:
-        return list(map(attrgetter(name), records))
-
-    timestamps = pa.array(column("timestamp"), type=pa.int64())
+    timestamps = pa.array([r.timestamp for r in records], type=pa.int64())
     columns = [
-        pa.array(column("key"), type=pa.binary()),
-        pa.array(column("value"), type=pa.binary()),
+        pa.array([r.key for r in records], type=pa.binary()),
+        pa.array([r.value for r in records], type=pa.binary()),
         pa.repeat(pa.scalar(topic, type=pa.string()), n),
         pa.repeat(pa.scalar(partition, type=pa.int32()), n),
-        pa.array(column("offset"), type=pa.int64()),
+        pa.array([r.offset for r in records], type=pa.int64()),
         pc.multiply(timestamps, 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(column("timestamp_type"), type=pa.int32()),
+        pa.array([r.timestamp_type for r in records], type=pa.int32()),
     ]
     if len(schema) > 7:
         columns.append(
