@@ -14,6 +14,7 @@ More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/client/transactions.py
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -23,6 +24,8 @@ from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
+
+log = logging.getLogger(__name__)
 
 _RETRIED = (
     "ConcurrentTransactionsError",
@@ -196,15 +199,18 @@ _IDLE_LOCK = threading.Lock()
 
 @contextmanager
 def pooled_client(
-    *, bootstrap_servers: str, settings: Mapping[str, Any]
+    *, bootstrap_servers: str, settings: Mapping[str, Any], fresh: bool = False
 ) -> Iterator[TransactionClient]:
     """A :class:`TransactionClient` of this process's pool, for one caller at a time:
     back into the pool after the block, closed instead when the block raised (its
-    connection state is then not to be trusted)."""
+    connection state is then not to be trusted). ``fresh``: a new client, not an idle
+    one (pooled after the block all the same)."""
     key = (bootstrap_servers, tuple(sorted((k, repr(v)) for k, v in settings.items())))
-    with _IDLE_LOCK:
-        idle = _IDLE.get(key)
-        client = idle.pop() if idle else None
+    client = None
+    if not fresh:
+        with _IDLE_LOCK:
+            idle = _IDLE.get(key)
+            client = idle.pop() if idle else None
     if client is None:
         client = TransactionClient(bootstrap_servers=bootstrap_servers, settings=settings)
     try:
@@ -214,3 +220,21 @@ def pooled_client(
         raise
     with _IDLE_LOCK:
         _IDLE.setdefault(key, []).append(client)
+
+
+def describe_pooled(
+    *, bootstrap_servers: str, settings: Mapping[str, Any], transactional_id: str
+) -> tuple[str, int, int]:
+    """:meth:`TransactionClient.describe` through the pool. An idle client whose broker
+    was restarted since its last use fails in kafka-python's transport (a cancelled
+    metadata refresh, a closed socket), not with an error :meth:`describe` retries: it
+    is closed and a new client asks once more, as every call did before the pool."""
+    try:
+        with pooled_client(bootstrap_servers=bootstrap_servers, settings=settings) as client:
+            return client.describe(transactional_id=transactional_id)
+    except Exception as e:  # the next client's answer, or its error, is the one to raise
+        log.info("pooled transaction client failed (%s: %s); asking a new one", type(e).__name__, e)
+    with pooled_client(
+        bootstrap_servers=bootstrap_servers, settings=settings, fresh=True
+    ) as client:
+        return client.describe(transactional_id=transactional_id)
