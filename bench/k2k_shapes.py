@@ -101,7 +101,10 @@ def copy(
     json_step: bool,
     checkpoint: Path,
     source_client: str = "confluent",
+    progress: list[dict[str, Any]] | None = None,
 ) -> float:
+    """The query's wall time (s); ``progress``: filled with its batches' progress
+    events (``durationMs`` per phase), for the profile's timeline."""
     reader = (
         spark.readStream.format(fmt)
         .option("kafka.bootstrap.servers", servers)
@@ -127,9 +130,93 @@ def copy(
     query = writer.start()
     query.awaitTermination()
     seconds = time.monotonic() - started
+    if progress is not None:
+        progress.extend(json.loads(p.json) for p in query.recentProgress)
     if query.exception() is not None:
         raise RuntimeError(f"bench k2k shapes {out} failed: {query.exception()}")
     return seconds
+
+
+def steady(
+    *,
+    spark: Any,
+    servers: str,
+    topic: str,
+    out: str,
+    records: int,
+    per_trigger: int,
+    json_step: bool,
+    checkpoint: Path,
+    skip: int = 2,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Ours' steady exactly-once rate, the figure to set beside Quix's steady phase: a
+    long-running query (micro-batches back to back, ``maxOffsetsPerTrigger``
+    ``per_trigger``) over the ``records`` of ``topic``, stopped once it has read them all;
+    the first ``skip`` batches (the query's start, the first transactions, the Python
+    workers' imports) are left out. The rate is the other batches' records over the time
+    from the start of the first of them to the end of the last (their progress events'
+    ``timestamp`` plus ``triggerExecution``), as Quix's is its first to last record."""
+    reader = (
+        spark.readStream.format(OURS)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+        .option("kafka.client", "confluent")
+    )
+    query = (
+        _transformed(reader.load(), json_step)
+        .writeStream.format(OURS)
+        .option("kafka.bootstrap.servers", servers)
+        .option("topic", out)
+        .option("checkpointLocation", str(checkpoint))
+        .option("kafka.client", "confluent")
+        .option("delivery", "exactly-once-transactions")
+        .start()
+    )
+    started = time.monotonic()
+    try:
+        while True:
+            events = [json.loads(p.json) for p in query.recentProgress]
+            if sum(int(e["numInputRows"]) for e in events) >= records:
+                break
+            if query.exception() is not None:
+                raise RuntimeError(f"bench k2k steady {out} failed: {query.exception()}")
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"bench k2k steady {out}: not done in {timeout_s:.0f} s")
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    rate = steady_rate(events, skip=skip, out=out)
+    return {**rate, "per_trigger": per_trigger, "json": json_step}
+
+
+def steady_rate(events: Sequence[dict[str, Any]], *, skip: int, out: str = "") -> dict[str, Any]:
+    """The steady figures of a query's progress events (:func:`steady`): the batches that
+    read records, the first ``skip`` left out; the others' records over the time from the
+    start of the first of them to the end of the last."""
+    from datetime import datetime
+
+    batches = [e for e in events if int(e["numInputRows"]) > 0]
+    counted = batches[skip:]
+    if not counted:
+        raise RuntimeError(f"bench k2k steady {out}: {len(batches)} batches, none after {skip}")
+
+    def start_s(event: dict[str, Any]) -> float:
+        return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+    first = start_s(counted[0])
+    last = start_s(counted[-1]) + int(counted[-1]["durationMs"]["triggerExecution"]) / 1000
+    rows = sum(int(e["numInputRows"]) for e in counted)
+    return {
+        "records": sum(int(e["numInputRows"]) for e in batches),
+        "batches": len(batches),
+        "skipped_batches": skip,
+        "steady_records": rows,
+        "steady_s": round(last - first, 3),
+        "steady_rps": round(rows / (last - first)),
+    }
 
 
 def _count(spark: Any, servers: str, topic: str) -> int:

@@ -166,8 +166,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     json_step=args.json_step,
                     checkpoint=workdir / "chk-shape",
                     source_client=args.client,
+                    progress=progress.setdefault("k2k-shape", []),
                 )
                 measured = {"seconds": round(seconds, 2), "rps": round(args.records / seconds)}
+                measured["batches_ms"] = sum(
+                    int((p.get("durationMs") or {}).get("triggerExecution", 0))
+                    for p in progress["k2k-shape"]
+                )
             elif args.row == "k2d":  # make bench's (b): Kafka -> Delta, AvailableNow
                 seconds, phases, _ = run_query(
                     spark=spark,
@@ -194,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["result"] = measured if isinstance(measured, dict) else asdict(measured)
         if args.row == "k2k-latency":
             figures["hop_split"] = hop_split(workdir / f"k2k-latency{args.rate}")
+        if progress:
             figures["batches"] = {k: batches(v) for k, v in progress.items()}
         spark.stop()
     if gc_log is not None:
@@ -264,13 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = {k: v for k, v in figures.items() if k not in ("batches", "profile")}
     print(json.dumps(shown, indent=2), flush=True)
     for name, rows in figures.get("batches", {}).items():
-        print(f"[profile] {name} batches: rows, triggerExecution, addBatch (ms)")
-        print(
-            "  "
-            + "; ".join(
-                f"{b['rows']},{b.get('triggerExecution')},{b.get('addBatch')}" for b in rows
-            )
-        )
+        print(f"[profile] {name} batches: rows, then each phase (ms)")
+        for b in rows:
+            phases = ", ".join(f"{k} {v}" for k, v in b.items() if k not in ("batch", "at"))
+            print(f"  {b['batch']} at {b['at']}: {phases}")
     if "profile" in figures:
         print("\n".join(summary_lines(figures["profile"])), flush=True)
     return 0

@@ -46,3 +46,27 @@ def test_quix_report_gives_each_run_and_the_spread_per_commit_interval() -> None
     assert len(lines) == 2 + 3 + 1
     assert "spread 20%" in lines[-1]  # steady: 5.0 s and 6.0 s -> 6/5 - 1
     assert spread([10.0, 11.5]) == pytest.approx(0.15)
+
+
+def test_ours_steady_rate_leaves_out_the_first_batches_and_empty_ones() -> None:
+    from bench.k2k_shapes import steady_rate
+
+    def event(second: int, rows: int, ms: int) -> dict[str, object]:
+        stamp = f"2026-11-28T07:00:{second:02d}.000Z"
+        return {"timestamp": stamp, "numInputRows": rows, "durationMs": {"triggerExecution": ms}}
+
+    events = [
+        event(0, 10_000, 4000),  # the start: left out
+        event(4, 10_000, 1000),  # left out
+        event(5, 0, 10),  # no records: not a batch
+        event(6, 10_000, 1000),
+        event(7, 10_000, 1000),
+        event(8, 5_000, 500),
+    ]
+    rate = steady_rate(events, skip=2)
+    assert rate["batches"] == 5 and rate["records"] == 45_000
+    assert rate["steady_records"] == 25_000
+    assert rate["steady_s"] == pytest.approx(2.5)  # 07:00:06 to 07:00:08.5
+    assert rate["steady_rps"] == 10_000
+    with pytest.raises(RuntimeError, match="none after 5"):
+        steady_rate(events, skip=5)

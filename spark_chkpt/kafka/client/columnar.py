@@ -389,6 +389,12 @@ class Pending(list[Any]):
         super().extend(items)
         self.rows += count(items)
 
+    def extend_records(self, records: list[Any]) -> None:
+        """:meth:`extend` by record objects only (a record path's poll): counted by
+        ``len``, not walked."""
+        super().extend(records)
+        self.rows += len(records)
+
 
 def head(items: Sequence[Any], n: int) -> list[Any]:
     """The first ``n`` records of ``items``, columns cut where needed."""

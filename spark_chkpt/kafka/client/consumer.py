@@ -312,20 +312,27 @@ class ConfluentConsumer:
             key = (topic, partition)
             self._fresh.add(key)
             polled.setdefault(TopicPartition(key[0], key[1]), []).extend(
-                [
-                    Record(
-                        m.key(),
-                        m.value(),
-                        m.offset(),
-                        stamp[1] if (stamp := m.timestamp())[0] else -1,  # 0: no timestamp
-                        1 if stamp[0] == 2 else 0,  # 2: log-append time
-                        m.headers(),
-                    )
-                    for m in good[start:stop]
-                ]
+                self._records(good[start:stop] if start or stop < len(good) else good)
             )
             start = stop
         return polled
+
+    @staticmethod
+    def _records(run: list[Any]) -> list[Record]:
+        """One partition's messages as :class:`Record` tuples. A comprehension calling
+        the message's methods: ``map`` over each method and ``tuple.__new__`` measured
+        slower (1.1-1.6 µs a record against 0.6-1.2, 66,000 messages of 100 B)."""
+        return [
+            Record(
+                m.key(),
+                m.value(),
+                m.offset(),
+                stamp[1] if (stamp := m.timestamp())[0] else -1,  # 0: no timestamp
+                1 if stamp[0] == 2 else 0,  # 2: log-append time
+                m.headers(),
+            )
+            for m in run
+        ]
 
     def _raise_for(self, message: Any, error: Any) -> None:
         codes = self._ck.KafkaError

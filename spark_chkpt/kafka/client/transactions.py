@@ -14,13 +14,18 @@ More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/client/transactions.py
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
+
+log = logging.getLogger(__name__)
 
 _RETRIED = (
     "ConcurrentTransactionsError",
@@ -183,3 +188,53 @@ class TransactionClient:
         if name != "NoError":
             raise BrokerError(f"fencing transactional id {transactional_id!r} failed: {name}")
         return int(response.producer_id), int(response.producer_epoch)
+
+
+# Idle clients by (servers, settings), per process: a write task asks for its
+# transaction's producer id and epoch once per batch, and a new client's bootstrap
+# (connect, api versions, metadata) cost more than the question.
+_IDLE: dict[tuple[str, tuple[tuple[str, str], ...]], list[TransactionClient]] = {}
+_IDLE_LOCK = threading.Lock()
+
+
+@contextmanager
+def pooled_client(
+    *, bootstrap_servers: str, settings: Mapping[str, Any], fresh: bool = False
+) -> Iterator[TransactionClient]:
+    """A :class:`TransactionClient` of this process's pool, for one caller at a time:
+    back into the pool after the block, closed instead when the block raised (its
+    connection state is then not to be trusted). ``fresh``: a new client, not an idle
+    one (pooled after the block all the same)."""
+    key = (bootstrap_servers, tuple(sorted((k, repr(v)) for k, v in settings.items())))
+    client = None
+    if not fresh:
+        with _IDLE_LOCK:
+            idle = _IDLE.get(key)
+            client = idle.pop() if idle else None
+    if client is None:
+        client = TransactionClient(bootstrap_servers=bootstrap_servers, settings=settings)
+    try:
+        yield client
+    except BaseException:
+        client.close()
+        raise
+    with _IDLE_LOCK:
+        _IDLE.setdefault(key, []).append(client)
+
+
+def describe_pooled(
+    *, bootstrap_servers: str, settings: Mapping[str, Any], transactional_id: str
+) -> tuple[str, int, int]:
+    """:meth:`TransactionClient.describe` through the pool. An idle client whose broker
+    was restarted since its last use fails in kafka-python's transport (a cancelled
+    metadata refresh, a closed socket), not with an error :meth:`describe` retries: it
+    is closed and a new client asks once more, as every call did before the pool."""
+    try:
+        with pooled_client(bootstrap_servers=bootstrap_servers, settings=settings) as client:
+            return client.describe(transactional_id=transactional_id)
+    except Exception as e:  # the next client's answer, or its error, is the one to raise
+        log.info("pooled transaction client failed (%s: %s); asking a new one", type(e).__name__, e)
+    with pooled_client(
+        bootstrap_servers=bootstrap_servers, settings=settings, fresh=True
+    ) as client:
+        return client.describe(transactional_id=transactional_id)

@@ -6,7 +6,8 @@ The records are the ones kafka-python's producer writes (same columns, header ru
 attempt tag, murmur2 key partitioning) with the same settings translated
 (:func:`~spark_chkpt.kafka.client.settings.librdkafka_producer_settings`: idempotent,
 ``acks=all``). The loop is kept tight: one ``produce`` call per record, no per-record
-allocation when a record has no headers of its own, ``poll(0)`` once per Arrow batch to
+allocation when a record has no headers of its own, every argument positional (no
+keyword parsing per call), ``poll(0)`` once per Arrow batch to
 serve the delivery reports, and a full queue (``BufferError``) waited out by polling, at
 most ``kafka.max.block.ms``. Acknowledged records are counted in the delivery callback,
 successes only; the first delivery error fails the task naming it.
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
+# produce()'s positional arguments: topic, value, key, partition,
+# callback and on_delivery (None: the producer's), timestamp (0: now), headers.
 Headers = list[tuple[str, str | bytes | None]]  # what produce() takes
 
 
@@ -146,8 +149,8 @@ class ConfluentProducer:
             if rows.partitions is None and rows.headers is None:
                 tag_only = self._tag_only
                 for topic, value, key in zip(rows.topics, rows.values, rows.keys, strict=False):
-                    try:
-                        produce(topic, value, key, headers=tag_only)
+                    try:  # positional: no keyword parsing per record
+                        produce(topic, value, key, _UNASSIGNED, None, None, 0, tag_only)
                     except BufferError:
                         self._produce_when_room(topic, value, key, _UNASSIGNED, tag_only)
             else:
@@ -185,7 +188,7 @@ class ConfluentProducer:
                 partition = _UNASSIGNED
             record_headers: Headers = tag_only if raw is None else [*tagged_headers(raw, tag)]
             try:
-                produce(topic, value, key, partition, headers=record_headers)
+                produce(topic, value, key, partition, None, None, 0, record_headers)
             except BufferError:
                 self._produce_when_room(topic, value, key, partition, record_headers)
 
@@ -200,7 +203,7 @@ class ConfluentProducer:
             self._producer.poll(0.05)
             self._raise_if_failed()
             try:
-                self._producer.produce(topic, value, key, partition, headers=headers)
+                self._producer.produce(topic, value, key, partition, None, None, 0, headers)
                 return
             except BufferError as e:
                 if time.monotonic() >= deadline:

@@ -26,7 +26,7 @@ from spark_chkpt.failpoints import (
     failpoint,
 )
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
-from spark_chkpt.kafka.client.transactions import TransactionClient
+from spark_chkpt.kafka.client.transactions import TransactionClient, describe_pooled
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -232,14 +232,11 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         if not self.output.rows:
             self._close()
             return self.output
-        client = TransactionClient(
+        state, producer_id, epoch = describe_pooled(  # its client kept for the next task
             bootstrap_servers=self.config.bootstrap_servers,
             settings=dict(self.config.producer_settings),
+            transactional_id=self.transactional_id,
         )
-        try:
-            state, producer_id, epoch = client.describe(transactional_id=self.transactional_id)
-        finally:
-            client.close()
         if state != "Ongoing":  # fenced by a later holder of the id, or timed out
             self.close()
             raise self._transaction_failed(

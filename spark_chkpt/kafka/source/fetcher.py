@@ -394,7 +394,7 @@ class RangeFetcher:
                 _refuse_without_control(spec, records)
             rows, barriers = plain_records(records)
             self.stats.barriers += barriers
-            channel.pending.extend(rows)
+            channel.pending.extend_records(rows)
             return
         if spec.fan_in is not None:
             self._take_fan_in(channel, spec.fan_in, records)

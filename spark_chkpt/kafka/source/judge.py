@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import Barrier, attempt_of, is_barrier
@@ -87,10 +88,15 @@ class RecordJudge:
         return [("drop" if self.unconfirmed(r) else "pass", r) for r in held]
 
 
+_HEADERS = attrgetter("headers")
+
+
 def plain_records(records: list[Any]) -> tuple[list[Any], int]:
     """A topic read as plain may still carry barriers its reader cannot place (the
     control topic is invisible to it): they are never rows. The rows, and the barriers
     left out."""
+    if not any(map(_HEADERS, records)):  # no record has headers: no per-record test
+        return records, 0
     if not any(r.headers and is_barrier(r.headers) for r in records):
         return records, 0
     rows = [r for r in records if not (r.headers and is_barrier(r.headers))]

@@ -114,3 +114,40 @@ def test_transient_errors_are_left_to_librdkafka_and_others_fail_the_task() -> N
     adapter, _ = _adapter([[Message(0, 1, denied)]])
     with pytest.raises(KafkaReadError, match="t-0 offset 1"):
         adapter.poll(timeout_ms=10, max_records=10)
+
+
+@pytest.mark.parametrize(
+    ("stamps", "times", "types"),
+    [
+        ([(1, 10), (1, 11), (1, 12)], [10, 11, 12], [0, 0, 0]),  # create time
+        ([(2, 10), (2, 11), (2, 12)], [10, 11, 12], [1, 1, 1]),  # log-append time
+        ([(0, -1), (2, 11), (1, 12)], [-1, 11, 12], [0, 1, 0]),  # none, mixed
+        ([(0, -1)] * 3, [-1, -1, -1], [0, 0, 0]),  # no timestamps at all
+    ],
+)
+def test_messages_become_records_field_by_field(
+    stamps: list[tuple[int, int]], times: list[int], types: list[int]
+) -> None:
+    """The records built column-wise from librdkafka's messages (``map`` over the
+    message methods) carry each message's own key, value, offset, timestamp, type and
+    headers, in order."""
+    adapter, _ = _adapter([])
+    keys = [b"k0", None, b""]
+    headers = [None, [("h", b"1"), ("h", None)], None]
+    messages = [
+        ck.Message(
+            topic="t",
+            partition=0,
+            offset=40 + i,
+            key=keys[i],
+            value=b"v%d" % i,
+            timestamp=stamps[i],
+            headers=headers[i],
+        )
+        for i in range(3)
+    ]
+    records = adapter._records(messages)
+    assert [tuple(r) for r in records] == [
+        (keys[i], b"v%d" % i, 40 + i, times[i], types[i], headers[i]) for i in range(3)
+    ]
+    assert adapter._records([]) == []

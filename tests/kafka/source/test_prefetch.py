@@ -59,3 +59,20 @@ def test_stale_entries_are_not_served_and_are_freed_without_a_take() -> None:
     buffer.ttl_s = -1.0
     buffer.put(key="k", tp=TopicPartition("t", 9), follows=0, records=[], limit=100)
     assert len(buffer) == 0 and buffer.nbytes == 0  # a put expires what nobody took
+
+
+def test_sizes_of_records_and_of_columns_count_keys_and_values() -> None:
+    """The byte bound's sizes: record objects summed through ``map`` (null keys and
+    values count 0), a list mixing in columns summed per item."""
+    from spark_chkpt.kafka.client.columnar import RecordColumns
+    from spark_chkpt.kafka.source.prefetch import _size
+
+    records = [
+        Record(b"ab", b"cde", 0, 0, 0, None),
+        Record(None, b"f", 1, 0, 0, None),
+        Record(b"g", None, 2, 0, 0, None),
+    ]
+    assert _size(records) == 7
+    assert _size([]) == 0
+    columns = RecordColumns.from_records(records)
+    assert _size([columns, records[0]]) == columns.nbytes + 5
