@@ -587,14 +587,23 @@ class DeltaTarget:
         self, table: Any, *, mode: Literal["append", "overwrite"], props: Any
     ) -> None:
         """A commit without files: ``append`` records only its txns and metadata,
-        ``overwrite`` also removes every file of the current version (the table emptied).
-        An ``append`` to a table whose features delta-rs refuses is the project's own
-        commit (:mod:`spark_chkpt.delta.log_commit`)."""
+        ``overwrite`` also removes every file of the current version (the table emptied,
+        as a rewind empties a dead-letter table). On a table whose features delta-rs
+        refuses it is the project's own commit (:mod:`spark_chkpt.delta.log_commit`,
+        :mod:`spark_chkpt.delta.log_overwrite`); one on a store without a create-if-absent
+        is refused naming the feature and the table."""
         found = read_protocol(table, uri=self.uri)
-        if mode == "append" and needs_own_commit(found) and props.app_transactions:
+        if needs_own_commit(found) and props.app_transactions:
             app_id = str(props.app_transactions[0].app_id)
             partition_by = list(table.metadata().partition_columns)
-            self._own_append(table, found, [], props, app_id=app_id, partition_by=partition_by)
+            if mode == "append":
+                self._own_append(table, found, [], props, app_id=app_id, partition_by=partition_by)
+            else:
+                writer = "savepoint rewind"
+                check_own_commit_store(found, writer=writer)
+                self._own_overwrite(
+                    table, found, [], props, app_id=app_id, partition_by=partition_by, writer=writer
+                )
             upkeep(self)
             return
         table.create_write_transaction(
