@@ -600,7 +600,7 @@ class DeltaTarget:
                 self._own_append(table, found, [], props, app_id=app_id, partition_by=partition_by)
             else:
                 writer = "savepoint rewind"
-                check_own_commit_store(found, writer=writer)
+                check_own_commit_store(found, writer=writer, done="Nothing was changed.")
                 self._own_overwrite(
                     table, found, [], props, app_id=app_id, partition_by=partition_by, writer=writer
                 )
@@ -616,6 +616,17 @@ class DeltaTarget:
         )
         upkeep(self)
 
+    def check_rewind(self, table: Any) -> None:
+        """Before a rewind changes anything: a table whose features delta-rs refuses is
+        rolled back (or emptied) by the project's own commit, which needs a
+        create-if-absent of the commit file; on a store without one,
+        :class:`~spark_chkpt.errors.TableFeatureError` naming the feature and the table."""
+        check_own_commit_store(
+            read_protocol(table, uri=self.uri),
+            writer="savepoint rewind",
+            done="Nothing was changed.",
+        )
+
     def restore_to(self, table: Any, version: int, *, props: Any) -> None:
         """delta-rs ``restore``: the table's files of ``version`` back in one commit
         carrying ``props`` (:func:`commit_properties`); the next commit's
@@ -626,7 +637,7 @@ class DeltaTarget:
         if not needs_own_commit(found):
             table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
             return
-        check_own_commit_store(found, writer="savepoint rewind")
+        check_own_commit_store(found, writer="savepoint rewind", done="Nothing was changed.")
         features = frozenset(found.required())
         now, at = (
             load_state(

@@ -132,6 +132,39 @@ def test_emptying_a_dead_letter_table_delta_rs_refuses_is_the_own_replacement(
     assert dead_ids(run) == [30_001]
 
 
+def test_an_own_commit_dead_letter_table_on_a_store_without_put_if_absent_is_refused_first(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the own commit cannot be made (a store without a create-if-absent: the
+    dead-letter table taken as one), the rewind is refused before anything changes, with
+    one error naming the dead-letter table and its feature."""
+    from spark_chkpt.delta import log_commit
+    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.errors import TableFeatureError
+    from tests.delta.test_log_commit import _upgrade
+
+    step(run, 0, [])
+    step(run, 1, letters_of(1))
+    _upgrade(run.dead, 1, hwm=9)
+    step(run, 2, letters_of(2))
+    point = run.savepoint(0)
+    dead, versions = str(run.dead), (DeltaTable(str(run.table)).version(), dead_txn(run))
+    real = log_commit.put_if_absent_store
+    monkeypatch.setattr(
+        log_commit,
+        "put_if_absent_store",
+        lambda uri: "gs://" if uri.rstrip("/").endswith("/dead") else real(uri),
+    )
+    with pytest.raises(TableFeatureError) as caught:
+        rewind(run, point, "x", discard_other_writers=[NO_APP_ID])
+    text = str(caught.value)
+    assert text.startswith("savepoint rewind: Delta table ") and dead in text, text
+    assert "requires table feature 'clustering'" in text, text
+    assert "gs://" in text and "Nothing was changed." in text
+    assert (DeltaTable(str(run.table)).version(), dead_txn(run)) == versions
+    assert not (run.table.parent / "x").exists()
+
+
 def test_rewind_with_nothing_after_the_snapshot_leaves_the_dead_letters(run: Run) -> None:
     for b in range(2):
         step(run, b, letters_of(b))
