@@ -57,12 +57,9 @@ def needs_own_commit(found: TableProtocol) -> bool:
     return bool(OWN_COMMIT_FEATURES & set(found.required()))
 
 
-def check_own_commit_store(
-    found: TableProtocol, *, writer: str, done: str = "Nothing was staged."
-) -> None:
-    """Raise :class:`TableFeatureError` if appends to ``found`` need this commit and its
-    store has no put-if-absent here (only local files and S3 have one); ``done``: what
-    the message says of what was left as it was."""
+def check_own_commit_store(found: TableProtocol, *, writer: str, done: str = "") -> None:
+    """Raise :class:`TableFeatureError` (ending in ``done``, else "Nothing was staged.") if
+    appends to ``found`` need this commit and its store has no put-if-absent here."""
     store = put_if_absent_store(found.uri)
     if store is None or not needs_own_commit(found):
         return
@@ -71,7 +68,8 @@ def check_own_commit_store(
         f"{writer}: Delta table {found.uri} requires table feature '{name}': spark-chkpt "
         "commits appends to such tables itself, which needs a create-if-absent of the "
         f"commit file, and it has none for {store}. Way forward: write this table with "
-        f"format('delta') (delta-spark), or keep it on a local file system or S3. {done}",
+        f"format('delta') (delta-spark), or keep it on a local file system or S3. "
+        f"{done or 'Nothing was staged.'}",
         feature=name,
         table=found.uri,
     )
