@@ -306,3 +306,68 @@ def test_the_own_append_commit_puts_if_absent_on_the_server(
     assert [a["add"]["baseRowId"] for a in added if "add" in a] == [10]
     marks = [a["domainMetadata"]["configuration"] for a in added if "domainMetadata" in a]
     assert marks == ['{"rowIdHighWaterMark":12}']
+
+
+def test_a_rewind_of_an_own_commit_table_on_s3_is_the_own_restore(
+    s3_server: S3Server, s3_bucket: str, no_aws_env: None
+) -> None:
+    # a savepoint rewind (DeltaRewind: plan, then apply) of a row-tracked table on S3,
+    # which delta-rs refuses to restore: spark-chkpt's own RESTORE commit, put if absent
+    # on the server, read back by delta-rs with the row-id high-water mark kept
+    import json
+
+    import pyarrow.parquet as pq
+
+    from spark_chkpt.delta.commit_safety import put_if_absent
+    from spark_chkpt.delta.log_commit import load_state
+    from spark_chkpt.delta.rewind import REWIND_KEY, DeltaRewind
+    from spark_chkpt.delta.staging import StagedFile
+    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.snapshot.rewind import RewindPoint
+    from tests.delta.test_log_commit import ON, ROW_TRACKING, upgrade_text
+
+    uri, options = f"s3://{s3_bucket}/rewound", s3_server.storage_options
+    write_deltalake(uri, pa.table({"id": pa.array([0], pa.int64())}), storage_options=options)
+    root = resolve(uri, storage_options=options)
+    upgrade = upgrade_text(DeltaTable(uri, storage_options=options), hwm=9)
+    assert put_if_absent(
+        root.child("_delta_log", f"{1:020d}.json"), upgrade, uri=uri, storage_options=options
+    )
+    target = DeltaTarget(uri=uri, storage_options=options)
+    for batch in range(3):  # versions 2, 3, 4: two rows each, row ids 10 .. 15
+        name = f"part-{batch}.parquet"
+        data = root.child(name)
+        rows = pa.table({"id": pa.array([10 * batch + 1, 10 * batch + 2], pa.int64())})
+        pq.write_table(rows, data.path, filesystem=data.fs)
+        size = int(data.fs.get_file_info(data.path).size)
+        target.commit(
+            table=target.require(),
+            schema=pa.schema([("id", pa.int64())]),
+            partition_by=(),
+            files=[StagedFile(name, size, {}, 1, 2, '{"numRecords":2}')],
+            app_id="app",
+            version=batch,
+            metadata={"chkpt.batchId": batch},
+        )
+    point = RewindPoint(
+        savepoint_id="sp-0", app_id="app", batch_id=0, source_offsets=[], target=uri, version=2
+    )
+    rewind = DeltaRewind(point=point, storage_options=options)
+    generation = rewind.plan()
+    rewound = rewind.apply(generation=generation, checkpoint_location="file:///unused")
+    assert rewound.rolled_back_from == 4 and rewound.restore_version == 5
+    found = DeltaTable(uri, storage_options=options)
+    assert found.version() == 5 and found.transaction_version("app") == 0
+    assert sorted(found.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2]
+    text = root.child("_delta_log", f"{5:020d}.json").read_text()
+    actions = [json.loads(line) for line in text.splitlines()]
+    info = actions[0]["commitInfo"]
+    assert info["operation"] == "RESTORE" and REWIND_KEY in info
+    assert "inCommitTimestamp" in info
+    assert len([a for a in actions if "remove" in a]) == 2
+    assert not [a for a in actions if "add" in a]
+    state = load_state(root, version=5, features=ROW_TRACKING, configuration=ON)
+    assert state.high_water_mark() == 15  # row ids 10 .. 15 stay used: never lowered
+    # the commit file was one PUT on the server (the own commit's, If-None-Match: *)
+    commit = f"/{s3_bucket}/rewound/_delta_log/{5:020d}.json"
+    assert s3_server.answers(method="PUT", status=200, under=commit) == 1

@@ -57,9 +57,9 @@ def needs_own_commit(found: TableProtocol) -> bool:
     return bool(OWN_COMMIT_FEATURES & set(found.required()))
 
 
-def check_own_commit_store(found: TableProtocol, *, writer: str) -> None:
-    """Raise :class:`TableFeatureError` if appends to ``found`` need this commit and its
-    store has no put-if-absent here (only local files and S3 have one)."""
+def check_own_commit_store(found: TableProtocol, *, writer: str, done: str = "") -> None:
+    """Raise :class:`TableFeatureError` (ending in ``done``, else "Nothing was staged.") if
+    appends to ``found`` need this commit and its store has no put-if-absent here."""
     store = put_if_absent_store(found.uri)
     if store is None or not needs_own_commit(found):
         return
@@ -68,8 +68,8 @@ def check_own_commit_store(found: TableProtocol, *, writer: str) -> None:
         f"{writer}: Delta table {found.uri} requires table feature '{name}': spark-chkpt "
         "commits appends to such tables itself, which needs a create-if-absent of the "
         f"commit file, and it has none for {store}. Way forward: write this table with "
-        "format('delta') (delta-spark), or keep it on a local file system or S3. "
-        "Nothing was staged.",
+        f"format('delta') (delta-spark), or keep it on a local file system or S3. "
+        f"{done or 'Nothing was staged.'}",
         feature=name,
         table=found.uri,
     )

@@ -45,11 +45,20 @@ def build_overwrite(
     metadata: Mapping[str, Any],
     partition_by: Sequence[str],
     now_ms: int,
+    meta: Mapping[str, Any] | None = None,
 ) -> str:
     """The JSON commit of version ``state.version + 1`` replacing the ``live`` files
-    (their add actions) with ``files`` (pure)."""
+    (their add actions) with ``files`` (pure); ``meta``: a ``metaData`` action written
+    with them (the identity high-water marks the new files' values moved,
+    :func:`spark_chkpt.delta.identity.identity_metadata`)."""
     text = build_append(
-        state, files=files, txns=txns, metadata=metadata, partition_by=partition_by, now_ms=now_ms
+        state,
+        files=files,
+        txns=txns,
+        metadata=metadata,
+        partition_by=partition_by,
+        now_ms=now_ms,
+        meta=meta,
     )
     actions = [json.loads(line) for line in text.splitlines() if line.strip()]
     info = actions[0]["commitInfo"]
@@ -60,8 +69,9 @@ def build_overwrite(
     info["isBlindAppend"] = False
     stamp = int(info["timestamp"])
     removes = [{"remove": remove_of(a, timestamp=stamp)} for a in live]
-    head = [a for a in actions if "commitInfo" in a or "domainMetadata" in a]
-    rest = [a for a in actions if "commitInfo" not in a and "domainMetadata" not in a]
+    lead = ("commitInfo", "metaData", "domainMetadata")
+    head = [a for a in actions if any(k in a for k in lead)]
+    rest = [a for a in actions if not any(k in a for k in lead)]
     return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in head + removes + rest)
 
 
@@ -78,10 +88,13 @@ def commit_overwrite(
     put: Callable[[Location, str], bool],
     check: Callable[[TableProtocol], None],
     clock: Callable[[], float] = time.time,
+    meta: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Replace every file of the table with ``files`` on top of ``state``, as
     :func:`~spark_chkpt.delta.log_commit.commit_append` appends: the version committed,
-    or None when a commit that won the race holds ``txn(app_id) >= txns[app_id]``."""
+    or None when a commit that won the race holds ``txn(app_id) >= txns[app_id]``.
+    ``meta``: a ``metaData`` action written with them (a race lost to another writer's
+    metaData is a :class:`~spark_chkpt.errors.CommitConflictError`)."""
     return commit_actions(
         location=location,
         uri=uri,
@@ -97,6 +110,7 @@ def commit_overwrite(
             metadata=metadata,
             partition_by=partition_by,
             now_ms=now_ms,
+            meta=meta,
         ),
         put=put,
         check=check,

@@ -170,19 +170,21 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "identityColumns",
             True,
-            "appends are committed by spark-chkpt itself: the write tasks generate the "
-            "values a GENERATED ALWAYS column (which the query must not give) or a BY "
-            "DEFAULT column (NULL or absent) lacks, unique across tasks and the same on a "
-            "task's retry, above the high-water mark read at planning; the commit moves "
+            "appends and outputMode('complete')'s replacements are committed by "
+            "spark-chkpt itself: the write tasks generate the values a GENERATED ALWAYS "
+            "column (which the query must not give) or a BY DEFAULT column (NULL or "
+            "absent) lacks, unique across tasks and the same on a task's retry, above the "
+            "high-water mark read at planning (a replacement too: the mark never goes "
+            "back, as with delta-spark's INSERT OVERWRITE); the commit moves "
             "delta.identity.highWaterMark in its metaData action, and fails if another "
             "writer moved it meanwhile",
-            way_forward="write the table with chkpt-delta in append mode, run DeltaUpsert in "
-            f"a session with delta-spark (it commits the MERGE through it), or {_DELTA_SPARK}",
-            # complete mode's own commit generates no identity values nor moves the
-            # high-water mark; delta-spark's MERGE does both
-            refuses=frozenset({"overwrite", "merge"}),
-            refusal="spark-chkpt commits appends to such tables itself (identity values "
-            "generated, the high-water mark moved), but not outputMode('complete'), and "
+            way_forward="write the table with chkpt-delta, run DeltaUpsert in a session "
+            f"with delta-spark (it commits the MERGE through it), or {_DELTA_SPARK}",
+            # delta-spark's MERGE generates the values and moves the mark; delta-rs's
+            # cannot commit to such tables
+            refuses=frozenset({"merge"}),
+            refusal="spark-chkpt commits appends and outputMode('complete') to such tables "
+            "itself (identity values generated, the high-water mark moved), but "
             "DeltaUpsert's MERGE needs delta-spark in the session (delta-rs 1.x refuses "
             "such tables)",
             on_creation=False,

@@ -166,6 +166,7 @@ def check_table(
     table = target.open()
     if table is None:
         raise SavepointError(f"{target.uri} is not a Delta table: nothing to rewind")
+    target.check_rewind(table)  # an own-commit table on a store that cannot take it
     done = table.transaction_version(app_id)
     commit = _snapshot_commit(point, target, table, app_id)
     current = int(table.version())
@@ -394,6 +395,7 @@ def plan_dead_letter_rewind(
     done = table.transaction_version(letters.app_id)
     if not _needed(target, table, letters.app_id, batch, done, version):
         return LettersRewind(table=table, version=version, current=current, needed=False, plain=0)
+    target.check_rewind(table)  # an own-commit table on a store that cannot take it
     plain = refuse_other_writers(
         target,
         version if version is not None else -1,

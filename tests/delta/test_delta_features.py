@@ -247,6 +247,49 @@ def test_identity_columns_are_generated_unique_above_the_mark_across_batches_and
     assert after is not None and after.id < min(generated)
 
 
+def test_complete_mode_on_an_identity_table_generates_new_values_above_the_mark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """outputMode("complete") replaces the rows with new identity values above the
+    high-water mark, which only goes up (delta-spark's INSERT OVERWRITE does the same)."""
+    from pyspark.sql import functions as F
+
+    table, chk, folder = tmp_path / "t", tmp_path / "chk", tmp_path / "in"
+    create(spark, table, "id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING, n BIGINT")
+    spark.sql(f"INSERT INTO delta.`{table}` (v, n) VALUES ('x', 0)")  # delta-spark: id 1
+    for rows in (["a", "b"], ["b", "c"]):  # two batches: the second replaces the first
+        rows_stream(spark, folder, [{"v": v} for v in rows], ddl="v STRING")
+    query = (
+        spark.readStream.schema("v STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(folder))
+        .groupBy("v")
+        .agg(F.count("*").alias("n"))
+        .writeStream.format("chkpt-delta")
+        .outputMode("complete")
+        .option("path", str(table))
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with contextlib.suppress(Exception):
+        query.awaitTermination(240)
+    assert query.exception() is None, str(query.exception())[:3000]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+    assert [h.operationParameters.get("mode") for h in history[-2:]] == ["Overwrite"] * 2
+    got = {r.v: (r.id, r.n) for r in delta(spark, table).collect()}
+    assert {v: n for v, (_, n) in got.items()} == {"a": 1, "b": 2, "c": 1}
+    ids = [i for i, _ in got.values()]
+    assert len(set(ids)) == 3 and min(ids) > 1 and _mark(table) == max(ids)
+    # the first batch's values lay below the second's: read them at its version
+    at_first = spark.read.format("delta").option("versionAsOf", history[-2].version)
+    earlier = [r.id for r in at_first.load(str(table)).collect()]
+    assert len(earlier) == 2 and max(earlier) < min(ids)
+    spark.sql(f"INSERT INTO delta.`{table}` (v, n) VALUES ('z', 0)")
+    after = delta(spark, table).where("v = 'z'").first()
+    assert after is not None and after.id > max(ids)
+
+
 def twin_write(spark: SparkSession, folder: Path, twin: Path, ddl: str = INPUT_DDL) -> None:
     """What ``format("delta")`` writes for the same input (a batch append)."""
     spark.read.schema(ddl).json(str(folder)).write.format("delta").mode("append").save(str(twin))

@@ -140,7 +140,9 @@ def _mark_of(uri: str) -> object:
     return field.metadata.get("delta.identity.highWaterMark")
 
 
-def _commit(target: DeltaTarget, uses: list[IdentityUse], *, version: int) -> None:
+def _commit(
+    target: DeltaTarget, uses: list[IdentityUse], *, version: int, overwrite: bool = False
+) -> None:
     target.commit(
         table=target.latest(),
         schema=pa.schema([("id", pa.int64()), ("v", pa.int64())]),
@@ -150,6 +152,7 @@ def _commit(target: DeltaTarget, uses: list[IdentityUse], *, version: int) -> No
         version=version,
         metadata={},
         identity=uses,
+        overwrite=overwrite,
     )
 
 
@@ -174,6 +177,28 @@ def test_the_commit_moves_the_mark_and_refuses_one_another_writer_moved(tmp_path
         _commit(target, [IdentityUse("id", 1, planned, planned + 3)], version=2)
     assert target.latest().version() == 2  # nothing committed
     assert target.latest().transaction_version("app") == 1
+
+
+def test_complete_mode_moves_the_mark_in_the_replacement_and_refuses_one_moved(
+    tmp_path: Path,
+) -> None:
+    """outputMode("complete") on an identity table: the replacement commit (every live
+    file removed) moves the high-water mark as an append does, never back (delta-spark's
+    INSERT OVERWRITE generates new values above the mark too)."""
+    uri = _identity_table(tmp_path / "t", mark=41)
+    target = DeltaTarget(uri=uri)
+    _commit(target, [IdentityUse("id", 1, 41, 47)], version=0)  # an append, then ...
+    _commit(target, [IdentityUse("id", 1, 47, 50)], version=1, overwrite=True)
+    table = target.latest()
+    assert table.version() == 2 and int(_mark_of(uri)) == 50
+    assert table.transaction_version("app") == 1
+    text = (tmp_path / "t" / "_delta_log" / f"{2:020d}.json").read_text()
+    found = [json.loads(line) for line in text.splitlines()]
+    assert found[0]["commitInfo"]["operationParameters"]["mode"] == "Overwrite"
+    assert [a for a in found if "metaData" in a]
+    with pytest.raises(IdentityConflictError, match="moved from 47 to 50"):
+        _commit(target, [IdentityUse("id", 1, 47, 49)], version=2, overwrite=True)
+    assert target.latest().version() == 2  # nothing committed
 
 
 def test_the_sink_plans_a_batch_with_the_mark_and_refuses_a_given_always_column(

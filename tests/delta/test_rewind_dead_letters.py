@@ -101,6 +101,70 @@ def test_rewind_to_before_the_first_dead_letter_empties_the_table(run: Run) -> N
     assert dead_ids(run) == [30_001]
 
 
+def test_emptying_a_dead_letter_table_delta_rs_refuses_is_the_own_replacement(
+    run: Run,
+) -> None:
+    """A dead-letter table with row tracking and in-commit timestamps (delta-spark's
+    upgrade commit, by a writer without an app id) rewound to before its first dead
+    letter: spark-chkpt's own replacement commit removes every file (delta-rs refuses to
+    commit to such tables), the row-id high-water mark kept; the re-run batch appends."""
+    from spark_chkpt.delta.log_commit import load_state
+    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.fs import resolve
+    from tests.delta.test_log_commit import ON, ROW_TRACKING, _upgrade, actions
+
+    step(run, 0, [])  # no dead letter yet: no dead-letter table
+    step(run, 1, letters_of(1))
+    _upgrade(run.dead, 1, hwm=9)
+    step(run, 2, letters_of(2))  # the own append commit, row ids 10, 11
+    result = rewind(run, run.savepoint(0), "x", discard_other_writers=[NO_APP_ID])
+    assert dead_ids(run) == [] and dead_txn(run) == 0
+    log = run.dead / "_delta_log"
+    last = int(DeltaTable(str(run.dead)).version())
+    found = actions((log / f"{last:020d}.json").read_text())
+    info = found[0]["commitInfo"]
+    assert info["operationParameters"]["mode"] == "Overwrite" and "inCommitTimestamp" in info
+    assert len([a for a in found if "remove" in a]) == 2 and not [a for a in found if "add" in a]
+    where = resolve(str(run.dead))
+    state = load_state(where, version=last, features=ROW_TRACKING, configuration=ON)
+    assert state.high_water_mark() == 11
+    step(run.on(result.checkpoint_location), 1, [30_001], offset=1)
+    assert dead_ids(run) == [30_001]
+
+
+def test_an_own_commit_dead_letter_table_on_a_store_without_put_if_absent_is_refused_first(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the own commit cannot be made (a store without a create-if-absent: the
+    dead-letter table taken as one), the rewind is refused before anything changes, with
+    one error naming the dead-letter table and its feature."""
+    from spark_chkpt.delta import log_commit
+    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.errors import TableFeatureError
+    from tests.delta.test_log_commit import _upgrade
+
+    step(run, 0, [])
+    step(run, 1, letters_of(1))
+    _upgrade(run.dead, 1, hwm=9)
+    step(run, 2, letters_of(2))
+    point = run.savepoint(0)
+    dead, versions = str(run.dead), (DeltaTable(str(run.table)).version(), dead_txn(run))
+    real = log_commit.put_if_absent_store
+    monkeypatch.setattr(
+        log_commit,
+        "put_if_absent_store",
+        lambda uri: "gs://" if uri.rstrip("/").endswith("/dead") else real(uri),
+    )
+    with pytest.raises(TableFeatureError) as caught:
+        rewind(run, point, "x", discard_other_writers=[NO_APP_ID])
+    text = str(caught.value)
+    assert text.startswith("savepoint rewind: Delta table ") and dead in text, text
+    assert "requires table feature 'clustering'" in text, text
+    assert "gs://" in text and "Nothing was changed." in text
+    assert (DeltaTable(str(run.table)).version(), dead_txn(run)) == versions
+    assert not (run.table.parent / "x").exists()
+
+
 def test_rewind_with_nothing_after_the_snapshot_leaves_the_dead_letters(run: Run) -> None:
     for b in range(2):
         step(run, b, letters_of(b))

@@ -96,11 +96,13 @@ def test_each_refusal_names_feature_table_and_way_forward_and_is_on_the_errors_p
 
 
 def test_legacy_writer_versions_imply_their_features() -> None:
-    # writer version 6 implies identity columns: appended to by spark-chkpt's own commit,
-    # refused for what delta-rs 1.x would commit (it cannot commit to such tables)
+    # writer version 6 implies identity columns: appended to and replaced by
+    # spark-chkpt's own commit, refused for what delta-rs 1.x would commit (it cannot
+    # commit to such tables)
     check_table(protocol(writer=6), writer="chkpt-delta", operation="append")
+    check_table(protocol(writer=6), writer="chkpt-delta", operation="overwrite")
     with pytest.raises(TableFeatureError, match="'identityColumns'"):
-        check_table(protocol(writer=6), writer="chkpt-delta", operation="overwrite")
+        check_table(protocol(writer=6), writer="DeltaUpsert", operation="merge")
     # version 5 implies column mapping, which both writers implement (staged files
     # with physical names and field ids), with a mode set or not
     check_table(protocol(writer=5), writer="chkpt-delta", operation="append")
@@ -249,16 +251,16 @@ def test_delta_rs_refusing_a_feature_is_no_commit_conflict() -> None:
     assert is_conflict(CommitFailedError("Transaction failed: version already exists"))
 
 
-def test_identity_columns_take_appends_and_a_merge_with_delta_spark_not_complete_mode() -> None:
-    """The own replacement commit generates no identity values and does not move the
-    high-water mark, so complete mode on an identity table is refused; delta-spark's
-    MERGE generates them."""
+def test_identity_columns_take_appends_replacements_and_a_merge_with_delta_spark() -> None:
+    """Appends and complete mode's replacement generate identity values and move the
+    high-water mark in the own commit (as delta-spark's INSERT OVERWRITE does); a MERGE
+    is delta-spark's, which generates them, so delta-rs's MERGE is refused."""
     table = protocol(writer_features=("identityColumns",))
     check_table(table, writer="chkpt-delta", operation="append")
+    check_table(table, writer="chkpt-delta", operation="overwrite")
     check_table(table, writer="DeltaUpsert", operation="spark_merge")
-    for writer, operation in (("chkpt-delta", "overwrite"), ("DeltaUpsert", "merge")):
-        with pytest.raises(TableFeatureError) as raised:
-            check_table(table, writer=writer, operation=operation)  # type: ignore[arg-type]
-        text = str(raised.value)
-        assert raised.value.feature == "identityColumns" and "not outputMode('complete')" in text
-        assert text.replace("/data/t", "TABLE") in ERRORS_PAGE, text
+    with pytest.raises(TableFeatureError) as raised:
+        check_table(table, writer="DeltaUpsert", operation="merge")
+    text = str(raised.value)
+    assert raised.value.feature == "identityColumns" and "outputMode('complete')" in text
+    assert text.replace("/data/t", "TABLE") in ERRORS_PAGE, text
