@@ -66,7 +66,7 @@ def check_own_commit_store(found: TableProtocol, *, writer: str, done: str = "")
     name = next(n for n in found.required() if n in OWN_COMMIT_FEATURES)
     raise TableFeatureError(
         f"{writer}: Delta table {found.uri} requires table feature '{name}': spark-chkpt "
-        "commits appends to such tables itself, which needs a create-if-absent of the "
+        "commits to such tables itself, which needs a create-if-absent of the "
         f"commit file, and it has none for {store}. Way forward: write this table with "
         f"format('delta') (delta-spark), or keep it on a local file system or S3. "
         f"{done or 'Nothing was staged.'}",
