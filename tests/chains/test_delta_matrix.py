@@ -16,8 +16,9 @@ steps and restarted until done:
   --delta-spark``, its session with delta-spark as a Databricks job's) whose input
   updates and deletes rows by key: each batch's MERGE is delta-spark's
   (:mod:`spark_chkpt.delta.upsert.spark_merge`, the batch's txn and snapshot record in
-  its commit), killed right after that MERGE commit (``after-delta-commit``) and, on the restart that finds it in the table and commits
-  nothing, after Spark's ``commits/N`` (``after-commit-log``).
+  its commit), killed right after that MERGE commit (``after-delta-commit``) and, on
+  the restart that finds it in the table and commits nothing, after Spark's
+  ``commits/N`` (``after-commit-log``).
 
 Then delta-spark reads the table and it equals (chispa) what delta-spark itself writes for
 the same input into a twin table created the same way (``format("delta")`` appends; its
