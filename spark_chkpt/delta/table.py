@@ -441,14 +441,16 @@ class DeltaTarget:
                 uses=identity,
                 batch_id=version,
             )
-            if overwrite:
-                self._own_overwrite(
-                    table, found, files, props, app_id=app_id, partition_by=partition_by, meta=meta
-                )
-            else:
-                self._own_append(
-                    table, found, files, props, app_id=app_id, partition_by=partition_by, meta=meta
-                )
+            self._own_commit(
+                table,
+                found,
+                files,
+                props,
+                operation="overwrite" if overwrite else "append",
+                app_id=app_id,
+                partition_by=partition_by,
+                meta=meta,
+            )
         else:
             table.create_write_transaction(
                 actions,
@@ -467,24 +469,29 @@ class DeltaTarget:
         Other stores keep delta-rs's commit (its locking or conditional put)."""
         return isinstance(table, log_state.KeptTable) and self.location.is_local
 
-    def _own_append(
+    def _own_commit(
         self,
         table: Any,
         found: TableProtocol,
         files: Sequence[StagedFile],
         props: Any,
         *,
+        operation: Literal["append", "overwrite"],
         app_id: str,
         partition_by: Sequence[str],
         meta: Mapping[str, Any] | None = None,
+        writer: str = "chkpt-delta",
     ) -> int | None:
-        """An append to a table whose features delta-rs refuses, committed by
-        :mod:`spark_chkpt.delta.log_commit` with the txns and metadata of ``props``
-        (:func:`commit_properties`): the version written, or None when a commit that
-        won the race already holds the txn (nothing written)."""
-        writer = "chkpt-delta"
+        """A commit to a table whose features delta-rs refuses, by the project's own log
+        writer: ``operation`` "append" (:mod:`spark_chkpt.delta.log_commit`) or
+        "overwrite" (:mod:`spark_chkpt.delta.log_overwrite`: every live file removed,
+        ``files`` added; ``outputMode("complete")`` and a rewind's emptying), with the txns
+        and metadata of ``props`` (:func:`commit_properties`) and ``meta`` (the identity
+        high-water marks' ``metaData`` action): the version written, or None when a commit
+        that won the race already holds the txn (nothing written)."""
         features = frozenset(found.required())
-        if isinstance(table, log_state.KeptTable):  # what was read of the log, kept
+        if operation == "append" and isinstance(table, log_state.KeptTable):
+            # what was read of the log, kept; a replacement reads the live files itself
             state = table.log_state(features=features, configuration=found.configuration)
         else:
             state = load_state(
@@ -495,10 +502,14 @@ class DeltaTarget:
             )
 
         def check(protocol: TableProtocol) -> None:
-            check_table(protocol, writer=writer, operation="append")
+            check_table(protocol, writer=writer, operation=operation)
             check_own_commit_store(protocol, writer=writer)
 
-        version = commit_append(
+        if operation == "append":
+            commit = commit_append
+        else:
+            from spark_chkpt.delta.log_overwrite import commit_overwrite as commit
+        version = commit(
             location=self.location,
             uri=self.uri,
             state=state,
@@ -513,54 +524,7 @@ class DeltaTarget:
             check=check,
             meta=meta,
         )
-        log.debug("Delta table %s: own append commit at version %s", self.uri, version)
-        return version
-
-    def _own_overwrite(
-        self,
-        table: Any,
-        found: TableProtocol,
-        files: Sequence[StagedFile],
-        props: Any,
-        *,
-        app_id: str,
-        partition_by: Sequence[str],
-        meta: Mapping[str, Any] | None = None,
-        writer: str = "chkpt-delta",
-    ) -> int | None:
-        """A replacement (outputMode("complete")) of a table whose features delta-rs
-        refuses, committed by :mod:`spark_chkpt.delta.log_overwrite`: every live file
-        removed, ``files`` added, with the txns and metadata of ``props`` (``meta``: the
-        identity high-water marks' ``metaData`` action)."""
-        from spark_chkpt.delta.log_overwrite import commit_overwrite
-
-        state = load_state(
-            self.location,
-            version=int(table.version()),
-            features=frozenset(found.required()),
-            configuration=found.configuration,
-        )
-
-        def check(protocol: TableProtocol) -> None:
-            check_table(protocol, writer=writer, operation="overwrite")
-            check_own_commit_store(protocol, writer=writer)
-
-        version = commit_overwrite(
-            location=self.location,
-            uri=self.uri,
-            state=state,
-            files=files,
-            app_id=app_id,
-            txns={t.app_id: int(t.version) for t in props.app_transactions},
-            metadata=props.custom_metadata,
-            partition_by=partition_by,
-            put=lambda at, text: put_if_absent(
-                at, text, uri=self.uri, storage_options=self.storage_options
-            ),
-            check=check,
-            meta=meta,
-        )
-        log.debug("Delta table %s: own overwrite commit at version %s", self.uri, version)
+        log.debug("Delta table %s: own %s commit at version %s", self.uri, operation, version)
         return version
 
     def generation(self, table: Any | None, *, app_id: str) -> int | None:
@@ -596,14 +560,19 @@ class DeltaTarget:
         if needs_own_commit(found) and props.app_transactions:
             app_id = str(props.app_transactions[0].app_id)
             partition_by = list(table.metadata().partition_columns)
-            if mode == "append":
-                self._own_append(table, found, [], props, app_id=app_id, partition_by=partition_by)
-            else:
-                writer = "savepoint rewind"
+            writer = "chkpt-delta" if mode == "append" else "savepoint rewind"
+            if mode != "append":
                 check_own_commit_store(found, writer=writer, done="Nothing was changed.")
-                self._own_overwrite(
-                    table, found, [], props, app_id=app_id, partition_by=partition_by, writer=writer
-                )
+            self._own_commit(
+                table,
+                found,
+                [],
+                props,
+                operation="append" if mode == "append" else "overwrite",
+                app_id=app_id,
+                partition_by=partition_by,
+                writer=writer,
+            )
             upkeep(self)
             return
         table.create_write_transaction(
