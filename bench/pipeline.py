@@ -699,6 +699,28 @@ def _variants(values: Sequence[str]) -> dict[str, dict[str, str]]:
     return variants or {"default": {}}
 
 
+def _warm_up(spark: Any, *, servers: str, args: argparse.Namespace, workdir: Path) -> None:
+    """One Kafka -> Delta query of 20,000 records before a session's measured rows (the
+    JVM's and the Python workers' first-use costs out of them)."""
+    from bench import batch_cost
+    from bench.query import run_query
+
+    warm = "bench-warm"
+    batch_cost.fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
+    run_query(
+        spark=spark,
+        settings={
+            "source.kafka.bootstrap.servers": servers,
+            "source.subscribe": warm,
+            "source.startingOffsets": "earliest",
+            "source.maxOffsetsPerTrigger": "1000",
+            "source.kafka.client": args.client,
+        },
+        workdir=workdir,
+        name="warmup",
+    )
+
+
 def _latency_only(args: argparse.Namespace, workdir: Path) -> int:
     """``--latency-only``: the Kafka -> Delta latency rows alone, after one warm-up query:
     ``--repeat`` rounds, each of every ``--latency-variant`` in turn (alternated, so the
@@ -706,8 +728,7 @@ def _latency_only(args: argparse.Namespace, workdir: Path) -> int:
     batches' breakdown and its records' latency split. A variant's ``spark.*`` keys are
     set on the session for its row only (runtime SQL settings), its other keys are job
     settings."""
-    from bench import batch_cost
-    from bench.query import bench_session, run_query
+    from bench.query import bench_session
 
     conf = {
         "spark.sql.streaming.numRecentProgressUpdates": "1000",  # every batch of a row
@@ -719,20 +740,7 @@ def _latency_only(args: argparse.Namespace, workdir: Path) -> int:
     rows: list[dict[str, Any]] = []
     with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions, conf=conf)
-        warm = "bench-warm"
-        batch_cost.fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
-        run_query(
-            spark=spark,
-            settings={
-                "source.kafka.bootstrap.servers": servers,
-                "source.subscribe": warm,
-                "source.startingOffsets": "earliest",
-                "source.maxOffsetsPerTrigger": "1000",
-                "source.kafka.client": args.client,
-            },
-            workdir=workdir,
-            name="warmup",
-        )
+        _warm_up(spark, servers=servers, args=args, workdir=workdir)
         for round_ in range(args.repeat):
             for index, (variant, extra) in enumerate(variants.items()):
                 for rate in rates:
@@ -820,24 +828,11 @@ def _batch_cost_only(args: argparse.Namespace, workdir: Path) -> int:
     """``--batch-cost-only``: the per-batch fixed cost alone, after one warm-up query."""
     from bench import batch_cost
     from bench.batch_anatomy import table_lines
-    from bench.query import bench_session, run_query
+    from bench.query import bench_session
 
     with kafka_broker(args.bootstrap_servers) as servers:
         spark = bench_session(partitions=args.partitions)
-        warm = "bench-warm"
-        batch_cost.fill(servers=servers, topic=warm, records=20_000, partitions=args.partitions)
-        run_query(
-            spark=spark,
-            settings={
-                "source.kafka.bootstrap.servers": servers,
-                "source.subscribe": warm,
-                "source.startingOffsets": "earliest",
-                "source.maxOffsetsPerTrigger": "1000",
-                "source.kafka.client": args.client,
-            },
-            workdir=workdir,
-            name="warmup",
-        )
+        _warm_up(spark, servers=servers, args=args, workdir=workdir)
         cost = batch_cost.measure(
             spark=spark,
             servers=servers,
