@@ -259,22 +259,15 @@ def test_complete_mode_on_an_identity_table_generates_new_values_above_the_mark(
     spark.sql(f"INSERT INTO delta.`{table}` (v, n) VALUES ('x', 0)")  # delta-spark: id 1
     for rows in (["a", "b"], ["b", "c"]):  # two batches: the second replaces the first
         rows_stream(spark, folder, [{"v": v} for v in rows], ddl="v STRING")
-    query = (
+    counts = (
         spark.readStream.schema("v STRING")
         .option("maxFilesPerTrigger", 1)
         .json(str(folder))
         .groupBy("v")
         .agg(F.count("*").alias("n"))
-        .writeStream.format("chkpt-delta")
-        .outputMode("complete")
-        .option("path", str(table))
-        .option("checkpointLocation", str(chk))
-        .trigger(availableNow=True)
-        .start()
     )
-    with contextlib.suppress(Exception):
-        query.awaitTermination(240)
-    assert query.exception() is None, str(query.exception())[:3000]
+    error = write_complete(counts, table, chk)
+    assert error is None, str(error)[:3000]
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
     assert [h.operationParameters.get("mode") for h in history[-2:]] == ["Overwrite"] * 2
     got = {r.v: (r.id, r.n) for r in delta(spark, table).collect()}
@@ -610,10 +603,14 @@ def run_complete(df: DataFrame, table: Path, chk: Path) -> BaseException | None:
     outputMode("complete"): each batch replaces the table's rows."""
     from pyspark.sql import functions as F
 
+    return write_complete(df.groupBy("id").agg(F.max("v").alias("v")), table, chk)
+
+
+def write_complete(aggregated: DataFrame, table: Path, chk: Path) -> BaseException | None:
+    """The streaming aggregate ``aggregated`` into ``table`` with outputMode("complete"),
+    availableNow: the query's error (None: it ran to its end)."""
     query = (
-        df.groupBy("id")
-        .agg(F.max("v").alias("v"))
-        .writeStream.format("chkpt-delta")
+        aggregated.writeStream.format("chkpt-delta")
         .outputMode("complete")
         .option("path", str(table))
         .option("checkpointLocation", str(chk))
