@@ -90,6 +90,18 @@ def _transformed(rows: Any, json_step: bool) -> Any:
     )
 
 
+def _reader(spark: Any, fmt: str, *, servers: str, topic: str, per_trigger: int) -> Any:
+    """``topic`` read from its start by ``fmt`` (ours or Spark's ``kafka``), the same
+    options on both, ``maxOffsetsPerTrigger`` ``per_trigger``."""
+    return (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+    )
+
+
 def copy(
     *,
     spark: Any,
@@ -105,13 +117,7 @@ def copy(
 ) -> float:
     """The query's wall time (s); ``progress``: filled with its batches' progress
     events (``durationMs`` per phase), for the profile's timeline."""
-    reader = (
-        spark.readStream.format(fmt)
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(per_trigger))
-    )
+    reader = _reader(spark, fmt, servers=servers, topic=topic, per_trigger=per_trigger)
     if fmt == OURS:
         reader = reader.option("kafka.client", source_client)
     writer = (
@@ -157,13 +163,8 @@ def steady(
     workers' imports) are left out. The rate is the other batches' records over the time
     from the start of the first of them to the end of the last (their progress events'
     ``timestamp`` plus ``triggerExecution``), as Quix's is its first to last record."""
-    reader = (
-        spark.readStream.format(OURS)
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(per_trigger))
-        .option("kafka.client", "confluent")
+    reader = _reader(spark, OURS, servers=servers, topic=topic, per_trigger=per_trigger).option(
+        "kafka.client", "confluent"
     )
     query = (
         _transformed(reader.load(), json_step)
