@@ -4,9 +4,12 @@ A mistake the driver-side code of a format refuses (an option, a missing topic, 
 commit) surfaces in the user's script as Spark's error: a log4j ``ERROR
 MicroBatchExecution`` dump, then a ``StreamingQueryException`` whose message starts
 with ``[STREAM_FAILED] ... Traceback`` and carries the project's message somewhere in
-the middle. Spark runs those methods in a Python worker whose stderr is the driver's:
+the middle. Spark runs those methods in a Python worker whose stderr it copies to the driver's:
 :func:`reported` writes the project's message there, one line, the moment the error is
-raised, so it comes before Spark's report of it.
+raised, so it comes before Spark's report of it. Spark copies a worker's stderr to the
+driver's with a thread of its own (the worker's fd 2 is a pipe the JVM reads), so a line
+written just before the error is raised can still sit in that pipe while the JVM logs
+the error: :func:`say` waits, at most :data:`DRAIN_WAIT_S`, until the line has been taken.
 
 Two failures are not the project's and need saying what they mean. Spark's own, common
 on a loaded machine: ``Python worker failed to connect back``. And an S3 request refused
@@ -23,8 +26,12 @@ PySpark print an accumulator ``EOFError`` traceback: :func:`explain_stopped_comm
 from __future__ import annotations
 
 import functools
+import os
 import re
+import stat
+import struct
 import sys
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
@@ -74,6 +81,43 @@ CHECKSUMS_EXPLAINED = (
 )
 
 
+# How long a worker waits for Spark's copying thread to take its line from the stderr
+# pipe before it raises anyway (a reader that is gone, or a pipe other writers keep full).
+DRAIN_WAIT_S = 2.0
+
+
+def _pending(fd: int) -> int | None:
+    """Bytes written to the pipe ``fd`` and not yet read, or None where that cannot be
+    asked (not a pipe, no ``FIONREAD`` on this platform)."""
+    try:
+        import fcntl
+        import termios
+
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        answer = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except (ImportError, OSError, ValueError):
+        return None
+    return int(struct.unpack("i", answer)[0])
+
+
+def say(line: str) -> None:
+    """Write ``line`` to stderr and, where stderr is a pipe (a Spark worker's), wait at
+    most :data:`DRAIN_WAIT_S` until its reader has taken it: the error raised next then
+    reaches Spark's log after the line, not before it."""
+    print(line, file=sys.stderr, flush=True)
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    deadline = time.monotonic() + DRAIN_WAIT_S
+    while True:
+        pending = _pending(fd)
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(0.005)
+
+
 def one_line(error: BaseException) -> str:
     """``spark-chkpt: <Class>: <the message's first line>``."""
     first = (str(error).strip().splitlines() or [""])[0]
@@ -103,9 +147,9 @@ def reported(method: Callable[_P, _R]) -> Callable[_P, _R]:
         except Exception as e:
             said = explain(str(e))
             if said is not None:
-                print(PREFIX + said, file=sys.stderr, flush=True)
+                say(PREFIX + said)
             if isinstance(e, ChkptError) and not getattr(e, REPORTED, False):
-                print(one_line(e), file=sys.stderr, flush=True)
+                say(one_line(e))
             raise
 
     return call
@@ -119,7 +163,7 @@ def report_now(error: ChkptError) -> ChkptError:
     worker: the driver's stderr in local mode, the executor's log on a cluster), before
     Spark's report of the failed task; the driver's :func:`reported` does not repeat it."""
     if not getattr(error, REPORTED, False):
-        print(one_line(error), file=sys.stderr, flush=True)
+        say(one_line(error))
         setattr(error, REPORTED, True)
     return error
 

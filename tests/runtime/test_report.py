@@ -5,8 +5,14 @@ supervisor's lines and as the first line of an uncaught error's report."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import struct
 import sys
+import termios
+import threading
+import time
 
 import pytest
 
@@ -14,7 +20,8 @@ from spark_chkpt.errors import MissingTopicError
 from spark_chkpt.restart import ExitCode, RestartConfig
 from spark_chkpt.restart.failure import classify
 from spark_chkpt.restart.options import FixedDelay
-from spark_chkpt.runtime.report import explain, install_excepthook, reported
+from spark_chkpt.runtime import report
+from spark_chkpt.runtime.report import explain, install_excepthook, report_now, reported
 from tests.restart.test_restart import FakeQuery, query_error, supervise
 
 CONNECT_BACK_TEXT = (
@@ -144,3 +151,85 @@ def test_a_store_refusing_the_sdks_checksums_is_explained_with_the_settings(
 def test_other_s3_errors_are_not_taken_for_the_checksum_wall() -> None:
     assert explain("AWS Error ACCESS_DENIED during GetObject operation: Access Denied") is None
     assert explain("An error occurred (PreconditionFailed) when calling PutObject") is None
+
+
+class _SlowReader:
+    """The JVM's side of a Spark worker's stderr: a pipe read by a thread that starts
+    late, as Spark's copying thread does on a loaded machine."""
+
+    def __init__(self, *, late_s: float) -> None:
+        self.read_end, write_end = os.pipe()
+        self.stream = os.fdopen(write_end, "w", buffering=1)
+        self.taken = b""
+        self._late_s = late_s
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        time.sleep(self._late_s)
+        self.taken += os.read(self.read_end, 65536)
+
+    def unread(self) -> int:
+        return int(struct.unpack("i", fcntl.ioctl(self.read_end, termios.FIONREAD, b"\0" * 4))[0])
+
+    def close(self) -> None:
+        self._thread.join(timeout=5)
+        self.stream.close()
+        os.close(self.read_end)
+
+
+def _missing_topic() -> MissingTopicError:
+    return MissingTopicError(
+        option="subscribe", value="evnts", missing=["evnts"], existing=["events"], servers="h:1"
+    )
+
+
+@pytest.mark.parametrize("where", ["driver-method", "executor-report-now"])
+def test_the_line_has_left_the_workers_stderr_pipe_before_the_error_propagates(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The CI run of stop 57 saw Spark's ERROR dump before the ``spark-chkpt:`` line: a
+    worker's stderr is a pipe that a JVM thread copies, and under load that thread read
+    the line after the JVM had logged the error. Before: the error propagated with the
+    line still in the pipe."""
+    reader = _SlowReader(late_s=0.4)
+    monkeypatch.setattr(sys, "stderr", reader.stream)
+    try:
+
+        @reported
+        def initialOffset() -> dict[str, int]:
+            if where == "executor-report-now":
+                raise report_now(_missing_topic())
+            raise _missing_topic()
+
+        with pytest.raises(MissingTopicError):
+            initialOffset()
+        left = reader.unread()
+    finally:
+        monkeypatch.undo()
+        reader.close()
+    assert left == 0, f"{left} bytes of the line were still unread when the error propagated"
+    assert reader.taken.decode().splitlines() == [
+        "spark-chkpt: MissingTopicError: option 'subscribe' = 'evnts': topic 'evnts' does not "
+        "exist on h:1; topics there: events. Set failOnMissingTopic=false to wait for it to be "
+        "created"
+    ]
+
+
+def test_a_stderr_pipe_nobody_reads_delays_the_error_by_at_most_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader = _SlowReader(late_s=3.0)
+    monkeypatch.setattr(report, "DRAIN_WAIT_S", 0.3)
+    monkeypatch.setattr(sys, "stderr", reader.stream)
+    try:
+        began = time.monotonic()
+        with pytest.raises(MissingTopicError):
+            reported(lambda: (_ for _ in ()).throw(_missing_topic()))()
+        took = time.monotonic() - began
+        left = reader.unread()
+    finally:
+        monkeypatch.undo()
+        reader.close()
+    assert 0.3 <= took < 2.0, took
+    assert left > 0
