@@ -6,10 +6,7 @@ MicroBatchExecution`` dump, then a ``StreamingQueryException`` whose message sta
 with ``[STREAM_FAILED] ... Traceback`` and carries the project's message somewhere in
 the middle. Spark runs those methods in a Python worker whose stderr it copies to the driver's:
 :func:`reported` writes the project's message there, one line, the moment the error is
-raised, so it comes before Spark's report of it. Spark copies a worker's stderr to the
-driver's with a thread of its own (the worker's fd 2 is a pipe the JVM reads), so a line
-written just before the error is raised can still sit in that pipe while the JVM logs
-the error: :func:`say` waits, at most :data:`DRAIN_WAIT_S`, until the line has been taken.
+raised, and (:func:`say`) waits until Spark has taken it, so it comes before Spark's report.
 
 Two failures are not the project's and need saying what they mean. Spark's own, common
 on a loaded machine: ``Python worker failed to connect back``. And an S3 request refused
@@ -103,8 +100,9 @@ def _pending(fd: int) -> int | None:
 
 def say(line: str) -> None:
     """Write ``line`` to stderr and, where stderr is a pipe (a Spark worker's), wait at
-    most :data:`DRAIN_WAIT_S` until its reader has taken it: the error raised next then
-    reaches Spark's log after the line, not before it."""
+    most :data:`DRAIN_WAIT_S` until its reader has taken it. Spark copies a worker's
+    stderr to the driver's with a thread of its own, so a line written just before an
+    error is raised could otherwise still sit in the pipe while the JVM logs the error."""
     print(line, file=sys.stderr, flush=True)
     try:
         fd = sys.stderr.fileno()
