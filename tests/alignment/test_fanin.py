@@ -502,6 +502,7 @@ def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     fetcher = object.__new__(RangeFetcher)
     fetcher._columnar = False
     fetcher._learned = set()
+    fetcher._resize = False
     fetcher.stats = ReadStats()
     spec = ReadSpec(range=OffsetRange(P0, 3, 12), markers=True, fan_in=judge)
     channel = _Channel(spec, 3)

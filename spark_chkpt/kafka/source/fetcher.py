@@ -81,14 +81,17 @@ def partition_fetch_bytes(*, records: int, record_bytes: float | None, ceiling: 
     """Bytes to ask per partition and fetch for a task whose largest range still holds
     ``records`` records of about ``record_bytes`` bytes each: enough for the range in one
     fetch (``FETCH_MARGIN``), at least ``FETCH_FLOOR``, at most ``ceiling`` (the client's
-    ``max.partition.fetch.bytes``). Unknown record size: ``ceiling``.
+    ``max.partition.fetch.bytes``). Unknown record size: ``FETCH_FLOOR``, and the task
+    sizes its later fetches once its first records are in.
 
     A fetch beyond the range is decoded and kept for a later batch of the same worker
     (the prefetch buffer), which another worker's task then fetches again: at 64
     partitions and 312 records a partition per batch, 1 MB fetches decoded each
     partition's whole remainder, batch after batch (docs/performance)."""
-    if record_bytes is None or records <= 0:
+    if records <= 0:
         return ceiling
+    if record_bytes is None:
+        return min(ceiling, FETCH_FLOOR)
     wanted = math.ceil(records * record_bytes * FETCH_MARGIN)
     return max(min(ceiling, FETCH_FLOOR), min(ceiling, wanted))
 
@@ -162,6 +165,7 @@ class RangeFetcher:
         self._align = align
         self._columnar = False  # this task's records come as RecordColumns
         self._learned: set[str] = set()  # topics whose record size this task measured
+        self._resize = False  # a record size learned first-hand: size the fetches again
         self.stats = ReadStats()
 
     @property
@@ -262,6 +266,9 @@ class RangeFetcher:
                 channel.position = max(channel.position, consumer.position(channel.tp))
                 if channel.position >= channel.spec.range.end:
                     self._finish(channel, aligner, channels)
+            if self._resize:
+                self._resize = False
+                self._size_fetches(consumer, channels)
             yield from self._flush(channels, limit)
             if got_any:
                 idle = Deadline.after(seconds=timeout_s)
@@ -348,6 +355,7 @@ class RangeFetcher:
         """Remember the bytes a record of ``topic`` takes (once per task and topic)."""
         if rows > 0 and topic not in self._learned:
             self._learned.add(topic)
+            self._resize = topic not in _RECORD_BYTES  # the fetches so far were a guess
             _RECORD_BYTES[topic] = nbytes / rows + RECORD_OVERHEAD
 
     def _set_columnar(self, consumer: RangeConsumer, *, want: bool) -> bool:

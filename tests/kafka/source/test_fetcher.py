@@ -7,8 +7,10 @@ from spark_chkpt.kafka.source.fetcher import FETCH_FLOOR, partition_fetch_bytes
 MB = 1024 * 1024
 
 
-def test_unknown_record_size_asks_the_clients_own_size() -> None:
-    assert partition_fetch_bytes(records=312, record_bytes=None, ceiling=MB) == MB
+def test_unknown_record_size_asks_the_floor_first() -> None:
+    """A worker's first task on a topic: 64 KB, then sized once records are in."""
+    assert partition_fetch_bytes(records=312, record_bytes=None, ceiling=MB) == FETCH_FLOOR
+    assert partition_fetch_bytes(records=312, record_bytes=None, ceiling=1_000) == 1_000
 
 
 def test_a_small_range_asks_what_it_needs_with_room_to_spare() -> None:
