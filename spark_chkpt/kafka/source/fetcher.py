@@ -345,7 +345,7 @@ class RangeFetcher:
         limit(
             partition_fetch_bytes(
                 records=max((c.spec.range.end - c.position for c in open_channels), default=0),
-                # a topic not read yet in this worker: the client's own size for all
+                # a topic not read yet in this worker: FETCH_FLOOR for all, until it is
                 record_bytes=max(known) if known and len(known) == len(sizes) else None,
                 ceiling=ceiling,
             )
@@ -355,7 +355,8 @@ class RangeFetcher:
         """Remember the bytes a record of ``topic`` takes (once per task and topic)."""
         if rows > 0 and topic not in self._learned:
             self._learned.add(topic)
-            self._resize = topic not in _RECORD_BYTES  # the fetches so far were a guess
+            # the fetches so far were sized without it: size them again
+            self._resize = self._resize or topic not in _RECORD_BYTES
             _RECORD_BYTES[topic] = nbytes / rows + RECORD_OVERHEAD
 
     def _set_columnar(self, consumer: RangeConsumer, *, want: bool) -> bool:
