@@ -44,6 +44,7 @@ NOT_IN_SPARK: Mapping[str, str] = {
 # Options of one side the other has no use for: dropped, said so, never refused.
 CHKPT_ONLY_TUNING = (
     "partitionsPerTask",
+    "recordsPerTask",
     "prefetchRecords",
     "decode",
     "maxRecordsPerArrowBatch",

@@ -81,17 +81,33 @@ def test_aligned_cuts_at_the_barrier_and_drops_unconfirmed(
     assert [(r["snapshots"], r["dropped"]) for r in seen] == [([0], 0), ([1], len(TX))]
 
 
-def test_one_read_task_aligns_several_partitions(
-    spark: SparkSession, bootstrap_servers: str, upstream: Upstream, tmp_path: Path
+@pytest.mark.parametrize(
+    ("options", "files"),
+    [
+        ({}, 1),  # the default: a batch of a few records is one read task of 3 partitions
+        ({"minPartitions": "6"}, 6),  # each partition's range split over two tasks
+    ],
+    ids=["grouped", "split"],
+)
+def test_grouped_and_split_read_tasks_align_every_partition_once(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    upstream: Upstream,
+    tmp_path: Path,
+    options: dict[str, str],
+    files: int,
 ) -> None:
     upstream.records("T0", T0)
     upstream.barrier(0, ["T0"])
     upstream.records("TX", TX)
     upstream.records("T1", T1)
     upstream.barrier(1, ["T1"])
-    df = kafka_stream(spark, bootstrap_servers, upstream.topic, partitionsPerTask="3")
+    df = kafka_stream(spark, bootstrap_servers, upstream.topic, **options)
+    # every confirmed record once, the failed attempt's dropped, in one batch
     assert drain_to_files(spark, df, tmp_path) == names(T0 + T1)
     assert last_report(tmp_path / "chk")[upstream.topic]["snapshots"] == [0, 1]
+    written = list((tmp_path / "out").glob("part-*.parquet"))
+    assert len(written) <= files and (len(written) == 1) == (files == 1), written
 
 
 def test_at_least_once_reads_in_flight_records_but_drops_failed_attempts(

@@ -468,6 +468,7 @@ class _Record:
     offset: int
     value: bytes | None
     headers: list[tuple[str, bytes]]
+    key: bytes | None = None
 
 
 def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
@@ -500,6 +501,8 @@ def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     )
     fetcher = object.__new__(RangeFetcher)
     fetcher._columnar = False
+    fetcher._learned = set()
+    fetcher._resize = False
     fetcher.stats = ReadStats()
     spec = ReadSpec(range=OffsetRange(P0, 3, 12), markers=True, fan_in=judge)
     channel = _Channel(spec, 3)

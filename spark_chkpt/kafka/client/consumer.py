@@ -143,6 +143,15 @@ class KafkaPythonConsumer:
     def pause(self, tp: TopicPartition) -> None:
         self._consumer.pause(self._k(tp))
 
+    def limit_partition_fetch(self, max_bytes: int) -> None:
+        """Ask for at most ``max_bytes`` of a partition per fetch from now on (kafka-python's
+        ``max_partition_fetch_bytes``, read by its fetcher each time it builds a request).
+        The broker still returns a whole first record batch if it is larger."""
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        config = getattr(fetcher, "config", None)
+        if isinstance(config, dict):
+            config["max_partition_fetch_bytes"] = max_bytes
+
     def poll(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
         from kafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,37 @@ log = logging.getLogger(__name__)
 # Seconds without a record while planned records remain before a read task replaces its
 # consumer once (at most half of kafkaConsumer.pollTimeoutMs, which then fails the task).
 STALL_S = 10.0
+
+# The fetch size a read task asks per partition: what its largest range needs, by the
+# bytes a record of the topic took in this worker's earlier reads, with room to spare.
+FETCH_MARGIN = 1.25
+FETCH_FLOOR = 64 * 1024
+# Bytes a record takes in a record batch besides its key, value and headers (length,
+# attributes, timestamp and offset deltas, the lengths; the batch header shared out).
+RECORD_OVERHEAD = 16
+# kafka-python's max_partition_fetch_bytes when the options set none.
+DEFAULT_PARTITION_FETCH = 1024 * 1024
+# Per topic, the bytes of one record as last read in this Python worker.
+_RECORD_BYTES: dict[str, float] = {}
+
+
+def partition_fetch_bytes(*, records: int, record_bytes: float | None, ceiling: int) -> int:
+    """Bytes to ask per partition and fetch for a task whose largest range still holds
+    ``records`` records of about ``record_bytes`` bytes each: enough for the range in one
+    fetch (``FETCH_MARGIN``), at least ``FETCH_FLOOR``, at most ``ceiling`` (the client's
+    ``max.partition.fetch.bytes``). Unknown record size: ``FETCH_FLOOR``, and the task
+    sizes its later fetches once its first records are in.
+
+    A fetch beyond the range is decoded and kept for a later batch of the same worker
+    (the prefetch buffer), which another worker's task then fetches again: at 64
+    partitions and 312 records a partition per batch, 1 MB fetches decoded each
+    partition's whole remainder, batch after batch (docs/performance)."""
+    if records <= 0:
+        return ceiling
+    if record_bytes is None:
+        return min(ceiling, FETCH_FLOOR)
+    wanted = math.ceil(records * record_bytes * FETCH_MARGIN)
+    return max(min(ceiling, FETCH_FLOOR), min(ceiling, wanted))
 
 
 @dataclass(frozen=True)
@@ -132,6 +164,8 @@ class RangeFetcher:
         self._schema = arrow_schema(include_headers=config.include_headers)
         self._align = align
         self._columnar = False  # this task's records come as RecordColumns
+        self._learned: set[str] = set()  # topics whose record size this task measured
+        self._resize = False  # a record size learned first-hand: size the fetches again
         self.stats = ReadStats()
 
     @property
@@ -205,6 +239,7 @@ class RangeFetcher:
         for channel in channels.values():
             self._start(channel, begins[channel.tp], aligner, channels)
         starts = {c.tp: c.position for c in channels.values() if not c.done}
+        self._size_fetches(consumer, channels)
         consumer.assign(starts)
         for channel in channels.values():
             channel.assigned = not channel.done
@@ -231,6 +266,9 @@ class RangeFetcher:
                 channel.position = max(channel.position, consumer.position(channel.tp))
                 if channel.position >= channel.spec.range.end:
                     self._finish(channel, aligner, channels)
+            if self._resize:
+                self._resize = False
+                self._size_fetches(consumer, channels)
             yield from self._flush(channels, limit)
             if got_any:
                 idle = Deadline.after(seconds=timeout_s)
@@ -290,6 +328,36 @@ class RangeFetcher:
                 ", ".join(sorted(self.stats.dropped_attempts)),
                 ", ".join(str(c.spec.range) for c in channels.values()),
             )
+
+    def _size_fetches(
+        self, consumer: RangeConsumer, channels: dict[TopicPartition, _Channel]
+    ) -> None:
+        """Fetch about what the open ranges need (:func:`partition_fetch_bytes`)."""
+        limit = getattr(consumer, "limit_partition_fetch", None)
+        if limit is None:  # the confluent client: queued.min.messages bounds its prefetch
+            return
+        open_channels = [c for c in channels.values() if not c.done]
+        sizes = [_RECORD_BYTES.get(c.tp.topic) for c in open_channels]
+        known = [size for size in sizes if size is not None]
+        ceiling = int(
+            self._settings.settings.get("max_partition_fetch_bytes", DEFAULT_PARTITION_FETCH)
+        )
+        limit(
+            partition_fetch_bytes(
+                records=max((c.spec.range.end - c.position for c in open_channels), default=0),
+                # a topic not read yet in this worker: FETCH_FLOOR for all, until it is
+                record_bytes=max(known) if known and len(known) == len(sizes) else None,
+                ceiling=ceiling,
+            )
+        )
+
+    def _learn(self, topic: str, rows: int, nbytes: int) -> None:
+        """Remember the bytes a record of ``topic`` takes (once per task and topic)."""
+        if rows > 0 and topic not in self._learned:
+            self._learned.add(topic)
+            # the fetches so far were sized without it: size them again
+            self._resize = self._resize or topic not in _RECORD_BYTES
+            _RECORD_BYTES[topic] = nbytes / rows + RECORD_OVERHEAD
 
     def _set_columnar(self, consumer: RangeConsumer, *, want: bool) -> bool:
         """Switch ``consumer`` to columns (``decode=columns`` and ``want``) or to records."""
@@ -386,6 +454,12 @@ class RangeFetcher:
             return
         spec = channel.spec
         end = spec.range.end
+        if channel.tp.topic not in self._learned:
+            self._learn(
+                channel.tp.topic,
+                len(records),
+                sum(len(r.value or b"") + len(r.key or b"") for r in records),
+            )
         if records[-1].offset >= end:  # offsets ascend: split once, no per-record test
             split = bisect.bisect_left(records, end, key=lambda r: r.offset)
             channel.ahead, records = records[split:], records[:split]
@@ -449,6 +523,9 @@ class RangeFetcher:
         spec = channel.spec
         end = spec.range.end
         ahead: list[RecordColumns] = []
+        if chunks and channel.tp.topic not in self._learned:
+            sample = chunks[0]
+            self._learn(channel.tp.topic, len(sample), sample.nbytes + sum(sample.header_len))
         for chunk in chunks:
             if chunk.last_offset >= end:
                 chunk, past = chunk.split_at(end)

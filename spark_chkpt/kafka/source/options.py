@@ -215,9 +215,23 @@ _KNOWN_SOURCE_OPTIONS = (
     "upstreamApps",
     "controlTopic",
     "partitionsPerTask",
+    "recordsPerTask",
     "prefetchRecords",
     "decode",
 )
+
+
+# recordsPerTask's default: a batch of fewer records is read by one task. A second task
+# costs its launch, a Python worker and a Parquet file of the sink's (tens of ms on a
+# busy 2-core machine, docs/performance): batches of 1,000-1,700 records were faster
+# as one task; 20,000-record batches still take two task slots.
+RECORDS_PER_TASK = 5_000
+
+
+def read_task_count(*, records: int, task_slots: int, records_per_task: int) -> int:
+    """Read tasks for a batch of ``records`` records: one per ``records_per_task``
+    (rounded up), at least one, at most ``task_slots`` (one wave of tasks a batch)."""
+    return max(1, min(task_slots, -(-records // records_per_task)))
 
 
 @dataclass(frozen=True)
@@ -247,7 +261,11 @@ class SourceConfig:
     # (fan-in): cut per app from the first batch, before every app has a snapshot.
     upstream_apps: tuple[str, ...] = ()
     # None: as many as keep the read tasks within ``task_slots`` (one wave per batch)
+    # and give each about ``records_per_task`` records or more
     partitions_per_task: int | None = None
+    # Without partitionsPerTask and minPartitions: one read task per this many records of
+    # the batch (rounded up), at most one per task slot
+    records_per_task: int = RECORDS_PER_TASK
     # The session's task slots (``spark.default.parallelism`` when the formats were
     # registered); None when not known: one partition per task.
     task_slots: int | None = None
@@ -410,6 +428,10 @@ class SourceConfig:
             partitions_per_task=parse_positive_int(
                 "partitionsPerTask", opts.get("partitionspertask")
             ),
+            records_per_task=parse_positive_int(
+                "recordsPerTask", opts.get("recordspertask"), default=RECORDS_PER_TASK
+            )
+            or RECORDS_PER_TASK,
             task_slots=task_slots,
             client=client,
             decode="records" if decode == "records" else "columns",
@@ -422,15 +444,19 @@ class SourceConfig:
             or 0,
         )
 
-    def per_task(self, pieces: int) -> int:
-        """Ranges one read task reads: ``partitionsPerTask`` if set; one each with
-        ``minPartitions`` (its pieces are tasks, as in Spark); else as many as keep the
-        tasks within the session's task slots, so a batch runs in one wave of tasks."""
+    def per_task(self, pieces: int, *, records: int) -> int:
+        """Ranges one read task reads, of a batch of ``pieces`` ranges holding ``records``
+        records: ``partitionsPerTask`` if set; one each with ``minPartitions`` (its pieces
+        are tasks, as in Spark) or when the task slots are not known; else the ranges
+        shared out over :func:`read_task_count` tasks."""
         if self.partitions_per_task is not None:
             return self.partitions_per_task
         if self.min_partitions is not None or not self.task_slots:
             return 1
-        return max(1, -(-pieces // self.task_slots))
+        tasks = read_task_count(
+            records=records, task_slots=self.task_slots, records_per_task=self.records_per_task
+        )
+        return max(1, -(-pieces // tasks))
 
     def consumer_settings(self, *, client_id: str) -> dict[str, Any]:
         """kafka-python ``KafkaConsumer`` keyword arguments for a group-less, assign-only reader."""

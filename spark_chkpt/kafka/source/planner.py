@@ -240,7 +240,9 @@ class SourcePlanner:
                 )
                 for r in group
             ]
-            for group in _group(pieces, self.config.per_task(len(pieces)))
+            for group in _group(
+                pieces, self.config.per_task(len(pieces), records=sum(r.size for r in pieces))
+            )
         ]
 
     def _read_specs(

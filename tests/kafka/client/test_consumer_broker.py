@@ -336,6 +336,25 @@ def test_records_fetched_past_the_end_serve_the_next_range_and_only_it(
     assert first.column("offset").to_pylist() == list(range(100))
 
 
+def test_a_small_range_fetches_about_what_it_needs_once_the_record_size_is_known(
+    bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, pool: ConsumerPool
+) -> None:
+    """kafka-python fetches up to max.partition.fetch.bytes (1 MB) of a partition, and a
+    read task decodes all of it: a 100-record range of a 1 MB partition decoded the whole
+    partition. Once a read in the worker has seen the topic's record size, a small
+    range asks for about its own bytes: the records fetched past its end stay few."""
+    topic = make_topic()
+    produce(producer, topic, [b"%05d" % i + b"x" * 200 for i in range(5000)])
+    config = _config(bootstrap_servers, topic, "kafka-python")
+    tp = TopicPartition(topic, 0)
+    first, _ = _read(config, OffsetRange(tp, 0, 100), pool=pool, prefetch=PrefetchBuffer())
+    prefetch = PrefetchBuffer()
+    second, _ = _read(config, OffsetRange(tp, 100, 200), pool=pool, prefetch=prefetch)
+    assert first.column("offset").to_pylist() == list(range(100))
+    assert second.column("offset").to_pylist() == list(range(100, 200))
+    assert 0 < len(prefetch) < 1000, len(prefetch)  # 64 KB of ~220-byte records, not 1 MB
+
+
 def test_a_reassigned_consumer_knows_no_end_until_it_fetches(
     bootstrap_servers: str, make_topic: Callable[..., str], producer: Any, client: str
 ) -> None:

@@ -89,16 +89,17 @@ def test_batch_read_matches_what_was_produced(
 def test_reads_take_one_wave_of_the_sessions_task_slots(
     spark: SparkSession, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
 ) -> None:
-    """local[2] has two task slots: four partitions are read by two tasks of two
-    partitions each, every record once; partitionsPerTask=1 gives Spark's one per task."""
+    """local[2] has two task slots: with recordsPerTask=10, four partitions of 40
+    records are read by two tasks of two partitions each, every record once; by default
+    (5,000 records a task) by one task; partitionsPerTask=1 gives Spark's one per task."""
     topic = make_topic(partitions=4)
     produce(producer, topic, [b"v%d" % i for i in range(40)], partitions=4)
-    grouped = batch(spark, bootstrap_servers, subscribe=topic)
-    assert grouped.rdd.getNumPartitions() == 2
-    got = sorted((r.partition, r.offset) for r in grouped.select("partition", "offset").collect())
-    assert got == sorted((i % 4, i // 4) for i in range(40))
-    one_each = batch(spark, bootstrap_servers, subscribe=topic, partitionsPerTask="1")
-    assert one_each.rdd.getNumPartitions() == 4
+    every = sorted((i % 4, i // 4) for i in range(40))
+    for options, tasks in (({"recordsPerTask": "10"}, 2), ({}, 1), ({"partitionsPerTask": "1"}, 4)):
+        df = batch(spark, bootstrap_servers, subscribe=topic, **options)
+        assert df.rdd.getNumPartitions() == tasks, options
+        got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+        assert got == every, options
 
 
 def test_batch_offsets_json_with_earliest_and_latest(

@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 from spark_chkpt.errors import DataLossError
-from spark_chkpt.kafka.source.options import SourceConfig
+from spark_chkpt.kafka.source.options import SourceConfig, read_task_count
 from spark_chkpt.offsets import TopicPartition
 
 T0, T1, T2 = (TopicPartition("ev", p) for p in range(3))
@@ -87,9 +87,51 @@ def _four() -> ScriptedOffsets:
 )
 def test_read_tasks_fit_the_sessions_task_slots(slots: int | None, tasks: list[list[int]]) -> None:
     """Without partitionsPerTask, a batch's read tasks are at most the session's task
-    slots (one wave of tasks per batch); an unknown slot count keeps one partition each."""
-    parts = reader(_four(), task_slots=slots).partitions(*FOUR)
+    slots (one wave of tasks per batch); an unknown slot count keeps one partition each.
+    (recordsPerTask=1: every record would take a task of its own.)"""
+    parts = reader(_four(), task_slots=slots, recordsPerTask="1").partitions(*FOUR)
     assert [[p for p, _, _ in _ranges(part)] for part in parts] == tasks
+
+
+@pytest.mark.parametrize(
+    ("records", "slots", "per_task", "tasks"),
+    [
+        (0, 2, 5_000, 1),
+        (1, 2, 5_000, 1),
+        (5_000, 2, 5_000, 1),
+        (5_001, 2, 5_000, 2),
+        (20_000, 2, 5_000, 2),  # capped at the task slots
+        (20_000, 8, 5_000, 4),
+        (1_700, 8, 500, 4),
+    ],
+)
+def test_read_task_count_is_one_per_records_per_task_within_the_slots(
+    records: int, slots: int, per_task: int, tasks: int
+) -> None:
+    assert read_task_count(records=records, task_slots=slots, records_per_task=per_task) == tasks
+
+
+def test_a_small_batch_is_one_read_task_and_a_large_one_takes_every_slot() -> None:
+    """The default (recordsPerTask 5,000): a batch of 1,000-odd records over 64
+    partitions is one task; 20,000 records take both of two slots, every partition in
+    exactly one of them."""
+    tps = [TopicPartition("ev", p) for p in range(64)]
+    start = {"ev": {str(p): 0 for p in range(64)}}
+
+    def tasks(per_partition: int) -> list[list[int]]:
+        offsets = ScriptedOffsets(dict.fromkeys(tps, 0), dict.fromkeys(tps, per_partition))
+        end = {"ev": {str(p): per_partition for p in range(64)}}
+        parts = reader(offsets, task_slots=2).partitions(start, end)
+        return [[p for p, _, _ in _ranges(part)] for part in parts]
+
+    assert tasks(20) == [list(range(64))]  # 1,280 records
+    assert tasks(312) == [list(range(32)), list(range(32, 64))]  # 19,968 records
+    assert (
+        SourceConfig.from_options(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "ev"}
+        ).records_per_task
+        == 5_000
+    )
 
 
 def test_partitions_per_task_and_min_partitions_override_the_task_slots() -> None:
