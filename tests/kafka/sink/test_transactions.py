@@ -140,34 +140,49 @@ def entries(servers: str, topic: str) -> list[Any]:
         control.close()
 
 
+# The six fail points of the transactional commit, shared between the two sink clients:
+# each client is killed at three, one of each kind of recovery (transactions recorded in an
+# intent that the restart commits with EndTxn; open transactions no intent names, which the
+# restart's producers fence and the broker aborts), so every point is killed once. The
+# clients differ only in the write tasks' producers (how a task hands its open transaction
+# to the driver, how a retry fences the attempt before), which
+# tests/kafka/sink/test_kafka_transactions_broker.py proves for each client on the broker;
+# the driver's side (intent, EndTxn, resume) is the same code on both. On each client a
+# task is retried in a run killed after its batch's intent (the intent records the
+# retry's transaction).
+KILLS_OF_CLIENT: dict[str, list[tuple[str, str | None]]] = {
+    "confluent": [
+        ("after-intent@1", "in-write@1"),  # recorded (a retry's transaction), none committed
+        ("after-transactions@3", None),  # all committed, no complete entry
+        ("in-write@5", None),  # the driver dies while task 0 has records in its open transaction
+    ],
+    "kafka-python": [
+        ("after-staging@0", None),  # transactions open, nothing recorded
+        ("between-transactions@2", "in-write@2"),  # recorded (a retry's), the first committed
+        ("after-complete@4", None),  # complete entry, no snapshot record
+    ],
+}  # after-snapshot takes the after-complete path (the batch is in the control topic)
+
+
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_killed_at_every_step_read_committed_consumer_exactly_once(
     tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], client: str
 ) -> None:
     """Stage A killed with SIGKILL at every fail point of the transactional commit, one
-    batch each, and a task retried, on each sink client (librdkafka, the default, hands
-    its open transaction over differently: its id and epoch asked of the coordinator,
-    its producer let go without ``close()``) (``local[2,2]``: in the run killed after batch 1's
-    intent, the first attempt of task 0 fails after its first records are in the broker,
-    so the intent records the retry's transaction); a plain read_committed consumer of
-    the output sees each event once, and none of the records of aborted attempts.
+    batch each, half of the points on each sink client (``KILLS_OF_CLIENT``), and a task
+    retried on each (``local[2,2]``: in the run killed after the intent of a batch, the
+    first attempt of task 0 fails after its first records are in the broker, so the intent
+    records the retry's transaction); a plain read_committed consumer of the output sees
+    each event once, and none of the records of aborted attempts.
 
-    Seven runs of the job, the fewest that kill at each of the six points: the task retry
-    rides in a kill run, and the last run only recovers batch 5 (the chain used to run an
-    eighth batch and a seventh with the retry of its own)."""
+    Four runs of the job a client, three kills and a last run to the end (the chain used
+    to kill both clients at all six points: seven runs each, eight CI minutes)."""
     source = make_topic(partitions=3, suffix="in")
     out = make_topic(partitions=3, suffix="out")
     produce_page_views(bootstrap_servers=bootstrap_servers, topic=source, first=0, count=EVENTS)
     topics = (source, out)
     log = tmp_path / "stage-a.log"
-    kills = [
-        ("after-staging@0", None),  # transactions open, nothing recorded
-        ("after-intent@1", "in-write@1"),  # recorded (a retry's transaction), none committed
-        ("between-transactions@2", None),  # recorded, the first committed
-        ("after-transactions@3", None),  # all committed, no complete entry
-        ("after-complete@4", None),  # complete entry, no snapshot record
-        ("in-write@5", None),  # the driver dies while task 0 has records in its open transaction
-    ]  # after-snapshot takes the after-complete path (the batch is in the control topic)
+    kills = KILLS_OF_CLIENT[client]
     options = (*TXN, f"kafka.client={client}")
     for point, fail_at in kills:
         master = "local[2,2]" if fail_at else "local[2]"
@@ -181,8 +196,11 @@ def test_killed_at_every_step_read_committed_consumer_exactly_once(
             sink_options=options,
         )
         assert done.returncode == -signal.SIGKILL, (point, log.read_text()[-3000:])
-    assert "fault injection: failing in-write of batch 1" in log.read_text()
-    done = run_a(tmp_path, bootstrap_servers, topics, sink_options=options)  # batch 5
+    for _, fail_at in kills:
+        if fail_at:
+            failed = "failing {} of batch {}".format(*fail_at.split("@"))
+            assert f"fault injection: {failed}" in log.read_text(), fail_at
+    done = run_a(tmp_path, bootstrap_servers, topics, sink_options=options)  # the rest
     assert done.returncode == 0, log.read_text()[-4000:]
 
     committed = read_all(bootstrap_servers, out, isolation="read_committed")
