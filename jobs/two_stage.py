@@ -57,6 +57,9 @@ def stage_a(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     )
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+    for item in args.source_option:
+        key, _, value = item.partition("=")
+        reader = reader.option(key.strip(), value.strip())
     events = reader.load().select(
         "key", F.from_json(F.col("value").cast("string"), PAGE_VIEW_SCHEMA_DDL).alias("e")
     )
@@ -158,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="stages m and b: an option of their chkpt-kafka source, e.g. partitionsPerTask=3",
+        help="an option of the stage's chkpt-kafka source, e.g. partitionsPerTask=3",
     )
     parser.add_argument(
         "--sink-option",

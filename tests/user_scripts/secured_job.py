@@ -6,16 +6,17 @@ cluster's ``kafka.*`` options (credentials included) taken from the environment 
     JOBS='[{"name": "n", "source": "topic", "sink": "delta", "options": {...}}, ...]' \
         python secured_job.py WORKDIR
 
-A job of ``"sink": "kafka"`` also names ``"out"`` and ``"delivery"``; ``"maxOffsetsPerTrigger"``
-is optional. A job of ``"formats": "spark"`` (Kafka → Delta only) runs on Spark's own
-``kafka`` source and delta-spark's ``delta`` sink, as before a move to the chkpt formats
-(``spark-chkpt migrate``); the session then has their jars. Job ``n`` keeps its
-checkpoint in ``WORKDIR/n/chk`` and its table in ``WORKDIR/n/table``. Each job's part of
-stderr is framed by ``=== begin n`` and ``=== end n`` lines, so a test can find the first
-line a user sees of each failure; a failed job does not stop the next. Prints
-``{"job": n, "ok": ..., "took": ...}`` per job and ``done`` when every job ended well
-(exit 0; else exit 1). Logs at INFO into ``WORKDIR/logs`` and
-Spark's event log into ``WORKDIR/events-log``, so a test can look for the secrets in them.
+A job of ``"sink": "kafka"`` also names ``"out"`` and ``"delivery"``;
+``"maxOffsetsPerTrigger"`` and ``"sourceOptions"`` (the source's own) are optional. A job
+of ``"formats": "spark"`` (Kafka → Delta only) runs on Spark's own ``kafka`` source and
+delta-spark's ``delta`` sink, as before a move to the chkpt formats (``spark-chkpt
+migrate``); the session then has their jars. Job ``n`` keeps its checkpoint in
+``WORKDIR/n/chk`` and its table in ``WORKDIR/n/table``. Each job's part of stderr is
+framed by ``=== begin n`` and ``=== end n`` lines, so a test can find the first line a
+user sees of each failure; a failed job does not stop the next. Prints ``{"job": n, "ok":
+..., "took": ...}`` per job and ``done`` when every job ended well (exit 0; else exit 1).
+Logs at INFO into ``WORKDIR/logs`` and Spark's event log into ``WORKDIR/events-log``, so a
+test can look for the secrets in them.
 """
 
 import json
@@ -59,6 +60,8 @@ def run(job):
     source = "kafka" if native else "chkpt-kafka"
     reader = spark.readStream.format(source).option("startingOffsets", "earliest")
     for name, value in options.items():
+        reader = reader.option(name, value)
+    for name, value in job.get("sourceOptions", {}).items():
         reader = reader.option(name, value)
     if "maxOffsetsPerTrigger" in job:
         reader = reader.option("maxOffsetsPerTrigger", str(job["maxOffsetsPerTrigger"]))

@@ -242,6 +242,9 @@ def chains(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Ch
         "delivery": "exactly-once-transactions",
         "options": options,
         "maxOffsetsPerTrigger": EVENTS // 4,
+        # a read task per task slot: each batch commits two transactions, and the stall
+        # below sits between them (a batch this small is one task by default)
+        "sourceOptions": {"recordsPerTask": "1"},
     }
     # A job moved from Spark's connector: the same query and options (Spark's names,
     # the CA a PEM truststore), first on Spark's own formats, then on the chkpt ones.

@@ -42,7 +42,10 @@ def stage_a_command(
     sink_options: Sequence[str] = TXN,
 ) -> list[str]:
     """The command line of stage A of the two-stage job, its sink in transactions mode,
-    ``PER_BATCH`` events a batch, ``availableNow``."""
+    ``PER_BATCH`` events a batch, ``availableNow``, a read task per task slot
+    (``recordsPerTask=1``): each batch is written by several tasks, so its commit holds
+    several transactions and the ``between-transactions`` point is between two of them
+    (by default a batch this small is one task, one transaction)."""
     command = [
         sys.executable,
         "-m",
@@ -63,6 +66,8 @@ def stage_a_command(
         master,
         "--max-offsets-per-trigger",
         str(PER_BATCH),
+        "--source-option",
+        "recordsPerTask=1",
     ]
     for option in sink_options:
         command += ["--sink-option", option]
