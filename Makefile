@@ -68,6 +68,9 @@ $(QUIX)/bin/python: setup.cfg
 	$(QUIX)/bin/python -m pip install --quiet '$(QUIX_SPEC)'
 	@touch $(QUIX)/bin/python
 
+# The main rows (about 6 minutes on the 2-core machine), then the rows of how cost grows
+# with age, partitions and shape (bench/growth.py, about half an hour);
+# BENCH_ARGS=--core runs the main rows alone.
 bench: setup quix
 	$(BIN)/python -m bench --quix-python $(QUIX)/bin/python $(BENCH_ARGS)
 

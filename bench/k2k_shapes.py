@@ -8,8 +8,10 @@ Shapes: ``bench`` (the benchmark's page views, about 210 bytes) and JSON values 
 to about 100 B, 1 KB and 10 KB. Each shape runs as a plain copy (``key``, ``value``) and
 with a JSON transformation (``get_json_object`` of three fields → ``to_json``). Each row
 is the records/s of the upstream query (``Trigger.AvailableNow``, wall time); the
-ratio is ours over Spark's. The copy is then counted (``read_committed``): ours must
-hold every record exactly once, Spark's at least once.
+ratio is ours over Spark's. Each best run is also split (:func:`split`): its start (the
+query's start, first batch and stop) and the rate of its later batches, for each side.
+The copy is then counted (``read_committed``): ours must hold every record exactly
+once, Spark's at least once.
 
 More: docs/performance/benchmarks.md (bench/k2k_shapes.py).
 """
@@ -220,6 +222,22 @@ def steady_rate(events: Sequence[dict[str, Any]], *, skip: int, out: str = "") -
     }
 
 
+def split(events: Sequence[dict[str, Any]], *, seconds: float, out: str = "") -> dict[str, Any]:
+    """A short query's wall time split in two: ``start_s``, the wall time less the
+    batches after the first (the query's start, its first batch, and its stop), and
+    ``after_first_rps``, the records of those later batches over their time
+    (:func:`steady_rate`, first batch left out). A query of one batch has no later
+    part: its rate is then 0."""
+    batches = [e for e in events if int(e["numInputRows"]) > 0]
+    if len(batches) < 2:
+        return {"start_s": round(seconds, 3), "after_first_rps": 0}
+    rest = steady_rate(events, skip=1, out=out)
+    return {
+        "start_s": round(seconds - float(rest["steady_s"]), 3),
+        "after_first_rps": rest["steady_rps"],
+    }
+
+
 def _count(spark: Any, servers: str, topic: str) -> int:
     return int(
         spark.read.format("kafka")
@@ -255,11 +273,13 @@ def measure(
         per_trigger = max(1, records // 3)
         for json_step in (False, True):
             best: dict[str, float] = {}
+            after_first: dict[str, dict[str, Any]] = {}
             for round_no in range(repeat + 1):  # round 0: warm-up of both, not counted
                 order = (OURS, "kafka") if round_no % 2 else ("kafka", OURS)
                 for fmt in order:
                     out = f"{topic}-{'json' if json_step else 'copy'}-{fmt}-{round_no}"
                     create_topic(bootstrap_servers=servers, name=out, partitions=partitions)
+                    events: list[dict[str, Any]] = []
                     seconds = copy(
                         spark=spark,
                         fmt=fmt,
@@ -269,6 +289,7 @@ def measure(
                         per_trigger=per_trigger,
                         json_step=json_step,
                         checkpoint=workdir / f"chk-{out}",
+                        progress=events,
                     )
                     copied = _count(spark, servers, out)
                     exact = fmt == OURS
@@ -276,7 +297,9 @@ def measure(
                         raise RuntimeError(f"bench k2k shapes: {out} holds {copied} of {records}")
                     if round_no and (fmt not in best or seconds < best[fmt]):
                         best[fmt] = seconds
+                        after_first[fmt] = split(events, seconds=seconds, out=out)
             ours, spark_s = best[OURS], best["kafka"]
+            mine, theirs = after_first[OURS], after_first["kafka"]
             row = {
                 "shape": shape,
                 "value_bytes": size,
@@ -287,6 +310,15 @@ def measure(
                 "ours_rps": round(records / ours),
                 "spark_rps": round(records / spark_s),
                 "ratio": round(spark_s / ours, 3),
+                # The same best runs split: the query's start and first batch, then the
+                # other batches' rate (the steady part of a short query).
+                "ours_start_s": mine["start_s"],
+                "spark_start_s": theirs["start_s"],
+                "ours_after_first_rps": mine["after_first_rps"],
+                "spark_after_first_rps": theirs["after_first_rps"],
+                "after_first_ratio": round(
+                    mine["after_first_rps"] / max(1, theirs["after_first_rps"]), 3
+                ),
             }
             print(f"[bench] k2k shape {json.dumps(row)}", flush=True)
             rows.append(row)
@@ -298,11 +330,14 @@ def report_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         "Kafka -> Kafka by shape: chkpt (librdkafka, exactly once via transactions) "
         "/ Spark kafka -> kafka (at least once)",
         f"{'shape':<8}{'bytes':>7}{'json':>6}{'records':>9}{'ours rec/s':>12}"
-        f"{'Spark rec/s':>13}{'ours/Spark':>12}",
+        f"{'Spark rec/s':>13}{'ours/Spark':>12}{'start s ours/Spark':>20}"
+        f"{'after 1st ours/Spark':>22}",
     ]
     for r in rows:
+        start = f"{r.get('ours_start_s', 0):.2f} / {r.get('spark_start_s', 0):.2f}"
         lines.append(
             f"{r['shape']:<8}{r['value_bytes']:>7}{'yes' if r['json'] else 'no':>6}"
             f"{r['records']:>9}{r['ours_rps']:>12,}{r['spark_rps']:>13,}{r['ratio']:>12.2f}"
+            f"{start:>20}{r.get('after_first_ratio', 0):>22.2f}"
         )
     return lines

@@ -21,10 +21,12 @@ topic's median over the young topic's, in one run on one broker.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.broker import kafka_broker
@@ -248,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--profile", default=None, help="cProfile stats of the oldest restarts")
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     import cProfile
 
@@ -263,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if profile is not None:
         profile.dump_stats(args.profile)
     print("\n".join(table_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -602,10 +602,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(job settings, or spark.sql.* runtime settings), e.g. "
         "'one-task:source.partitionsPerTask=4' (repeatable; none: the defaults)",
     )
+    parser.add_argument(
+        "--core",
+        action="store_true",
+        help="only the main rows (about 6 minutes): leave out the rows of how cost grows "
+        "with age, partitions and shape that follow them (bench/growth.py, about 30 more)",
+    )
+    parser.add_argument(
+        "--growth-only",
+        action="store_true",
+        help="run only the rows of how cost grows (bench/growth.py), each a process with "
+        "a Kafka broker of its own",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-bench-"))
+    if args.growth_only:
+        return _growth(args, workdir, result=None)
     if args.min_pause_only:
         return _min_pause_only(args, workdir)
     if args.latency_only:
@@ -647,11 +661,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.report import report
 
     print(report(result), flush=True)
-    if args.scaling:
-        return _scaling(args, workdir, result=asdict(result))
-    if args.json:
+    if args.json:  # the main rows' figures now, whatever the later rows do
         Path(args.json).write_text(json.dumps(asdict(result), indent=2))
-    return 0
+    if args.scaling:
+        code = _scaling(args, workdir, result=asdict(result))
+        if code or args.core:
+            return code
+    if args.core:
+        return 0
+    merged = json.loads(Path(args.json).read_text()) if args.json else asdict(result)
+    return _growth(args, workdir, result=merged)
 
 
 def _aligned_read_only(args: argparse.Namespace) -> int:
@@ -919,6 +938,20 @@ def _scaling(args: argparse.Namespace, workdir: Path, *, result: dict[str, Any] 
     if args.json:
         Path(args.json).write_text(json.dumps({**(result or {}), "scaling": rows}, indent=2))
     return 0
+
+
+def _growth(args: argparse.Namespace, workdir: Path, *, result: dict[str, Any] | None) -> int:
+    """The rows of how cost grows (bench/growth.py), each on a broker of its own (not
+    ``--bootstrap-servers``: the Quix row fills a ``bench`` topic of its own); with
+    ``--json``, under ``growth``. Non-zero when a row failed."""
+    from bench import growth
+
+    rows = growth.plan(client=args.client, quix_python=args.quix_python, repeat=min(args.repeat, 2))
+    figures = growth.run(rows=rows, workdir=workdir / "growth")
+    print("\n".join(growth.summary_lines(figures)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**(result or {}), "growth": figures}, indent=2))
+    return 1 if figures["failed"] else 0
 
 
 def _min_pause_only(args: argparse.Namespace, workdir: Path) -> int:

@@ -19,10 +19,12 @@ given apart, the table shows the median and worst of the others.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 COUNTS = (1_000,)
@@ -164,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write cProfile stats of the planning calls to this file (the figures then "
         "include the profiler's overhead: about twice the time)",
     )
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     import cProfile
 
@@ -182,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if profile is not None:
         profile.dump_stats(args.profile)
     print("\n".join(table_lines(rows)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -70,3 +70,24 @@ def test_ours_steady_rate_leaves_out_the_first_batches_and_empty_ones() -> None:
     assert rate["steady_rps"] == 10_000
     with pytest.raises(RuntimeError, match="none after 5"):
         steady_rate(events, skip=5)
+
+
+def test_a_short_querys_split_gives_its_start_apart_from_its_later_batches() -> None:
+    from bench.k2k_shapes import split
+
+    def event(second: float, rows: int, ms: int) -> dict[str, object]:
+        stamp = f"2026-11-28T07:00:{second:06.3f}Z"
+        return {"timestamp": stamp, "numInputRows": rows, "durationMs": {"triggerExecution": ms}}
+
+    # A 5.0 s query: its first batch (with the start) ends at 2.5 s, then two batches
+    # of 10,000 records from 2.5 s to 4.5 s, then an empty batch and the stop.
+    events = [
+        event(1.0, 10_000, 1500),
+        event(2.5, 10_000, 1000),
+        event(3.5, 10_000, 1000),
+        event(4.5, 0, 10),
+    ]
+    parts = split(events, seconds=5.0)
+    assert parts == {"start_s": 3.0, "after_first_rps": 10_000}
+    # One batch: nothing after the first; the whole query is its start.
+    assert split(events[:1], seconds=2.0) == {"start_s": 2.0, "after_first_rps": 0}
