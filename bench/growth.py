@@ -7,11 +7,12 @@ of issue 52, after the main rows of ``make bench`` (``--core`` leaves them out,
 
 Each row is the command that measures it alone, run as a process of its own with a
 real Kafka broker of its own (a row fills topics another row's names would meet), in
-this order: a table's age, the Kafka side's age, partitions (with Spark's own ``kafka``
-source beside them), 1,000 partitions planned, Kafka → Kafka by shape, the Quix Streams
-row split (with ours' steady rate). Each prints its own table as it ends; then
-:func:`summary_lines` sets each target beside its figure. A row that fails is named
-with its exit code and the others still run; the run then exits non-zero.
+this order: a table's age, the Kafka side's age, partitions, Spark's own ``kafka``
+source on the same rows (a process of its own: beside ours, it slowed ours), 1,000
+partitions planned, Kafka → Kafka by shape, the Quix Streams row split (with ours'
+steady rate). Each prints its own table as it ends; then :func:`summary_lines` sets
+each target beside its figure. A failing row is named with its exit code, the others
+still run, and the run then exits non-zero.
 
 More: docs/performance/benchmarks.md (bench/growth.py).
 """
@@ -61,16 +62,11 @@ def plan(*, client: str, quix_python: str | None, repeat: int) -> list[Row]:
         Row("kafka_age", ("-m", "bench.kafka_age", "--snapshots", "1000,100000")),
         Row(
             "partitions",
-            (
-                "-m",
-                "bench.scaling",
-                "partitions",
-                "--counts",
-                "4,64",
-                "--native",
-                "--client",
-                client,
-            ),
+            ("-m", "bench.scaling", "partitions", "--counts", "4,64", "--client", client),
+        ),
+        Row(
+            "partitions_spark",
+            ("-m", "bench.scaling", "partitions", "--counts", "4,64", "--native-only"),
         ),
         Row("planning", ("-m", "bench.planning", "--partitions", "1000")),
         Row("k2k_shapes", ("-m", "bench", "--k2k-shapes-only", "--repeat", str(repeat))),
@@ -142,7 +138,10 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
         )
     elif missing("kafka_age"):
         lines.append(f"  the Kafka side's age: {missing('kafka_age')}")
-    parts = {r["label"]: r for r in figures.get("partitions", [])}
+    parts = {
+        r["label"]: r
+        for r in [*figures.get("partitions", []), *figures.get("partitions_spark", [])]
+    }
     if "4 partitions" in parts and "64 partitions" in parts:
         ours = parts["64 partitions"]["records_per_s"] / parts["4 partitions"]["records_per_s"]
         line = f"  64 partitions: {ours:.2f}x of 4 partitions' rate (target >= 0.9)"

@@ -3,8 +3,9 @@ executors. The state-size rows are in :mod:`bench.state_scaling`.
 
     python -m bench --scaling-only            # these rows and the state rows alone
     python -m bench --scaling                 # after the other rows, in the same run
-    python -m bench.scaling partitions --counts 4,64 --native   # the partitions rows alone,
-                                              # Spark's own kafka source beside them
+    python -m bench.scaling partitions --counts 4,64 [--native | --native-only]
+                                              # the partitions rows alone; Spark's own
+                                              # kafka source beside them, or alone
 
 * partitions: the same ``records`` over topics of 4, 16 and 64 partitions, each drained
   by the warm Kafka → Delta job (``chkpt-kafka`` → ``chkpt-delta``, exactly once,
@@ -110,10 +111,14 @@ def measure_partitions(
     repeat: int = 2,
     counts: Sequence[int] = PARTITIONS,
     native: bool = False,
+    ours: bool = True,
 ) -> list[dict[str, Any]]:
     """The job on the same records over each partition count; the fastest of ``repeat``.
     ``native``: Spark's own ``kafka`` → ``delta`` on the same topics, turn by turn with
-    the job (the session needs the connectors: ``bench_session(connectors=True)``)."""
+    the job (the session needs the connectors: ``bench_session(connectors=True)``);
+    ``ours=False``: those rows alone. In one session, delta-spark's runs slow the job's
+    that follow them (4 partitions 27,781 records/s beside them, 46,836 alone, idle, 2
+    Dec), so ``make bench`` runs each side in a process of its own."""
     from bench.native import kafka_to_delta
     from bench.query import run_query
 
@@ -121,12 +126,13 @@ def measure_partitions(
     for p, topic in topics.items():
         print(f"[bench] scaling: {records:,} records into {p} partitions", flush=True)
         batch_cost.fill(servers=servers, topic=topic, records=records, partitions=p)
-    run_query(
-        spark=spark,
-        settings=_settings(servers, topics[counts[0]], per_trigger, client),
-        workdir=workdir,
-        name="scale-warmup",
-    )
+    if ours:
+        run_query(
+            spark=spark,
+            settings=_settings(servers, topics[counts[0]], per_trigger, client),
+            workdir=workdir,
+            name="scale-warmup",
+        )
     best: dict[int, tuple[float, str]] = {}
     best_native: dict[int, tuple[float, int]] = {}
     for round_no in range(repeat):
@@ -134,14 +140,15 @@ def measure_partitions(
         for p in order:
             name = f"scale-p{p}-{round_no}"
             print(f"[bench] scaling round {round_no + 1}/{repeat}: {p} partitions", flush=True)
-            seconds, _, _ = run_query(
-                spark=spark,
-                settings=_settings(servers, topics[p], per_trigger, client),
-                workdir=workdir,
-                name=name,
-            )
-            if p not in best or seconds < best[p][0]:
-                best[p] = (seconds, name)
+            if ours:
+                seconds, _, _ = run_query(
+                    spark=spark,
+                    settings=_settings(servers, topics[p], per_trigger, client),
+                    workdir=workdir,
+                    name=name,
+                )
+                if p not in best or seconds < best[p][0]:
+                    best[p] = (seconds, name)
             if native:
                 seconds, batches = kafka_to_delta(
                     spark=spark,
@@ -159,7 +166,7 @@ def measure_partitions(
             seconds=best[p][0],
             commits=commit_latencies(workdir / best[p][1]),
         )
-        for p in counts
+        for p in (counts if ours else ())
     ]
     for p in counts if native else ():
         rows.append(
@@ -262,11 +269,15 @@ def _partitions(argv: Sequence[str]) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--client", default="kafka-python")
     parser.add_argument("--native", action="store_true")
+    parser.add_argument(
+        "--native-only", action="store_true", help="Spark's own kafka -> delta rows alone"
+    )
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     with kafka_broker(args.bootstrap_servers) as servers:
-        spark = bench_session(partitions=4, connectors=args.native)
+        native = args.native or args.native_only
+        spark = bench_session(partitions=4, connectors=native)
         rows = measure_partitions(
             spark=spark,
             servers=servers,
@@ -276,7 +287,8 @@ def _partitions(argv: Sequence[str]) -> int:
             client=args.client,
             repeat=args.repeat,
             counts=[int(c) for c in args.counts.split(",") if c.strip()],
-            native=args.native,
+            native=native,
+            ours=not args.native_only,
         )
         spark.stop()
     print("\n".join(table_lines(rows, title="Partitions")), flush=True)
