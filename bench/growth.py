@@ -1,6 +1,6 @@
 """How cost grows with a query's age, its partitions and its records' shape: the rows
-of issue 52, after the main rows of ``make bench`` (``--core`` leaves them out,
-``--growth-only`` runs them alone).
+that follow the main rows of ``make bench`` (``--core`` leaves them out,
+``--growth-only`` runs them alone), each beside its target.
 
     make bench                                  # the main rows, then these
     python -m bench --growth-only [--quix-python PYTHON] [--json FILE]
@@ -105,9 +105,9 @@ def _range(values: Sequence[float], fmt: str = "{:.2f}") -> str:
 
 
 def summary_lines(figures: dict[str, Any]) -> list[str]:
-    """Issue 52's targets beside this run's figures (a row that failed or did not run
+    """The targets beside this run's figures (a row that failed or did not run
     says so)."""
-    lines = ["How cost grows (issue 52's targets), this run:"]
+    lines = ["How cost grows, against its targets, this run:"]
 
     def missing(name: str) -> str | None:
         if name in figures.get("failed", {}):
