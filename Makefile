@@ -68,8 +68,8 @@ $(QUIX)/bin/python: setup.cfg
 	$(QUIX)/bin/python -m pip install --quiet '$(QUIX_SPEC)'
 	@touch $(QUIX)/bin/python
 
-# The main rows (about 6 minutes on the 2-core machine), then the rows of how cost grows
-# with age, partitions and shape (bench/growth.py, about half an hour);
+# The main rows (about 8 minutes on the 2-core machine), then the rows of how cost grows
+# with age, partitions and shape (bench/growth.py, about 20 minutes more);
 # BENCH_ARGS=--core runs the main rows alone.
 bench: setup quix
 	$(BIN)/python -m bench --quix-python $(QUIX)/bin/python $(BENCH_ARGS)

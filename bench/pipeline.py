@@ -605,8 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--core",
         action="store_true",
-        help="only the main rows (about 6 minutes): leave out the rows of how cost grows "
-        "with age, partitions and shape that follow them (bench/growth.py, about 30 more)",
+        help="only the main rows (about 8 minutes): leave out the rows of how cost grows "
+        "with age, partitions and shape that follow them (bench/growth.py, about 20 more)",
     )
     parser.add_argument(
         "--growth-only",
