@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.quix_row import spread
+
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 
@@ -117,12 +119,10 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
     aged = figures.get("aged_table", {})
     for row in aged.values():
         if isinstance(row, dict) and "ratio" in row:
-            what = "rewritten meanwhile" if row.get("rewritten") else "versions"
-            target = {10_000: " (target <= 1.1)", 100_000: " (target <= 1.25)"}.get(
-                row["versions"], ""
-            )
-            if row.get("rewritten"):
-                target = ""
+            rewritten = bool(row.get("rewritten"))
+            what = "rewritten meanwhile" if rewritten else "versions"
+            targets = {10_000: " (target <= 1.1)", 100_000: " (target <= 1.25)"}
+            target = "" if rewritten else targets.get(row["versions"], "")
             lines.append(
                 f"  table of {row['versions']:,} {what}: {row['ratio']:.2f}x a fresh "
                 f"table's batch{target}"
@@ -145,10 +145,13 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
     if "4 partitions" in parts and "64 partitions" in parts:
         ours = parts["64 partitions"]["records_per_s"] / parts["4 partitions"]["records_per_s"]
         line = f"  64 partitions: {ours:.2f}x of 4 partitions' rate (target >= 0.9)"
-        native = [parts.get(f"{p} partitions, Spark kafka → delta") for p in (4, 64)]
-        if all(native):
-            spark = native[1]["records_per_s"] / native[0]["records_per_s"]  # type: ignore[index]
+        four = parts.get("4 partitions, Spark kafka → delta")
+        sixty_four = parts.get("64 partitions, Spark kafka → delta")
+        if four and sixty_four:
+            spark = sixty_four["records_per_s"] / four["records_per_s"]
             line += f"; Spark's kafka -> delta {spark:.2f}x"
+        elif missing("partitions_spark"):
+            line += f"; Spark's kafka -> delta: {missing('partitions_spark')}"
         lines.append(line)
     elif missing("partitions"):
         lines.append(f"  partitions: {missing('partitions')}")
@@ -174,10 +177,9 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
     steady = [r["steady_rps"] for r in quix.get("quix", []) if r.get("steady_rps")]
     ours = [r["steady_rps"] for r in quix.get("ours", [])]
     if steady:
-        spread = (max(steady) - min(steady)) / min(steady)
         line = (
             f"  Quix Streams steady exactly once: {_range(steady, '{:,.0f}')} records/s, "
-            f"spread {spread:.0%} (target <= 15%)"
+            f"spread {spread(steady):.0%} (target <= 15%)"
         )
         if ours:
             line += (

@@ -58,6 +58,19 @@ def test_each_rows_figures_come_back_and_a_failing_row_is_named(tmp_path: Path) 
     assert any("planning: failed (exit 3)" in line for line in lines)
     assert any("Kafka -> Kafka by shape: failed (exit 0)" in line for line in lines)
     assert any("a table's age: not run" in line for line in lines)
+    partial = summary_lines(
+        {
+            "failed": {"partitions_spark": 1},
+            "partitions": [
+                {"label": "4 partitions", "records_per_s": 40_000},
+                {"label": "64 partitions", "records_per_s": 40_000},
+            ],
+        }
+    )
+    assert (
+        "  64 partitions: 1.00x of 4 partitions' rate (target >= 0.9); "
+        "Spark's kafka -> delta: failed (exit 1)" in partial
+    )
 
 
 def test_the_summary_sets_each_target_beside_its_figure() -> None:
