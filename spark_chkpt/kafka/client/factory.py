@@ -4,7 +4,7 @@ creates, on either library, is built here from the user's settings.
 A secured cluster (SASL, TLS, ACLs) needs every client, not most of them, to carry the
 ``kafka.*`` security settings: one topic lookup made without them waits out the bootstrap
 timeout and fails as an outage. So no module constructs a kafka-python ``KafkaConsumer``,
-``KafkaProducer``, ``KafkaAdminClient`` or ``KafkaClient``, nor a confluent-kafka
+``KafkaProducer``, ``KafkaAdminClient`` or ``KafkaNetClient``, nor a confluent-kafka
 ``Consumer``, ``Producer`` or ``AdminClient`` itself (``tests/kafka/client/test_client_factory.py``
 walks the source tree for them): it asks this module, passing the kafka-python settings
 translated from the options (:func:`~spark_chkpt.kafka.client.settings.kafka_client_settings`)
@@ -149,6 +149,32 @@ def _servers(bootstrap_servers: str | list[str]) -> list[str]:
     return list(bootstrap_servers)
 
 
+def _setup_waits_request_timeout(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` whose network client gives a new connection's setup as long as a request.
+
+    kafka-python 3 bounds a connection's setup (TCP connect, then its ApiVersions and SASL
+    exchanges) by ``socket_connection_setup_timeout_ms``, 10 s, which its clients neither
+    take nor pass on: a metadata lookup that opened a connection to a frozen broker failed
+    after 10 s although ``kafka.request.timeout.ms`` was 30 s. A query waits out a pause
+    within its request timeout, on an open connection or a new one: the setup is given
+    the request timeout (a refused connection still fails at once). A ``kafka_client``
+    the caller set is kept."""
+    if "kafka_client" in config:
+        return config
+    from kafka.net.compat import KafkaNetClient
+
+    timeout_ms = int(config.get("request_timeout_ms") or 30_000)
+
+    def network_client(**configs: Any) -> Any:
+        setup = {
+            "socket_connection_setup_timeout_ms": timeout_ms,
+            "socket_connection_setup_timeout_max_ms": timeout_ms,
+        }
+        return KafkaNetClient(**{**configs, **setup})
+
+    return {**config, "kafka_client": network_client}
+
+
 def kafka_consumer(
     *, bootstrap_servers: str | list[str], settings: Mapping[str, Any] | None = None, **fixed: Any
 ) -> Any:
@@ -158,6 +184,7 @@ def kafka_consumer(
 
     config = {**_accepted(_with_defaults(settings), KafkaConsumer.DEFAULT_CONFIG), **fixed}
     config["bootstrap_servers"] = _servers(bootstrap_servers)
+    config = _setup_waits_request_timeout(config)
     with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
         return KafkaConsumer(**config)
 
@@ -171,6 +198,7 @@ def kafka_producer(
 
     config = {**_accepted(_with_defaults(settings), KafkaProducer.DEFAULT_CONFIG), **fixed}
     config["bootstrap_servers"] = _servers(bootstrap_servers)
+    config = _setup_waits_request_timeout(config)
     with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
         return KafkaProducer(**config)
 
@@ -191,21 +219,9 @@ def kafka_admin(
         **fixed,
     }
     config["bootstrap_servers"] = _servers(bootstrap_servers)
+    config = _setup_waits_request_timeout(config)
     with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
         return KafkaAdminClient(**config)
-
-
-def kafka_client(
-    *, bootstrap_servers: str | list[str], settings: Mapping[str, Any] | None = None, **fixed: Any
-) -> Any:
-    """A kafka-python ``KafkaClient`` (the network client under the others) with the
-    connection part of ``settings``."""
-    from kafka import KafkaClient
-
-    defaults = KafkaClient.DEFAULT_CONFIG
-    config = {**_accepted(connection_settings(_with_defaults(settings)), defaults), **fixed}
-    config["bootstrap_servers"] = _servers(bootstrap_servers)
-    return KafkaClient(**config)
 
 
 def confluent_consumer(config: Mapping[str, Any]) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,58 @@ def test_a_pause_within_the_timeouts_is_waited_out(broker: Broker, tmp_path: Pat
         process.terminate()
         process.wait(timeout=60)
     exactly_once(tmp_path, FIRST + SECOND)
+
+
+def test_a_connection_opened_during_a_pause_waits_out_the_request_timeout(
+    broker: Broker,
+) -> None:
+    """A client that opens a connection while the broker is frozen (a metadata lookup
+    after its bootstrap connection closed) waits as long as ``kafka.request.timeout.ms``,
+    as a request on an open connection does. kafka-python 3 bounds a connection's setup,
+    its ApiVersions and SASL exchanges included, by a setup timeout of its own (10 s):
+    a reading task's leader lookup failed a 14 s pause of a query whose request timeout
+    was 30 s. Consumer, producer and admin client each open theirs during one 13 s pause."""
+    from spark_chkpt.kafka.client.factory import kafka_admin, kafka_consumer, kafka_producer
+    from spark_chkpt.kafka.client.settings import kafka_client_settings
+
+    servers = broker.bootstrap_servers
+    create_topic(bootstrap_servers=servers, name="views", partitions=1)
+    options = {"kafka.request.timeout.ms": "30000"}
+    consumer = kafka_consumer(
+        bootstrap_servers=servers, settings=kafka_client_settings(options, role="consumer")
+    )
+    producer = kafka_producer(
+        bootstrap_servers=servers, settings=kafka_client_settings(options, role="producer")
+    )
+    admin = kafka_admin(
+        bootstrap_servers=servers, settings=kafka_client_settings(options, role="consumer")
+    )
+    calls = {
+        "consumer": lambda: "views" in consumer.topics(),
+        "producer": lambda: producer.partitions_for("views") == {0},
+        "admin": lambda: "views" in admin.list_topics(),
+    }
+    answers: dict[str, object] = {}
+
+    def call(name: str) -> None:
+        try:
+            answers[name] = calls[name]()
+        except Exception as e:  # the answer under test: which client failed, and how
+            answers[name] = e
+
+    broker.pause()
+    try:
+        threads = [threading.Thread(target=call, args=(name,)) for name in calls]
+        for thread in threads:
+            thread.start()
+        time.sleep(13)
+    finally:
+        broker.resume()
+    for thread in threads:
+        thread.join(timeout=60)
+    for client in (consumer, producer, admin):
+        client.close()
+    assert answers == {"consumer": True, "producer": True, "admin": True}, answers
 
 
 def test_an_outage_longer_than_the_timeouts_fails_clearly_and_a_restart_goes_on(

@@ -22,7 +22,7 @@ CLIENTS = {
     "KafkaConsumer",
     "KafkaProducer",
     "KafkaAdminClient",
-    "KafkaClient",
+    "KafkaNetClient",
     "Consumer",
     "Producer",
     "AdminClient",
