@@ -14,12 +14,17 @@ control topic has one partition; librdkafka consumers are retired by the pool.)
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import KafkaReadError
+from spark_chkpt.kafka.client.outage import refused
+
+log = logging.getLogger(__name__)
+_REFUSED_RETRY_S = 0.5
 
 _T = TypeVar("_T")
 
@@ -37,7 +42,8 @@ def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -
 
     Known leaders cost nothing; otherwise one metadata request per try (``refresh``:
     at least one), until the consumer's ``request_timeout_ms``, then
-    :class:`KafkaReadError` naming the partitions."""
+    :class:`KafkaReadError` naming the partitions. A refused connection (a broker
+    restarting) is retried within the same timeout."""
     cluster = getattr(consumer, "_cluster", None)
     leader_for = getattr(cluster, "leader_for_partition", None)
     if leader_for is None:  # another kafka-python: its own retries are all there is
@@ -51,7 +57,16 @@ def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -
     timeout_ms = float(consumer.config.get("request_timeout_ms", 30_000))
     deadline = Deadline.after(seconds=timeout_ms / 1000)
     while True:
-        consumer.topics()  # one metadata request for every topic, sent now
+        try:
+            consumer.topics()  # one metadata request for every topic, sent now
+        except Exception as e:
+            # A restarting broker refuses connections, which kafka-python raises at once
+            # where the Java client retries: asked again until the request timeout.
+            if not refused(e) or deadline.expired():
+                raise
+            log.warning("Kafka broker refused the metadata request (%s): retrying", e)
+            time.sleep(_REFUSED_RETRY_S)
+            continue
         missing = unknown()
         if not missing:
             return

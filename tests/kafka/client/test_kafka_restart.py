@@ -41,3 +41,42 @@ def test_a_broker_restart_with_its_data_kept_is_waited_out(tmp_path: Path, how: 
             process.terminate()
             process.wait(timeout=60)
     exactly_once(tmp_path, FIRST + SECOND)
+
+
+def test_a_leader_lookup_waits_out_a_restart_that_refuses_connections(tmp_path: Path) -> None:
+    """A read task's leader lookup (``know_leaders``: a metadata request) made while the
+    broker restarts is refused at once by kafka-python, where the Java client retries:
+    the query above failed with ``ECONNREFUSED`` about one run in three. The lookup is
+    retried while refused, within ``kafka.request.timeout.ms``, and answers once the
+    broker is back."""
+    import threading
+
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    from spark_chkpt.kafka.client.factory import kafka_consumer
+    from spark_chkpt.kafka.client.metadata import know_leaders
+
+    with EmbeddedKafka(data_dir=tmp_path / "kafka") as broker:
+        servers = broker.bootstrap_servers
+        create_topic(bootstrap_servers=servers, name="views", partitions=2)
+        consumer = kafka_consumer(bootstrap_servers=servers, settings={"request_timeout_ms": 30000})
+        consumer.topics()
+        broker.kill()
+        answer: list[object] = []
+
+        def lookup() -> None:
+            try:
+                know_leaders(
+                    consumer, [KafkaTopicPartition("views", p) for p in (0, 1)], refresh=True
+                )
+                answer.append("known")
+            except Exception as e:  # the answer under test
+                answer.append(e)
+
+        thread = threading.Thread(target=lookup)
+        thread.start()
+        time.sleep(1)
+        broker.start()
+        thread.join(timeout=60)
+        consumer.close()
+    assert answer == ["known"], answer
