@@ -44,9 +44,14 @@ OTHER_CLIENT_TESTS := -m other_clients
 PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# Each pass writes every test's seconds to .cache/test-times/ (tests/conftest.py) and prints
+# them summed by kind and module; .ci/run keeps CI's copy (docs/contributing.md).
+TIMES := .cache/test-times
+
 test: setup
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 	SPARK_CHKPT_KAFKA_SOURCE_CLIENT=confluent SPARK_CHKPT_KAFKA_SINK_CLIENT=kafka-python \
+	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/second.json \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)
 
 unit: setup

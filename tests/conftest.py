@@ -138,3 +138,50 @@ def producer(bootstrap_servers: str) -> Iterator[object]:
     p = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5)
     yield p
     p.close()
+
+
+# The run's time by module and kind: every test's setup, call and teardown summed on the
+# controller (xdist's workers report there), written to SPARK_CHKPT_TEST_TIMES (JSON, when
+# set: `make test` sets it) and summed up at the end of the run: where CI's minutes go.
+_TIMES: dict[str, dict[str, object]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    entry = _TIMES.setdefault(report.nodeid, {"seconds": 0.0, "outcome": "passed"})
+    entry["seconds"] = float(entry["seconds"]) + report.duration  # type: ignore[arg-type]
+    entry["kind"] = next(
+        (k for k in ("fault", "integration", "unit") if k in report.keywords), "unit"
+    )
+    if report.failed:
+        entry["outcome"] = "failed"
+    elif report.skipped and report.when == "setup":
+        entry["outcome"] = "skipped"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    if not _TIMES or hasattr(config, "workerinput"):
+        return
+    import json
+    import time
+
+    by_module: dict[str, list[float]] = {}
+    by_kind: dict[str, list[float]] = {}
+    for nodeid, entry in _TIMES.items():
+        seconds = float(entry["seconds"])  # type: ignore[arg-type]
+        for key, table in ((nodeid.split("::")[0], by_module), (str(entry["kind"]), by_kind)):
+            row = table.setdefault(key, [0.0, 0])
+            row[0] += seconds
+            row[1] += 1
+    total = sum(row[0] for row in by_module.values())
+    write = terminalreporter.write_line
+    write(f"test time by kind (seconds summed over the workers; {total:,.0f} s in all):")
+    for kind, (seconds, count) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+        write(f"  {kind:<12} {seconds:8,.0f} s {count:6} tests")
+    write("test time by module, the 30 longest:")
+    for module, (seconds, count) in sorted(by_module.items(), key=lambda kv: -kv[1][0])[:30]:
+        write(f"  {seconds:8,.0f} s {count:5} tests  {module}")
+    target = os.environ.get("SPARK_CHKPT_TEST_TIMES")
+    if target:
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        with open(target, "w") as out:
+            json.dump({"finished": time.time(), "exit": int(exitstatus), "tests": _TIMES}, out)
