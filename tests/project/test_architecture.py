@@ -167,6 +167,56 @@ def test_only_delta_imports_deltalake(name: str) -> None:
     assert "deltalake" not in {m.split(".")[0] for m in GRAPH[name]}, name
 
 
+def _never_section() -> str:
+    return (ROOT / "ARCHITECTURE.md").read_text().split("## Never", 1)[1]
+
+
+def test_the_doors_to_delta_rs_are_the_ones_architecture_md_names() -> None:
+    """ARCHITECTURE.md's "Never" names the engine modules that import ``deltalake``."""
+    rule = next(b for b in _never_section().split("\n- ") if "imports `deltalake`" in b)
+    named = {
+        "spark_chkpt." + p.removesuffix(".py").replace("/", ".")
+        for p in re.findall(r"`([a-z_/]+\.py)`", rule)
+    }
+    importing = {
+        name
+        for name in MODULES
+        if under(name, "spark_chkpt")
+        and not under(name, "spark_chkpt.jobs")
+        and "deltalake" in {m.split(".")[0] for m in GRAPH[name]}
+    }
+    assert importing <= named, f"deltalake imported outside the named doors: {importing - named}"
+    readers = {"spark_chkpt.delta.history"}  # named as reading through table.py, not a door
+    assert named - readers <= importing, f"named as doors, import no deltalake: {named - importing}"
+
+
+KAFKA_CLIENTS = {"KafkaConsumer", "KafkaProducer", "KafkaAdminClient", "KafkaClient"}
+CONFLUENT_CLIENTS = {"Consumer", "Producer", "AdminClient"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_only_the_factory_builds_kafka_clients(name: str) -> None:
+    """Every kafka-python and librdkafka client is built by ``kafka/client/factory.py``."""
+    if name == "spark_chkpt.kafka.client.factory" or under(name, "bench"):
+        return
+    built = []
+    for node in ast.walk(ast.parse(modules()[name].read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        owner = (
+            func.value.id
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            else ""
+        )
+        if called in KAFKA_CLIENTS or (
+            called in CONFLUENT_CLIENTS and (owner == "confluent_kafka" or owner == "")
+        ):
+            built.append(f"{called} (line {node.lineno})")
+    assert not built, f"{name} builds Kafka clients itself: {built}"
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_engine_never_imports_jobs_bench_or_connectors(name: str) -> None:
     if not under(name, "spark_chkpt") or any(
@@ -287,6 +337,16 @@ def test_module_size(name: str) -> None:
 
 def test_long_modules_table_names_files_of_the_tree() -> None:
     assert all((ROOT / path).is_file() for path in _long_modules()), sorted(_long_modules())
+
+
+def test_long_modules_table_names_only_long_modules() -> None:
+    """A row stays only while its module is past the guide: the table says what is long."""
+    short = {
+        path: lines
+        for path in _long_modules()
+        if (lines := len((ROOT / path).read_text().splitlines())) <= MAX_LINES
+    }
+    assert not short, f"rows under ARCHITECTURE.md's Long modules for short modules: {short}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
