@@ -34,6 +34,19 @@ _RETRIED = (
     "NotCoordinatorError",
     "RequestTimedOutError",
     "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "NodeNotReadyError",
+)
+# Answers after which the coordinator is looked up again: it moved, or its broker died
+# (refused, unanswered, in reconnect backoff), and its transaction log's new leader
+# becomes the coordinator.
+_MOVED = (
+    "CoordinatorNotAvailableError",
+    "NotCoordinatorError",
+    "RequestTimedOutError",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "NodeNotReadyError",
 )
 
 
@@ -97,7 +110,7 @@ class TransactionClient:
                     f"transaction coordinator of transactional id {transactional_id!r} "
                     f"still answers {name} after {timeout_s:.0f}s"
                 )
-            if name in ("NotCoordinatorError", "CoordinatorNotAvailableError"):
+            if name in _MOVED:
                 self._forget_coordinator(transactional_id)
             time.sleep(0.05)
 
