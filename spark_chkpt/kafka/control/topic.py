@@ -17,7 +17,7 @@ from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError, ControlTopicConfigError
 from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping
-from spark_chkpt.kafka.client.metadata import know_leaders, space_refreshes
+from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets, space_refreshes
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.topics import BROKER_DEFAULT_REPLICATION
 
@@ -255,7 +255,8 @@ class ControlTopic(BarrierIndex):
         # acknowledged before this call is read: the high watermark a reused consumer
         # reports is the one of its previous fetch until a new response arrives, and
         # ending on it missed a complete entry written just before ("already committed?").
-        end = int(consumer.end_offsets([tp])[tp])
+        ends = list_offsets(consumer, [tp], lambda ms: consumer.end_offsets([tp], timeout_ms=ms))
+        end = int(ends[tp])
         if self._start_id is not None:  # the first read after a start_at
             now = topic_id_of(consumer, self.control_topic)
             if now is not None and now != self._start_id:
