@@ -62,6 +62,7 @@ def know_leaders(
         return
     if deadline is None:
         deadline = request_deadline(consumer.config)
+    started = time.monotonic()
     while True:
         # A restarting broker refuses connections, which kafka-python raises at once
         # where the Java client retries: asked again until the deadline.
@@ -71,11 +72,12 @@ def know_leaders(
             return
         if deadline.expired():
             named = ", ".join(f"{ktp.topic}-{ktp.partition}" for ktp in missing)
-            timeout_ms = float(consumer.config.get("request_timeout_ms", 30_000))
+            timeout_ms = consumer.config.get("request_timeout_ms", 30_000)
             raise KafkaReadError(
-                f"chkpt-kafka: no leader known for {named} after {timeout_ms / 1000:.0f}s of "
-                "metadata refreshes (kafka.request.timeout.ms): the partition was deleted, "
-                "or its broker is down"
+                f"chkpt-kafka: no leader known for {named} after "
+                f"{time.monotonic() - started:.0f}s of metadata refreshes "
+                f"(kafka.request.timeout.ms={timeout_ms}): the partition was deleted, or its "
+                "broker is down"
             )
         time.sleep(0.1)
 
