@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import BrokerError
+from spark_chkpt.errors import BrokerError, CoordinatorRetryError
 from spark_chkpt.kafka.client.outage import retry_within
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,6 @@ _MOVED = (
 # The pause between two tries: a coordinator still writing the markers of the id's
 # previous transaction (CONCURRENT_TRANSACTIONS) is done within milliseconds.
 _RETRY_PAUSE_S = 0.05
-
-
-class _Unfinished(Exception):
-    """A try answered with a retriable error (its name is the message)."""
 
 
 class EndResult(str, Enum):
@@ -112,7 +108,7 @@ class TransactionClient:
             except (errors.KafkaError, OSError) as e:
                 name, response = type(e).__name__, None
             if name in _RETRIED:
-                raise _Unfinished(name)
+                raise CoordinatorRetryError(name)
             return name, response
 
         def before_retry(error: BaseException) -> None:
@@ -124,12 +120,12 @@ class TransactionClient:
                 one_try,
                 deadline=Deadline.after(seconds=timeout_s),
                 doing=f"ending a transaction of transactional id {transactional_id!r}",
-                retriable=lambda e: isinstance(e, _Unfinished),
+                retriable=lambda e: isinstance(e, CoordinatorRetryError),
                 before_retry=before_retry,
                 pause_s=_RETRY_PAUSE_S,
                 quiet=True,
             )
-        except _Unfinished as e:
+        except CoordinatorRetryError as e:
             raise BrokerError(
                 f"transaction coordinator of transactional id {transactional_id!r} "
                 f"still answers {e} after {timeout_s:.0f}s"
