@@ -123,7 +123,8 @@ def list_offsets(consumer: Any, ktps: Sequence[Any], request: Callable[[int], _T
             deadline=deadline,
             doing=f"listing the offsets of {named}",
             retriable=again,
-            before_retry=refresh,
+            before_retry=refresh,  # a metadata request: no pause needed before it
+            pause_s=0.1,
         )
     except KafkaTimeoutError as e:
         raise KafkaTimeoutError(

@@ -153,14 +153,15 @@ def retry_within(
     doing: str,
     retriable: Callable[[BaseException], bool] = refused,
     before_retry: Callable[[BaseException], None] | None = None,
-    pause_s: float = RETRY_PAUSE_S,
+    pause_s: float | None = None,
     quiet: bool = False,
 ) -> _R:
-    """``call()``, asked again every ``pause_s`` while it raises an error ``retriable``
-    accepts (by default a refused connection) until ``deadline``; then that error
-    leaves. ``before_retry(error)`` runs before each new try (a metadata refresh that
-    finds a moved leader); each retry is logged as a warning unless ``quiet`` (a caller
-    whose retries are routine). ``call`` must be safe to repeat."""
+    """``call()``, asked again every ``pause_s`` (default :data:`RETRY_PAUSE_S`) while
+    it raises an error ``retriable`` accepts (by default a refused connection) until
+    ``deadline``; then that error leaves. ``before_retry(error)`` runs before each new
+    try (a metadata refresh that finds a moved leader); each retry is logged as a warning
+    unless ``quiet`` (a caller whose retries are routine). ``call`` must be safe to
+    repeat."""
     while True:
         try:
             return call()
@@ -169,7 +170,7 @@ def retry_within(
                 raise
             if not quiet:
                 log.warning("Kafka broker did not answer while %s (%s): retrying", doing, e)
-            time.sleep(min(pause_s, deadline.remaining()))
+            time.sleep(min(RETRY_PAUSE_S if pause_s is None else pause_s, deadline.remaining()))
             if before_retry is not None:
                 before_retry(e)
 
