@@ -447,6 +447,23 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
             f"{row['mb_at_end']:>8.1f} {row['growth_pct']:>6.1f}% {row['mb_per_minute']:>7.2f} "
             f"{row['kb_per_commit'] if row['kb_per_commit'] is not None else '-':>9}"
         )
+    end = int(max(t for t, _ in figures["versions"]))
+    lines.append("by minute (the median of its samples, MB), and the table's versions:")
+    for row in figures["processes"]:
+        if row["role"] in ("daemon", "worker") and abs(row["growth_pct"] or 0) < 2:
+            continue  # the many small flat ones
+        medians = [_median_in(row["samples"], m, m + 1) for m in range(end)]
+        lines.append(
+            f"    {row['role']} {row['pid']}: "
+            + " ".join(f"{m[1]:.0f}" if m else "-" for m in medians)
+        )
+    versions = [(t, float(v)) for t, v in figures["versions"]]
+    lines.append(
+        "    versions: "
+        + " ".join(
+            f"{m[1]:.0f}" if (m := _median_in(versions, i, i + 1)) else "-" for i in range(end)
+        )
+    )
     for name, found in figures["tracemalloc"].items():
         lines.append(f"tracemalloc {name}: traced {found['traced_mb']} MB; grew most:")
         for entry in found["top"][:8]:
