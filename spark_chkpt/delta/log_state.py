@@ -132,10 +132,12 @@ class KeptTable:
                 return kept.base
             LOADS["listed"] += 1
             if kept.version - kept.loaded_version > INCREMENTAL_VERSIONS:
+                anchor = last_checkpoint(self._target) or 0  # before the load, as latest()
                 fresh = self._target.open()  # bounded memory: see the module docstring
                 if fresh is None:
                     raise FileNotFoundError(f"Delta table {self._target.uri} is gone")
                 kept.base, kept.loaded_version = fresh, int(fresh.version())
+                kept.anchor = anchor
             else:
                 try:
                     kept.base.update_incremental()
