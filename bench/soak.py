@@ -286,6 +286,7 @@ def run(
             daemon=True,
         )
         started = time.monotonic()
+        load_at_start = os.getloadavg()
         producer.start()
         processes: dict[int, Process] = {}
         versions: list[tuple[float, int]] = []
@@ -330,7 +331,7 @@ def run(
                 job.wait()
         if broker is not None:
             broker.stop()
-    return _figures(
+    figures = _figures(
         processes=processes,
         versions=versions,
         warmup=warmup,
@@ -339,6 +340,8 @@ def run(
         once=_check_once(table, sent),
         tracemalloc=tops,
     )
+    figures["load_average_at_start"] = load_at_start
+    return figures
 
 
 def _signal_pythons(processes: dict[int, Process]) -> int:
@@ -432,10 +435,17 @@ def _batch_rates(versions: list[tuple[float, int]], warmup: float) -> dict[str, 
     return {"after_warmup": per_minute(warmup, warmup + 1), "at_end": per_minute(end - 1, end)}
 
 
+def _load(figures: dict[str, Any]) -> str:
+    """The 1-minute load average at the producer's start (when known) and at the end."""
+    start = figures.get("load_average_at_start")
+    end = f"{figures['load_average'][0]:.1f}"
+    return f"{start[0]:.1f} at the start, {end} at the end" if start else end
+
+
 def summary_lines(figures: dict[str, Any]) -> list[str]:
     lines = [
         f"soak: {figures['rate']} records/s for {figures['minutes']} min, warm-up "
-        f"{figures['warmup']} min, load average {figures['load_average'][0]:.1f}; "
+        f"{figures['warmup']} min, load average {_load(figures)}; "
         f"batches/min {figures['batches_per_minute']}; every record once: "
         f"{figures['once']}",
         f"{'process':<14} {'pid':>7} {'MB@warm':>8} {'MB@end':>8} {'growth':>7} "
