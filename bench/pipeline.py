@@ -614,10 +614,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only the rows of how cost grows (bench/growth.py), each a process with "
         "a Kafka broker of its own",
     )
+    parser.add_argument(
+        "--soak-only",
+        action="store_true",
+        help="run only the soak (bench/soak.py): the Kafka -> Delta job at 5,000 records/s "
+        "for --soak-minutes, the RSS of each of its processes every 15 s",
+    )
+    parser.add_argument("--soak-minutes", type=float, default=12.0)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None, help="also write the result to this file")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spark-chkpt-bench-"))
+    if args.soak_only:
+        from bench import soak
+
+        soak_argv = ["--minutes", str(args.soak_minutes), "--workdir", str(workdir / "soak")]
+        if args.bootstrap_servers:
+            soak_argv += ["--bootstrap-servers", args.bootstrap_servers]
+        return soak.main(soak_argv + (["--json", args.json] if args.json else []))
     if args.growth_only:
         return _growth(args, workdir, result=None)
     if args.min_pause_only:

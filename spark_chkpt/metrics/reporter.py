@@ -155,6 +155,9 @@ class SnapshotReporter(StreamingQueryListener):
     reporter = SnapshotReporter.attach(spark)
     query = df.writeStream.format("chkpt-delta")...start()
     reporter.track(query, checkpoint_location="/chk/events")
+
+    Per query it keeps the newest ``keep`` snapshot records (``history``) and alignment
+    reports (``alignment``): a query that runs for months holds no more.
     """
 
     def __init__(
@@ -212,9 +215,9 @@ class SnapshotReporter(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
         for topic, report in alignment_report(progress).items():
-            self.alignment.setdefault(str(progress.id), []).append(
-                {"batch": progress.batchId, "topic": topic, **report}
-            )
+            runs = self.alignment.setdefault(str(progress.id), [])
+            runs.append({"batch": progress.batchId, "topic": topic, **report})
+            del runs[: max(0, len(runs) - self._keep)]  # a query's life: the newest only
             log.info(
                 "%s batch %s read %s %s: upstream snapshots %s, waited %s ms, "
                 "%s barrier(s) skipped, %s unconfirmed record(s) dropped, %s offset(s) of "

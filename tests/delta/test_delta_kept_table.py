@@ -175,3 +175,40 @@ def test_upkeep_after_each_commit_advances_the_kept_table(
     assert table_module.LOADS["loaded"] == loaded  # advanced nine times, never reloaded
     assert opened == []
     assert DeltaTable(uri).to_pyarrow_table().num_rows == 10
+
+
+def test_the_kept_delta_rs_table_is_advanced_over_a_bounded_number_of_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delta-rs table brought up to date by ``update_incremental`` holds memory for
+    every commit it was advanced over: a query's kept table, checkpointed for months,
+    would grow without end. After INCREMENTAL_VERSIONS versions it is loaded afresh."""
+    from deltalake import DeltaTable as RsTable
+
+    from spark_chkpt.delta import log_state
+    from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
+
+    monkeypatch.setattr(log_state, "INCREMENTAL_VERSIONS", 6, raising=False)
+    advanced: dict[int, int] = {}  # each delta-rs table object: versions advanced over
+    incremental = RsTable.update_incremental
+
+    def counted(self: RsTable) -> None:
+        before = self.version()
+        incremental(self)
+        advanced[id(self)] = advanced.get(id(self), 0) + self.version() - before
+
+    monkeypatch.setattr(RsTable, "update_incremental", counted)
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, rows(1), configuration={"delta.checkpointInterval": "3"})
+    target = DeltaTarget(uri=uri)
+    assert target.latest() is not None
+    kept_tables = []
+    for i in range(1, 37):
+        write_deltalake(uri, rows(1, first=i), mode="append", post_commithook_properties=no_hooks())
+        upkeep(target)  # the kept table, brought up to date at each checkpoint
+        kept_tables.append(log_state.delta_rs(target.latest()))
+    assert sum(advanced.values()) > 0  # it was advanced, not loaded at each checkpoint
+    assert max(advanced.values()) <= 6 + 3  # the bound, plus one checkpoint interval
+    assert len({id(t) for t in kept_tables}) >= 36 // 9  # loaded afresh now and then
+    assert DeltaTable(uri).to_pyarrow_table().num_rows == 37
+    assert target.latest().version() == 36

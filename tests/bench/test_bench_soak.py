@@ -1,0 +1,52 @@
+"""The soak's figures from its samples (no job run: the soak itself is measured, never a
+timed test)."""
+
+from __future__ import annotations
+
+from bench.soak import Process, _figures, role_of
+
+PY = "/venv/bin/python -m pyspark.daemon"
+
+
+def test_each_process_of_the_job_gets_its_role() -> None:
+    assert role_of("python -m spark_chkpt.jobs.kafka_to_delta", root=True, parent_role=None) == (
+        "driver"
+    )
+    assert (
+        role_of(
+            "/jvm/bin/java -cp x org.apache.spark.deploy.SparkSubmit",
+            root=False,
+            parent_role="driver",
+        )
+        == "jvm"
+    )
+    sink = f"{PY} pyspark.sql.worker.python_streaming_sink_runner"
+    assert role_of(sink, root=False, parent_role="jvm") == "daemon"  # the daemon itself
+    assert role_of(sink, root=False, parent_role="daemon") == "sink runner"  # its fork
+    assert role_of(f"{PY} pyspark.worker", root=False, parent_role="daemon") == "worker"
+    source = "python -m pyspark.sql.streaming.python_streaming_source_runner"
+    assert role_of(source, root=False, parent_role="jvm") == "source runner"
+
+
+def test_growth_is_read_from_the_medians_of_the_minute_after_warm_up_and_the_last() -> None:
+    # 15 s samples over 6 minutes; a spike in each window must not move the figure
+    minutes = [i / 4 for i in range(25)]
+    grows = Process(pid=1, role="sink runner", command="x")
+    grows.samples = [(m, 100.0 + 2 * m + (50 if i % 4 == 1 else 0)) for i, m in enumerate(minutes)]
+    late = Process(pid=2, role="worker", command="y")  # started after the warm-up: left out
+    late.samples = [(m, 50.0) for m in minutes if m >= 3]
+    figures = _figures(
+        processes={1: grows, 2: late},
+        versions=[(m, int(100 * m)) for m in minutes],
+        warmup=2.0,
+        rate=5000,
+        minutes=6.0,
+        once={"once": True},
+        tracemalloc={},
+    )
+    (row,) = figures["processes"]
+    assert row["role"] == "sink runner"
+    assert (row["mb_at_warmup"], row["mb_at_end"]) == (105.5, 111.5)  # the spikes left out
+    assert row["mb_per_minute"] == 2.0
+    assert row["kb_per_commit"] == round(6 * 1024 / 300, 2)
+    assert figures["batches_per_minute"]["after_warmup"] == 100.0
