@@ -13,12 +13,9 @@ a local table is then the project's own put-if-absent commit
 
 Loaded again from scratch when in doubt: the JSON commit of the version last read has
 other bytes (deleted or replaced at the same path), the JSON commit of ``base``'s
-checkpoint is gone (log clean-up), the metadata, protocol or table id changed. ``base``
-is brought up to date by delta-rs's ``update_incremental`` over at most
-:data:`INCREMENTAL_VERSIONS` versions, then loaded afresh: a delta-rs table advanced so
-holds memory for every commit it was advanced over (about 16 KB each; 11 MB after 700
-commits, where a fresh load of that table holds 0.3 MB). More:
-docs/concepts/delta-internals.md.
+checkpoint is gone (log clean-up), the metadata, protocol or table id changed; and after
+:data:`INCREMENTAL_VERSIONS` versions advanced by delta-rs's ``update_incremental``
+(which holds memory for each). More: docs/concepts/delta-internals.md.
 """
 
 from __future__ import annotations

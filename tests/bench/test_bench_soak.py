@@ -3,7 +3,8 @@ timed test)."""
 
 from __future__ import annotations
 
-from bench.soak import Process, _figures, role_of
+from bench.soak import role_of
+from bench.soak_figures import Process, figures_of
 
 PY = "/venv/bin/python -m pyspark.daemon"
 
@@ -35,7 +36,7 @@ def test_growth_is_read_from_the_medians_of_the_minute_after_warm_up_and_the_las
     grows.samples = [(m, 100.0 + 2 * m + (50 if i % 4 == 1 else 0)) for i, m in enumerate(minutes)]
     late = Process(pid=2, role="worker", command="y")  # started after the warm-up: left out
     late.samples = [(m, 50.0) for m in minutes if m >= 3]
-    figures = _figures(
+    figures = figures_of(
         processes={1: grows, 2: late},
         versions=[(m, int(100 * m)) for m in minutes],
         warmup=2.0,
