@@ -4,8 +4,11 @@ started with spark-submit, with Spark's Kafka connector and delta-spark (the jar
 interpreter that imports spark_chkpt (this one unless ``python`` is given).
 
     with ConnectServer() as server:
-        spark = SparkSession.builder.remote(server.url).getOrCreate()
+        spark = server.session()  # SparkSession.builder.remote(server.url).create()
         spark_chkpt.register(spark)
+
+``make connect-server`` (``python -m spark_chkpt.testing.connect_server``) runs one in the
+foreground on port 15002; ``--print-command`` prints its spark-submit command instead.
 
 It is how Databricks serverless compute and standard-access-mode clusters run PySpark:
 the client sends plans over gRPC; the server's JVM and its Python workers run them.
@@ -17,8 +20,12 @@ More: docs/how-to/spark-connect.md (spark_chkpt/testing/connect_server.py).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
 import os
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -163,3 +170,29 @@ def abandon(session: Any) -> None:
     killed): ``stop()``, and pyspark's own exit hook, would ask the dead server again
     for minutes (the client's retry policy)."""
     session.client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m spark_chkpt.testing.connect_server",
+        description="A local Spark Connect server with the project's jars, in the foreground.",
+    )
+    parser.add_argument("--port", type=int, default=15002)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--print-command", action="store_true", help="print the spark-submit command, start nothing"
+    )
+    args = parser.parse_args(argv)
+    server = ConnectServer(port=args.port, master=args.master)
+    if args.print_command:
+        print(f"PYSPARK_PYTHON={shlex.quote(server.python)} {shlex.join(server.command())}")
+        return 0
+    with server:
+        print(f"Spark Connect server at {server.url} (log: {server.log_path}); Ctrl-C stops it")
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

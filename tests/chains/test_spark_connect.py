@@ -212,6 +212,24 @@ def test_chains_over_spark_connect_through_a_kill_of_the_server(
             lambda: bool(snapshots.records(queries["delta"])),
             timeout_s=60,
         )
+
+        # chkpt-delta's table option, which only classic PySpark's writer resolves: refused
+        # naming the way forward (at start(), or as the query's first error).
+        refused = ""
+        try:
+            named = (
+                _source(spark, bootstrap_servers, topic)
+                .writeStream.format("chkpt-delta")
+                .option("table", "default.events")
+                .option("checkpointLocation", str(tmp_path / "chk" / "named"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            named.awaitTermination(RUN_TIMEOUT_S)
+            refused = str(named.exception())
+        except Exception as e:
+            refused = str(e)
+        assert "on Spark Connect give option path instead" in refused, refused
     finally:
         spark.streams.removeListener(lag)
         spark.streams.removeListener(snapshots)
