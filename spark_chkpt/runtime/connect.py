@@ -8,7 +8,7 @@ server chose (its ``PYSPARK_PYTHON``), which the client cannot see or choose, so
 ``register()`` asks one: :func:`check_server_python` runs a one-row Python UDF that
 imports spark_chkpt in a worker and names the interpreter that could not.
 
-More: docs/how-to/spark-connect.md (spark_chkpt/runtime/connect.py).
+More: docs/concepts/runtime.md (spark_chkpt/runtime/connect.py).
 """
 
 from __future__ import annotations

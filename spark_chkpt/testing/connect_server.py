@@ -15,7 +15,7 @@ the client sends plans over gRPC; the server's JVM and its Python workers run th
 ``kill()`` is a crash of the server's whole process tree (its JVM, PySpark's daemon and
 workers, the foreachBatch workers); ``start()`` again brings it back on the same port.
 
-More: docs/how-to/spark-connect.md (spark_chkpt/testing/connect_server.py).
+More: docs/concepts/runtime.md (spark_chkpt/testing/connect_server.py).
 """
 
 from __future__ import annotations
