@@ -74,6 +74,7 @@ class ConnectServer(ServerProcess):
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(tempfile.gettempdir()) / f"spark-chkpt-connect-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
+        self._sessions: list[Any] = []  # the client sessions session() handed out
 
     @property
     def url(self) -> str:
@@ -151,11 +152,16 @@ class ConnectServer(ServerProcess):
         """A new client session of this server (``builder.remote(url).create()``)."""
         from pyspark.sql import SparkSession
 
-        return SparkSession.builder.remote(self.url).create()
+        session = SparkSession.builder.remote(self.url).create()
+        self._sessions.append(session)
+        return session
 
     def kill(self) -> None:
         """``kill -9`` of the server's whole process tree, as a machine crash: the JVM,
-        PySpark's daemon and workers, the foreachBatch workers."""
+        PySpark's daemon and workers, the foreachBatch workers. The client sessions
+        :meth:`session` handed out are closed first (:func:`abandon`)."""
+        while self._sessions:
+            abandon(self._sessions.pop())
         if self._process is not None and self._process.poll() is None:
             kill_tree(self._process.pid)
             self._process.wait(timeout=30)
@@ -169,7 +175,8 @@ def abandon(session: Any) -> None:
     """Close a client session's channel without a word to its server (one that was
     killed): ``stop()``, and pyspark's own exit hook, would ask the dead server again
     for minutes (the client's retry policy)."""
-    session.client.close()
+    if not session.client.is_closed:
+        session.client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
