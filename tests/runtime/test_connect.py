@@ -104,6 +104,16 @@ def test_a_savepoint_stop_of_a_connect_query_asks_for_its_checkpoint() -> None:
         checkpoint_of(object.__new__(ConnectQuery))
 
 
+def test_planning_a_connect_job_against_a_savepoint_is_refused_naming_the_way() -> None:
+    from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectWriter
+
+    from spark_chkpt.errors import ChkptError
+    from spark_chkpt.savepoint.plan import plan_writer
+
+    with pytest.raises(ChkptError, match=r"job j: .*Spark Connect.*savepoint check"):
+        plan_writer(writer=object.__new__(ConnectWriter), job="j")
+
+
 @pytest.mark.integration
 def test_a_server_whose_python_lacks_the_package_is_named_at_register(
     python_without_the_package: str,
