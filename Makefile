@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
 
-.PHONY: setup test unit demo bench quix lint format broker clean docs docs-serve docs-shots wheel
+.PHONY: setup test unit demo bench quix lint format broker connect-server clean docs docs-serve docs-shots wheel
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
@@ -91,6 +91,11 @@ format: setup
 # Tansu by default; BROKER_ARGS=--kafka runs the real Kafka broker (docs/reference/brokers.md).
 broker: setup
 	$(BIN)/spark-chkpt broker $(BROKER_ARGS)
+
+# A local Spark Connect server with the project's jars, in the foreground (port 15002;
+# CONNECT_ARGS=--print-command prints its spark-submit command): docs/how-to/spark-connect.md
+connect-server: setup
+	$(BIN)/python -m spark_chkpt.testing.connect_server $(CONNECT_ARGS)
 
 # Mermaid's runtime, served with the site: mkdocs-material otherwise loads it from
 # unpkg.com when a page is viewed, and where that is unreachable the drawings stay code.

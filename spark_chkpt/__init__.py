@@ -61,17 +61,24 @@ def register(spark: SparkSession) -> list[str]:
     """Register every spark-chkpt format with ``spark``; returns the format names.
 
     Raises :class:`WorkerPythonError` when the interpreter Spark's Python workers would
-    run cannot import this package, naming the interpreter, the setting and the fix.
+    run cannot import this package, naming the interpreter, the setting and the fix. On
+    Spark Connect, whose server chose that interpreter, a one-row Python UDF asks it.
     """
+    from spark_chkpt.runtime.connect import check_server_python, is_connect
     from spark_chkpt.runtime.interpreter import choose_worker_python
     from spark_chkpt.runtime.report import explain_stopped_commit, install_excepthook
 
-    choose_worker_python(spark)
+    connect = is_connect(spark)
+    if connect:
+        check_server_python(spark)
+    else:
+        choose_worker_python(spark)
     from spark_chkpt.runtime.session_defaults import apply_register_defaults
 
     apply_register_defaults(spark)
     install_excepthook()  # Spark's "failed to connect back" explained first
-    explain_stopped_commit(spark)  # query.stop() during a commit: one line, no traceback
+    if not connect:  # query.stop() during a commit: one line, no traceback
+        explain_stopped_commit(spark)
     from spark_chkpt.metrics.reporter import arm_commit_log_failpoint
 
     arm_commit_log_failpoint(spark)  # fault tests: SPARK_CHKPT_KILL_AT=after-commit-log@N
@@ -80,21 +87,19 @@ def register(spark: SparkSession) -> list[str]:
     install_table_option()  # chkpt-delta's option("table", "db.events") and toTable
     from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
 
-    slots = _task_slots(spark)
+    slots = None if connect else _task_slots(spark)
+    speculation = False if connect else _speculation(spark)
     for source in DATA_SOURCES:
         if source is KafkaDataSource:
-            source = KafkaDataSource.for_session(task_slots=slots, speculation=_speculation(spark))
+            source = KafkaDataSource.for_session(task_slots=slots, speculation=speculation)
         spark.dataSource.register(source)
     return [source.name() for source in DATA_SOURCES]
 
 
 def _speculation(spark: SparkSession) -> bool:
-    """``spark.speculation`` of ``spark``'s SparkContext (fixed when it starts); False
-    on Spark Connect, which has no SparkContext to ask."""
-    try:
-        context = spark.sparkContext
-    except Exception:  # Spark Connect has no SparkContext
-        return False
+    """``spark.speculation`` of ``spark``'s SparkContext (fixed when it starts); not
+    asked on Spark Connect, which has no SparkContext (False)."""
+    context = spark.sparkContext
     return (context.getConf().get("spark.speculation") or "false").strip().lower() == "true"
 
 
@@ -102,11 +107,9 @@ def _task_slots(spark: SparkSession) -> int | None:
     """How many tasks ``spark`` runs at once, when that is known at registration:
     ``spark.default.parallelism`` if set, else the cores of a ``local`` master.
     ``chkpt-kafka`` then reads a batch in at most that many tasks (one wave per batch).
-    On a cluster, executors may not have registered yet: None, one partition per task."""
-    try:
-        context = spark.sparkContext
-    except Exception:  # Spark Connect has no SparkContext
-        return None
+    On a cluster, executors may not have registered yet, and Spark Connect has no
+    SparkContext to ask: None, one partition per task."""
+    context = spark.sparkContext
     configured = context.getConf().get("spark.default.parallelism")
     if configured:
         return int(configured)

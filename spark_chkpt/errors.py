@@ -153,6 +153,10 @@ class S3ServerError(ChkptError):
     """The test S3 server (moto) could not be started or did not answer."""
 
 
+class ConnectServerError(ChkptError):
+    """The test Spark Connect server could not be started or did not answer."""
+
+
 class WorkerPythonError(ChkptError):
     """The interpreter Spark's Python workers would run cannot import spark_chkpt."""
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 # A test's kind -> the fixtures that need a broker or a JVM; the kinds a module declares.
-RESOURCE_MARKERS = {"bootstrap_servers": "broker", "spark": "spark"}
+RESOURCE_MARKERS = {"bootstrap_servers": "broker", "spark": "spark", "connect_server": "spark"}
 DECLARED_KINDS = ("integration", "fault")
 # xdist (--dist loadfile --no-loadscope-reorder) hands files out in collection order: the
 # few long kill chains first, then the Spark and broker tests, then the unit tests, so no
@@ -88,6 +88,17 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server() -> Iterator[object]:
+    """A local Spark Connect server for the session (spark_chkpt.testing.connect_server):
+    the project's jars, this interpreter for its Python workers. A test that kills it
+    starts it again (``start()``) before it ends."""
+    from spark_chkpt.testing.connect_server import ConnectServer
+
+    with ConnectServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -188,11 +188,16 @@ def detach_at_exit(spark: SparkSession, listener: StreamingQueryListener) -> Non
     output (and the last batch's line was lost)."""
     import atexit
 
+    from spark_chkpt.runtime.connect import is_connect
+
+    connect = is_connect(spark)
+
     def flush() -> None:
         try:
-            bus = spark.sparkContext._jsc.sc().listenerBus()
-            bus.waitUntilEmpty(10_000)
-        except Exception:  # Spark Connect, a stopped context: nothing to wait for
+            if not connect:  # Spark Connect: the events come over gRPC, no bus here
+                bus = spark.sparkContext._jsc.sc().listenerBus()
+                bus.waitUntilEmpty(10_000)
+        except Exception:  # a stopped context: nothing to wait for
             log.debug("listener bus not drained at exit", exc_info=True)
         try:
             spark.streams.removeListener(listener)

@@ -67,13 +67,15 @@ def chosen_python(
 def choose_worker_python(spark: SparkSession) -> WorkerPython | None:
     """Point ``spark``'s Python workers at an interpreter that imports spark_chkpt.
 
-    Returns the interpreter chosen, or None for a session without a SparkContext
-    (Spark Connect: the server's interpreter is not this process's to choose).
+    Returns the interpreter chosen, or None for a Spark Connect session: the server's
+    interpreter is not this process's to choose (``register()`` asks the server's
+    workers instead, :func:`spark_chkpt.runtime.connect.check_server_python`).
     """
-    try:
-        sc = spark.sparkContext
-    except Exception:  # Spark Connect sessions have no SparkContext
+    from spark_chkpt.runtime.connect import is_connect
+
+    if is_connect(spark):
         return None
+    sc = spark.sparkContext
     chosen = chosen_python(
         env_value=os.environ.get("PYSPARK_PYTHON"),
         conf_value=sc.getConf().get("spark.pyspark.python"),

@@ -236,6 +236,14 @@ def _run_script(target: str, job: str, args: Sequence[str]) -> Any:
 
 def plan_writer(*, writer: Any, job: str) -> JobPlan:
     """The plan of the query ``writer`` (a ``DataStreamWriter``) would start."""
+    from spark_chkpt.runtime.connect import is_connect
+
+    if is_connect(writer):
+        raise ChkptError(
+            f"job {job}: planning a job against a savepoint reads Spark's analyzed plan and "
+            "state schemas through the JVM, which a Spark Connect session does not reach: "
+            "check it with a classic session (spark-chkpt savepoint check builds one)"
+        )
     settings = dict(writer.__dict__.get(_SETTINGS) or {"options": {}})
     mode = str(settings.get("outputMode") or "append").lower()
     if mode not in OUTPUT_MODES:

@@ -50,9 +50,16 @@ RESULT_FILE = "chkpt/stop-result.json"
 
 def checkpoint_of(query: StreamingQuery) -> str:
     """The query's resolved checkpoint location (Spark keeps it on the JVM side only)."""
+    from spark_chkpt.runtime.connect import is_connect
+
+    if is_connect(query):
+        raise SavepointError(
+            "cannot tell a Spark Connect query's checkpoint location (Spark keeps it in "
+            "the server's JVM): pass checkpoint_location="
+        )
     try:
         return qualify(str(query._jsq.streamingQuery().resolvedCheckpointRoot()))
-    except Exception as e:  # a Spark Connect query has no JVM handle
+    except Exception as e:  # a query of a stopped session
         raise SavepointError(
             "cannot tell this query's checkpoint location: pass checkpoint_location="
         ) from e

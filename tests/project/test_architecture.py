@@ -32,14 +32,18 @@ BASE = {
     "spark_chkpt.runtime.worker_heap",
     # The fail points' registry: engine code the tests and the environment switch on.
     "spark_chkpt.failpoints",
+    # Whether a session is Spark Connect's (imports only errors and version): what must
+    # not reach for a SparkContext there asks it.
+    "spark_chkpt.runtime.connect",
 }
 # Each engine package and the project packages it may import (besides itself and the
 # base); a module belongs to the longest package that holds it.
 LAYERS = {
     "spark_chkpt.alignment": set(),
     # The test brokers' probes and the event generator build their clients through the
-    # one Kafka client factory, with a secured broker's credentials.
-    "spark_chkpt.testing": {"spark_chkpt.kafka.client"},
+    # one Kafka client factory, with a secured broker's credentials; the Spark Connect
+    # server takes the project's sessions' settings (jars, Delta, state store).
+    "spark_chkpt.testing": {"spark_chkpt.kafka.client", "spark_chkpt.session"},
     "spark_chkpt.state": set(),
     "spark_chkpt.kafka.client": set(),
     "spark_chkpt.snapshot": {"spark_chkpt.state"},

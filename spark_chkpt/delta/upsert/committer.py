@@ -197,8 +197,7 @@ class DeltaUpsert:
             query_id = SparkCheckpoint(location=self.checkpoint_location).query_id()
             self._snapshots = UpsertCommitter(upsert=self, app_id=self.app_id_option or query_id)
             self._query_id = query_id
-        context = batch_df.sparkSession.sparkContext
-        running = context.getLocalProperty(QUERY_ID_PROPERTY)
+        running = _running_query(batch_df.sparkSession, self._query_id)
         if running and running != self._query_id:
             raise QueryIdentityError(
                 f"{WRITER}: checkpoint_location {self.checkpoint_location} belongs to query "
@@ -536,6 +535,24 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         return figures or MergeFigures(
             source_rows=staged.source_rows, inserted=0, updated=0, deleted=0
         )
+
+
+def _running_query(spark: Any, expected: str | None) -> str | None:
+    """The id of the query whose ``foreachBatch`` runs now (None: not in a query).
+
+    Classic PySpark: the query thread's local property. Spark Connect runs
+    ``foreachBatch`` in a Python process of the server, whose session has neither a
+    SparkContext nor the query thread's properties: the session's active queries
+    stand in. One active query is the one running; with several, ``expected`` among
+    them passes (which of them calls is not known there); none: not in a query."""
+    from spark_chkpt.runtime.connect import is_connect
+
+    if not is_connect(spark):
+        return spark.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    active = sorted(str(query.id) for query in spark.streams.active)
+    if not active or expected in active:
+        return expected if active else None
+    return active[0] if len(active) == 1 else f"one of {', '.join(active)}"
 
 
 def _table_location(table: str, path: str | None) -> str:
