@@ -3,7 +3,7 @@
 :class:`DeltaRewind` is the :class:`~spark_chkpt.snapshot.rewind.SinkRewind` of both
 Delta writers (``chkpt-delta``, ``DeltaUpsert``, whose kind is :class:`DeltaTableKind`):
 :meth:`DeltaRewind.plan` makes every check before anything changes, :meth:`apply` rolls
-the table back with delta-rs ``restore`` (through :mod:`spark_chkpt.delta.table`) in a
+the table back with delta-rs ``restore`` (through :mod:`spark_chkpt.delta.table.target`) in a
 commit carrying ``txn(appId, N)``, snapshot N's record and the new generation, then the
 dead-letter table the same way. The protocol and its refusals:
 docs/concepts/delta-internals.md (spark_chkpt/delta/rewind.py).
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spark_chkpt.delta.history import commits_after
 from spark_chkpt.delta.replay import describe_offsets, positions
-from spark_chkpt.delta.table import DeltaTarget, TxnCommit, commit_properties
+from spark_chkpt.delta.table.history import commits_after
+from spark_chkpt.delta.table.target import DeltaTarget, TxnCommit, commit_properties
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.fs import qualify, same_table
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord

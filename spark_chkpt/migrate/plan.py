@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import ChkptError, MigrationError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.migrate.options import MigrateOptions

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spark_chkpt.delta.commit_safety import commit_storage_options
-from spark_chkpt.delta.protocol import CREATION_PREFIX, check_creation_properties
+from spark_chkpt.delta.features.protocol import CREATION_PREFIX, check_creation_properties
+from spark_chkpt.delta.log.commit_safety import commit_storage_options
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import (
@@ -160,7 +160,7 @@ class DeltaSinkConfig(SnapshotConfig):
 def located(opts: Mapping[str, str], name_option: str, path_option: str) -> str:
     """The location of the table option ``path_option`` or ``name_option`` gives
     (``opts`` lower-cased; "" if neither): a table name is resolved on the driver when
-    the query starts (:func:`spark_chkpt.delta.catalog.install_table_option`), which
+    the query starts (:func:`spark_chkpt.delta.table.catalog.install_table_option`), which
     hands the sink its location as ``<name_option>Location``."""
     path = opts.get(path_option.lower(), "").strip()
     table = opts.get(name_option.lower(), "").strip()

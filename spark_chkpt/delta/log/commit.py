@@ -10,7 +10,7 @@ staged files' ``add`` actions (``baseRowId`` and ``defaultRowCommitVersion``), t
 ``txn(appId, N)`` and the snapshot record in ``commitInfo`` as delta-rs puts it there.
 Other domains (liquid clustering's ``delta.clustering``) are left as they are.
 
-The file is created only if absent (:func:`~spark_chkpt.delta.commit_safety.put_if_absent`);
+The file is created only if absent (:func:`~spark_chkpt.delta.log.commit_safety.put_if_absent`);
 a lost race reads the commits that won (:func:`advance`): ``txn(appId) >= N`` there is
 an idempotent success (nothing written), a protocol change is checked again (a feature
 spark-chkpt cannot honour is a :class:`TableFeatureError`), a metadata change is a
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
-from spark_chkpt.delta.commit_safety import put_if_absent_store
-from spark_chkpt.delta.protocol import TableProtocol
+from spark_chkpt.delta.features.protocol import TableProtocol
+from spark_chkpt.delta.log.commit_safety import put_if_absent_store
 from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.errors import CommitConflictError, TableFeatureError
 from spark_chkpt.failpoints import FaultPoint, failpoint
@@ -125,7 +125,7 @@ def build_append(
     """The JSON commit of version ``state.version + 1`` appending ``files``, with
     ``txns`` (app id to version) and ``metadata`` in its commitInfo (pure); ``meta``: a
     ``metaData`` action to write with them (identity high-water marks,
-    :func:`spark_chkpt.delta.identity.identity_metadata`)."""
+    :func:`spark_chkpt.delta.features.identity.identity_metadata`)."""
     version = state.version + 1
     info: dict[str, Any] = {"timestamp": now_ms}
     if state.in_commit_timestamps:

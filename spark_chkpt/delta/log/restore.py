@@ -1,7 +1,7 @@
 """The project's own Delta RESTORE commit, for tables delta-rs refuses to restore.
 
 delta-rs 1.x ``restore`` commits to no table that needs the project's own commit
-(:func:`~spark_chkpt.delta.log_commit.needs_own_commit`: row tracking, in-commit
+(:func:`~spark_chkpt.delta.log.commit.needs_own_commit`: row tracking, in-commit
 timestamps, domain metadata, type widening). A savepoint rewind of such a table is
 written here with the actions delta-spark's ``RESTORE`` writes: ``commitInfo`` first
 (RESTORE, the in-commit timestamp, the caller's metadata at its top level), ``remove``
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.delta.log_commit import ROW_TRACKING_DOMAIN, LogState, checkpoint_files
+from spark_chkpt.delta.log.commit import ROW_TRACKING_DOMAIN, LogState, checkpoint_files
 from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import Location
 from spark_chkpt.version import __version__
