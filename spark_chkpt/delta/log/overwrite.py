@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spark_chkpt.delta.features.protocol import TableProtocol
-from spark_chkpt.delta.log.commit import LogState, build_append, commit_actions
+from spark_chkpt.delta.log.commit import LogState, build_append, commit_actions, log_text
 from spark_chkpt.delta.log.restore import read_snapshot, remove_of
 from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.fs import Location
@@ -72,7 +72,7 @@ def build_overwrite(
     lead = ("commitInfo", "metaData", "domainMetadata")
     head = [a for a in actions if any(k in a for k in lead)]
     rest = [a for a in actions if not any(k in a for k in lead)]
-    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in head + removes + rest)
+    return log_text(head + removes + rest)
 
 
 def commit_overwrite(
