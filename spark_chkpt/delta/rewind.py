@@ -287,6 +287,35 @@ def rewind_table(
                 metadata={REWIND_KEY: json.dumps(rewind_info)},
             )
         return Rewound(rolled_back_from=state.current)
+    _restore(point, target, state, generation, rewind_info, checkpoint_location)
+    after = target.open()
+    if state.plain:
+        log.warning(
+            "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id "
+            "(named by --discard-other-writers)",
+            target.uri,
+            batch,
+            state.plain,
+        )
+    return Rewound(
+        rolled_back_from=state.current,
+        restore_version=int(after.version()) if after is not None else None,
+        others_rolled_back=state.plain,
+    )
+
+
+def _restore(
+    point: RewindPoint,
+    target: DeltaTarget,
+    state: TableState,
+    generation: int,
+    rewind_info: dict[str, Any],
+    checkpoint_location: str,
+) -> None:
+    """The restore commit of step 4: the table's files of snapshot N back, with
+    ``txn(appId, N)``, the new generation and snapshot N's record (its version now the
+    snapshot's); a failure names the way on (the new checkpoint is already written)."""
+    batch = point.batch_id
     record = point.record
     metadata: dict[str, Any] = {"chkpt.batchId": batch, REWIND_KEY: json.dumps(rewind_info)}
     if record is not None:
@@ -306,20 +335,6 @@ def rewind_table(
             "written; run the same restore again once the table can be restored (files "
             "removed by VACUUM cannot come back)."
         ) from e
-    after = target.open()
-    if state.plain:
-        log.warning(
-            "rewind of %s to snapshot %d undid %d commit(s) of writers without an app id "
-            "(named by --discard-other-writers)",
-            target.uri,
-            batch,
-            state.plain,
-        )
-    return Rewound(
-        rolled_back_from=state.current,
-        restore_version=int(after.version()) if after is not None else None,
-        others_rolled_back=state.plain,
-    )
 
 
 def _at_snapshot(target: DeltaTarget, state: TableState) -> bool:
