@@ -320,7 +320,8 @@ def test_a_rewind_of_an_own_commit_table_on_s3_is_the_own_restore(
 
     from spark_chkpt.delta.log.commit import load_state
     from spark_chkpt.delta.log.commit_safety import put_if_absent
-    from spark_chkpt.delta.rewind import REWIND_KEY, DeltaRewind
+    from spark_chkpt.delta.rewind import DeltaRewind
+    from spark_chkpt.delta.rollback import REWIND_KEY
     from spark_chkpt.delta.staging import StagedFile
     from spark_chkpt.delta.table.target import DeltaTarget
     from spark_chkpt.snapshot.rewind import RewindPoint

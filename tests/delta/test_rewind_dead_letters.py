@@ -109,7 +109,7 @@ def test_emptying_a_dead_letter_table_delta_rs_refuses_is_the_own_replacement(
     letter: spark-chkpt's own replacement commit removes every file (delta-rs refuses to
     commit to such tables), the row-id high-water mark kept; the re-run batch appends."""
     from spark_chkpt.delta.log.commit import load_state
-    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.delta.rollback import NO_APP_ID
     from spark_chkpt.fs import resolve
     from tests.delta.log.test_log_commit import ON, ROW_TRACKING, _upgrade, actions
 
@@ -139,7 +139,7 @@ def test_an_own_commit_dead_letter_table_on_a_store_without_put_if_absent_is_ref
     dead-letter table taken as one), the rewind is refused before anything changes, with
     one error naming the dead-letter table and its feature."""
     from spark_chkpt.delta.log import commit as log_commit
-    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.delta.rollback import NO_APP_ID
     from spark_chkpt.errors import TableFeatureError
     from tests.delta.log.test_log_commit import _upgrade
 

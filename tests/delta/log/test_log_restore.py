@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from spark_chkpt.delta.log.commit import LogState, load_state
 from spark_chkpt.delta.log.restore import LogSnapshot, build_restore, commit_restore, dv_id
-from spark_chkpt.delta.rewind import REWIND_KEY
+from spark_chkpt.delta.rollback import REWIND_KEY
 from spark_chkpt.delta.table.target import DeltaTarget, commit_properties
 from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import resolve
