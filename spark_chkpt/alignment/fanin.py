@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import IndexEntry
-from spark_chkpt.alignment.cut import check_not_passed, completed_snapshots, entries_ahead
+from spark_chkpt.alignment.snapshots import check_not_passed, completed_snapshots, entries_ahead
 from spark_chkpt.errors import AlignmentError
 from spark_chkpt.offsets import TopicPartition
 
