@@ -17,7 +17,7 @@ from spark_chkpt.alignment.barrier import IndexEntry
 from spark_chkpt.alignment.snapshots import (
     barriers_in,
     check_not_passed,
-    completed_snapshots,
+    completed_below,
     entries_ahead,
     revoked_span,
 )
@@ -100,7 +100,7 @@ def plan_topic(
         return TopicCut(topic=topic, mode="none", end=_limited(begin, latest, max_records))
     app_id, entries = _app_entries(topic, entries)
     ahead = entries_ahead(entries, begin, topic)
-    done = _completed_below(ahead, begin, latest)
+    done = completed_below(ahead, begin, latest)
 
     if mode == "aligned" and not force_unaligned:
         return _plan_aligned(
@@ -179,22 +179,6 @@ def _limited(
     if max_records is None:
         return capped
     return allocate_limit(begin, capped, max_records=max_records)
-
-
-def _completed_below(
-    ahead: Sequence[IndexEntry],
-    begin: Mapping[TopicPartition, int],
-    latest: Mapping[TopicPartition, int],
-) -> list[IndexEntry]:
-    """The completed snapshots this batch may read: only those whose barriers are all
-    below the log ends (the index can be newer than ``latest``, and
-    Trigger.AvailableNow fixes ``latest``)."""
-    partitions = sorted(latest)
-    return [
-        e
-        for e in completed_snapshots(ahead, begin, partitions)
-        if all(e.positions[tp.partition] < latest[tp] for tp in partitions)
-    ]
 
 
 def _plan_aligned(

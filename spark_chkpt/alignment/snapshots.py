@@ -61,6 +61,22 @@ def completed_snapshots(
     return done
 
 
+def completed_below(
+    ahead: Sequence[IndexEntry],
+    begin: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+) -> list[IndexEntry]:
+    """The completed snapshots this batch may read: only those whose barriers are all
+    below the log ends (the index can be newer than ``latest``, and
+    Trigger.AvailableNow fixes ``latest``)."""
+    partitions = sorted(latest)
+    return [
+        e
+        for e in completed_snapshots(ahead, begin, partitions)
+        if all(e.positions[tp.partition] < latest[tp] for tp in partitions)
+    ]
+
+
 def entries_ahead(
     entries: Sequence[IndexEntry], begin: Mapping[TopicPartition, int], topic: str
 ) -> list[IndexEntry]:
