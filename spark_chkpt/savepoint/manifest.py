@@ -158,7 +158,7 @@ def create_savepoint(
     files, state = _files_of(source, location, batch, record, provider)
     operators = _operators(location, batch, provider, record, state)
     # Step 3: copy into the in-progress folder, the manifest last, then publish.
-    name, final, work = _new_folder(savepoint_dir, batch)
+    name, final, work = new_folder(savepoint_dir, f"savepoint-{batch}")
     try:
         _copy(files, source=source, work=work, location=location, batch=batch)
         manifest = SavepointManifest(
@@ -181,7 +181,7 @@ def create_savepoint(
         if work != final:
             work.fs.move(work.path, final.path)
     except BaseException:
-        _discard(work)
+        discard_incomplete(work)
         raise
     log.info(
         "savepoint %s: snapshot %d of query %s (%d files, %d bytes)",
@@ -194,24 +194,23 @@ def create_savepoint(
     return Savepoint(location=_uri(savepoint_dir, name), manifest=manifest)
 
 
-def _new_folder(savepoint_dir: str, batch: int) -> tuple[str, Location, Location]:
-    """Step 3: the savepoint's name, its folder, and the folder it is written in (on a
-    local file system a hidden in-progress one, moved into place when complete)."""
-    name = (
-        f"savepoint-{batch}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
-    )
+def new_folder(savepoint_dir: str, prefix: str) -> tuple[str, Location, Location]:
+    """A new savepoint's name (``prefix``, the time, a random tag), its folder under
+    ``savepoint_dir``, and the folder it is written in (on a local file system a hidden
+    in-progress one, moved into place when complete)."""
+    name = f"{prefix}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     root = resolve(qualify(savepoint_dir))
     final = root.child(name)
     return name, final, root.child(f".{name}{IN_PROGRESS}") if final.is_local else final
 
 
-def _discard(work: Location) -> None:
+def discard_incomplete(work: Location, *, what: str = "savepoint") -> None:
     """An incomplete savepoint's folder removed (if that fails, it has no manifest:
     listings skip it anyway)."""
     try:
         work.delete_dir()
     except OSError as cleanup:
-        log.warning("could not remove the incomplete savepoint %s: %s", work, cleanup)
+        log.warning("could not remove the incomplete %s %s: %s", what, work, cleanup)
 
 
 def _files_of(
