@@ -313,38 +313,7 @@ class DeltaTarget:
                 " Add the column(s) with delta-spark (ALTER TABLE ... ADD COLUMNS), then "
                 "restart the query. Nothing was committed."
             )
-        meta = table.metadata()
-        fields = json.loads(table.schema().to_json())["fields"]
-        schema = {"type": "struct", "fields": [*fields, *mapping.planned_fields()]}
-        version = int(table.version()) + 1
-        now = int(time.time() * 1000)
-        actions = [
-            {
-                "commitInfo": {
-                    "timestamp": now,
-                    "operation": "ADD COLUMNS",
-                    "operationParameters": {
-                        "columns": json.dumps([{"column": f} for f in mapping.planned_fields()])
-                    },
-                    "readVersion": version - 1,
-                    "isBlindAppend": False,
-                    "engineInfo": "spark-chkpt (mergeSchema)",
-                }
-            },
-            {
-                "metaData": {
-                    "id": meta.id,
-                    "name": meta.name,
-                    "description": meta.description,
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": json.dumps(schema, separators=(",", ":")),
-                    "partitionColumns": list(meta.partition_columns),
-                    "configuration": mapping.metadata_configuration(meta.configuration),
-                    "createdTime": meta.created_time,
-                }
-            },
-        ]
-        text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+        version, text = _add_columns_commit(table, mapping)
         try:
             self.location.child("_delta_log", f"{version:020d}.json").create_exclusive(text)
         except FileExistsError as e:
@@ -741,6 +710,45 @@ class DeltaTarget:
             if mtime <= cutoff and self.location.child(relative).delete():
                 removed += 1
         return removed
+
+
+def _add_columns_commit(table: Any, mapping: ColumnMapping) -> tuple[int, str]:
+    """The version and the JSON commit of an ADD COLUMNS of ``mapping``'s planned columns
+    to ``table``, as delta-spark writes it: a ``metaData`` action with their physical
+    names and ids and ``delta.columnMapping.maxColumnId`` advanced."""
+    meta = table.metadata()
+    fields = json.loads(table.schema().to_json())["fields"]
+    schema = {"type": "struct", "fields": [*fields, *mapping.planned_fields()]}
+    version = int(table.version()) + 1
+    now = int(time.time() * 1000)
+    actions = [
+        {
+            "commitInfo": {
+                "timestamp": now,
+                "operation": "ADD COLUMNS",
+                "operationParameters": {
+                    "columns": json.dumps([{"column": f} for f in mapping.planned_fields()])
+                },
+                "readVersion": version - 1,
+                "isBlindAppend": False,
+                "engineInfo": "spark-chkpt (mergeSchema)",
+            }
+        },
+        {
+            "metaData": {
+                "id": meta.id,
+                "name": meta.name,
+                "description": meta.description,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema, separators=(",", ":")),
+                "partitionColumns": list(meta.partition_columns),
+                "configuration": mapping.metadata_configuration(meta.configuration),
+                "createdTime": meta.created_time,
+            }
+        },
+    ]
+    text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    return version, text
 
 
 def pa_schema(fields: Sequence[pa.Field]) -> pa.Schema:
