@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 from pyspark.sql.types import StructType
 
 from spark_chkpt.connectors.sink import SinkStreamWriter, WriteTask
-from spark_chkpt.delta.column_mapping import ColumnMapping
+from spark_chkpt.delta.features.column_mapping import ColumnMapping
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
 from spark_chkpt.runtime.report import reported

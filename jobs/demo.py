@@ -107,7 +107,7 @@ def _wait_for_batch_in_flight(
 
 def _staged_not_visible(table: Path) -> int:
     from spark_chkpt.delta.staging import STAGED_NAME
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
 
     target = DeltaTarget(uri=str(table))
     referenced = target.referenced(target.open())

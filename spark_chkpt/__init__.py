@@ -82,7 +82,7 @@ def register(spark: SparkSession) -> list[str]:
     from spark_chkpt.metrics.reporter import arm_commit_log_failpoint
 
     arm_commit_log_failpoint(spark)  # fault tests: SPARK_CHKPT_KILL_AT=after-commit-log@N
-    from spark_chkpt.delta.catalog import install_table_option
+    from spark_chkpt.delta.table.catalog import install_table_option
 
     install_table_option()  # chkpt-delta's option("table", "db.events") and toTable
     from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource

@@ -205,7 +205,7 @@ class TableFeatureError(ChkptError):
     (``delta.appendOnly``): refused before anything is staged, and again at the commit
     if another writer turned the feature on meanwhile. ``feature`` is the feature's
     name in the Delta protocol, ``table`` the table's URI; the message says the way
-    forward (:mod:`spark_chkpt.delta.protocol`)."""
+    forward (:mod:`spark_chkpt.delta.features.protocol`)."""
 
     def __init__(self, message: str, *, feature: str, table: str) -> None:
         super().__init__(message)
@@ -217,7 +217,7 @@ class CatalogTableError(ChkptError):
     """A table named by the ``table`` / ``deadLetterTable`` option (or
     ``DeltaUpsert(table=...)``, ``toTable``) cannot be written: it does not exist, is a
     view, is not a Delta table, has no location, or is in a catalog other than the
-    session's (:mod:`spark_chkpt.delta.catalog`). ``table`` is the name as given."""
+    session's (:mod:`spark_chkpt.delta.table.catalog`). ``table`` is the name as given."""
 
     def __init__(self, message: str, *, table: str) -> None:
         super().__init__(message)
@@ -293,7 +293,8 @@ class CommitConflictError(ChkptError):
 
 class NotADeltaTableError(ChkptError):
     """No Delta table at a URI that must hold one; the message is delta-rs's. Callers
-    say what they needed the table for (:meth:`spark_chkpt.delta.table.DeltaTarget.require`)."""
+    say what they needed the table for
+    (:meth:`spark_chkpt.delta.table.target.DeltaTarget.require`)."""
 
 
 class RecoveryError(ChkptError):
@@ -379,4 +380,4 @@ class IdentityConflictError(ChkptError):
     """Another writer moved an identity column's high-water mark (or dropped the column)
     between a batch's planning and its commit: the values the tasks generated could
     overlap the other writer's, so nothing is committed; Spark's retry of the batch plans
-    and stages it again above the new mark (:mod:`spark_chkpt.delta.identity`)."""
+    and stages it again above the new mark (:mod:`spark_chkpt.delta.features.identity`)."""

@@ -267,10 +267,10 @@ def test_the_own_append_commit_puts_if_absent_on_the_server(
 
     import pyarrow.parquet as pq
 
-    from spark_chkpt.delta.commit_safety import put_if_absent
+    from spark_chkpt.delta.log.commit_safety import put_if_absent
     from spark_chkpt.delta.staging import StagedFile
-    from spark_chkpt.delta.table import DeltaTarget
-    from tests.delta.test_log_commit import upgrade_text
+    from spark_chkpt.delta.table.target import DeltaTarget
+    from tests.delta.log.test_log_commit import upgrade_text
 
     uri, options = f"s3://{s3_bucket}/rows", s3_server.storage_options
     write_deltalake(uri, pa.table({"id": [0]}), storage_options=options)
@@ -318,13 +318,14 @@ def test_a_rewind_of_an_own_commit_table_on_s3_is_the_own_restore(
 
     import pyarrow.parquet as pq
 
-    from spark_chkpt.delta.commit_safety import put_if_absent
-    from spark_chkpt.delta.log_commit import load_state
-    from spark_chkpt.delta.rewind import REWIND_KEY, DeltaRewind
+    from spark_chkpt.delta.log.commit import load_state
+    from spark_chkpt.delta.log.commit_safety import put_if_absent
+    from spark_chkpt.delta.rewind import DeltaRewind
+    from spark_chkpt.delta.rollback import REWIND_KEY
     from spark_chkpt.delta.staging import StagedFile
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
     from spark_chkpt.snapshot.rewind import RewindPoint
-    from tests.delta.test_log_commit import ON, ROW_TRACKING, upgrade_text
+    from tests.delta.log.test_log_commit import ON, ROW_TRACKING, upgrade_text
 
     uri, options = f"s3://{s3_bucket}/rewound", s3_server.storage_options
     write_deltalake(uri, pa.table({"id": pa.array([0], pa.int64())}), storage_options=options)

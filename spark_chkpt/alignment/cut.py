@@ -13,9 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.alignment.aligner import Aligner
 from spark_chkpt.alignment.barrier import IndexEntry
-from spark_chkpt.errors import AlignmentError, RevokedSnapshotError
+from spark_chkpt.alignment.snapshots import (
+    barriers_in,
+    check_not_passed,
+    completed_below,
+    entries_ahead,
+    revoked_span,
+)
+from spark_chkpt.errors import AlignmentError
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition, allocate_limit
 
 AlignmentMode = Literal["aligned", "unaligned", "at-least-once", "none"]
@@ -72,52 +78,6 @@ def _app_entries(topic: str, entries: Sequence[IndexEntry]) -> tuple[str | None,
     return (apps[0] if apps else None), list(entries)
 
 
-def completed_snapshots(
-    entries: Sequence[IndexEntry],
-    start: Mapping[TopicPartition, int],
-    partitions: Sequence[TopicPartition],
-) -> list[IndexEntry]:
-    """Entries whose barrier every partition has reached by the end of its log, in
-    snapshot order, as the aligner completes them. A partition whose barrier lies before
-    ``start`` (an unaligned batch took it further than the others) has delivered it
-    already; an entry must still have a barrier at or after ``start`` somewhere.
-
-    The aligner's state machine for this case (every partition's barriers in snapshot
-    order, no channel ending, no records) run inline: a barrier newer than the pending
-    snapshot subsumes it, an older or equal one of a finished snapshot is stale, and the
-    pending snapshot completes once every partition has brought its barrier. Fed to
-    :class:`Aligner` barrier by barrier, 1,000 partitions cost ~40 ms per batch."""
-    Aligner(channels=partitions, mode="at-least-once")  # the aligner's argument checks
-    channels = set(partitions)
-    first = {tp: start.get(tp, 0) for tp in channels}
-    by_id: dict[int, IndexEntry] = {}
-    done: list[IndexEntry] = []
-    latest = -1  # the highest snapshot begun (barriers up to it are stale once it ends)
-    pending: int | None = None
-    arrived: set[TopicPartition] = set()
-    for entry in sorted(entries, key=lambda e: e.snapshot_id):
-        by_id[entry.snapshot_id] = entry
-        positions = entry.positions
-        if not any(positions.get(tp.partition, -1) >= first[tp] for tp in partitions):
-            continue
-        snapshot = entry.snapshot_id
-        for tp in partitions:
-            if positions.get(tp.partition) is None:
-                continue
-            if pending is None or snapshot > pending:
-                if pending is None and snapshot <= latest:
-                    continue  # trailing barrier of a finished snapshot
-                pending, arrived, latest = snapshot, {tp}, snapshot  # begins (subsumes)
-            elif snapshot == pending:
-                arrived.add(tp)
-            else:
-                continue  # older than the pending one
-            if len(arrived) == len(channels):
-                done.append(by_id[pending])
-                pending, arrived = None, set()
-    return done
-
-
 def plan_topic(
     *,
     topic: str,
@@ -136,54 +96,22 @@ def plan_topic(
     begin = {tp: start.get(tp, latest[tp]) for tp in partitions}
     if mode != "none":
         check_not_passed(topic=topic, begin=begin, revocations=revocations)
-
-    def limited(target: Mapping[TopicPartition, int]) -> PartitionOffsets:
-        capped = {tp: max(begin[tp], min(target[tp], latest[tp])) for tp in partitions}
-        if max_records is None:
-            return capped
-        return allocate_limit(begin, capped, max_records=max_records)
-
     if mode == "none":
-        return TopicCut(topic=topic, mode="none", end=limited(latest))
+        return TopicCut(topic=topic, mode="none", end=_limited(begin, latest, max_records))
     app_id, entries = _app_entries(topic, entries)
     ahead = entries_ahead(entries, begin, topic)
-    # Only snapshots whose barriers are all below the log ends this batch may read (the
-    # index can be newer than ``latest``, and Trigger.AvailableNow fixes ``latest``).
-    done = [
-        e
-        for e in completed_snapshots(ahead, begin, partitions)
-        if all(e.positions[tp.partition] < latest[tp] for tp in partitions)
-    ]
+    done = completed_below(ahead, begin, latest)
 
     if mode == "aligned" and not force_unaligned:
-        if not done:
-            return TopicCut(topic=topic, mode="aligned", end=dict(begin), app_id=app_id)
-        chosen, note = [done[0]], None
-        for entry in done[1:]:
-            span = sum(max(0, entry.positions[tp.partition] + 1 - begin[tp]) for tp in partitions)
-            if max_records is not None and span > max_records:
-                break
-            chosen.append(entry)
-        last = chosen[-1]
-        # A partition already past the barrier (after an unaligned batch) reads nothing.
-        end = {tp: max(begin[tp], last.positions[tp.partition] + 1) for tp in partitions}
-        span = sum(end[tp] - begin[tp] for tp in partitions)
-        if max_records is not None and span > max_records:
-            note = (
-                f"snapshot {last.snapshot_id} alone spans {span} offsets, more than "
-                f"maxOffsetsPerTrigger={max_records}: read whole to keep the cut consistent"
-            )
-        return _read_cut(
+        return _plan_aligned(
             topic=topic,
-            mode="aligned",
             begin=begin,
-            end=end,
+            done=done,
             entries=entries,
             ahead=ahead,
             revocations=revocations,
             app_id=app_id,
-            snapshots=tuple(e.snapshot_id for e in chosen),
-            note=note,
+            max_records=max_records,
         )
 
     if mode in ("unaligned", "aligned"):
@@ -191,7 +119,7 @@ def plan_topic(
             topic=topic,
             begin=begin,
             latest=latest,
-            limited_end=limited(latest),
+            limited_end=_limited(begin, latest, max_records),
             entries=entries,
             ahead=ahead,
             app_id=app_id,
@@ -199,9 +127,33 @@ def plan_topic(
             revocations=revocations,
         )
 
-    end = limited(latest)
+    return _plan_at_least_once(
+        topic=topic,
+        begin=begin,
+        end=_limited(begin, latest, max_records),
+        done=done,
+        entries=entries,
+        ahead=ahead,
+        revocations=revocations,
+        app_id=app_id,
+    )
+
+
+def _plan_at_least_once(
+    *,
+    topic: str,
+    begin: Mapping[TopicPartition, int],
+    end: dict[TopicPartition, int],
+    done: Sequence[IndexEntry],
+    entries: Sequence[IndexEntry],
+    ahead: Sequence[IndexEntry],
+    revocations: Sequence[IndexEntry],
+    app_id: str | None,
+) -> TopicCut:
+    """Up to the read limit, past the barriers: the snapshots the range holds whole are
+    the ones it covers."""
     covered = tuple(
-        e.snapshot_id for e in done if all(e.positions[tp.partition] < end[tp] for tp in partitions)
+        e.snapshot_id for e in done if all(e.positions[tp.partition] < end[tp] for tp in end)
     )
     return _read_cut(
         topic=topic,
@@ -213,6 +165,65 @@ def plan_topic(
         revocations=revocations,
         app_id=app_id,
         snapshots=covered,
+    )
+
+
+def _limited(
+    begin: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    max_records: int | None,
+) -> PartitionOffsets:
+    """Each partition's end at its log end, the batch within ``max_records``
+    (:func:`~spark_chkpt.offsets.allocate_limit`)."""
+    capped = {tp: max(begin[tp], latest[tp]) for tp in sorted(latest)}
+    if max_records is None:
+        return capped
+    return allocate_limit(begin, capped, max_records=max_records)
+
+
+def _plan_aligned(
+    *,
+    topic: str,
+    begin: Mapping[TopicPartition, int],
+    done: Sequence[IndexEntry],
+    entries: Sequence[IndexEntry],
+    ahead: Sequence[IndexEntry],
+    revocations: Sequence[IndexEntry],
+    app_id: str | None,
+    max_records: int | None,
+) -> TopicCut:
+    """Every partition ends right after the barrier of the newest completed snapshot
+    that keeps the batch within ``max_records`` (the first one read whole if it alone
+    spans more); none completed: the batch reads nothing."""
+    partitions = sorted(begin)
+    if not done:
+        return TopicCut(topic=topic, mode="aligned", end=dict(begin), app_id=app_id)
+    chosen, note = [done[0]], None
+    for entry in done[1:]:
+        span = sum(max(0, entry.positions[tp.partition] + 1 - begin[tp]) for tp in partitions)
+        if max_records is not None and span > max_records:
+            break
+        chosen.append(entry)
+    last = chosen[-1]
+    # A partition already past the barrier (after an unaligned batch) reads nothing.
+    end = {tp: max(begin[tp], last.positions[tp.partition] + 1) for tp in partitions}
+    span = sum(end[tp] - begin[tp] for tp in partitions)
+    if max_records is not None and span > max_records:
+        note = (
+            f"snapshot {last.snapshot_id} alone spans {span} offsets, more than "
+            f"maxOffsetsPerTrigger={max_records}: read whole to keep the cut consistent"
+        )
+    return _read_cut(
+        topic=topic,
+        mode="aligned",
+        begin=begin,
+        end=end,
+        entries=entries,
+        ahead=ahead,
+        revocations=revocations,
+        app_id=app_id,
+        snapshots=tuple(e.snapshot_id for e in chosen),
+        note=note,
     )
 
 
@@ -237,7 +248,7 @@ def _read_cut(
         filters=record_filters(
             topic=topic, mode=mode, begin=begin, end=end, entries=entries, revocations=revocations
         ),
-        barriers=_barriers(ahead, begin, end, topic),
+        barriers=barriers_in(ahead, begin, end, topic),
         revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
         **cut,
     )
@@ -272,15 +283,7 @@ def _plan_unaligned(
     if all(b is None for b in chosen.values()):
         chosen = {tp: (found[0] if found else None) for tp, found in barriers.items()}
     end = {tp: (b[0] + 1 if b is not None else begin[tp]) for tp, b in chosen.items()}
-    reached = {tp.partition: b[1] for tp, b in chosen.items() if b is not None}
-    for tp in end:  # a partition that stays where it is: the barrier it is already past
-        passed = [
-            (e.positions[tp.partition], e.snapshot_id)
-            for e in entries
-            if tp.partition in e.positions and e.positions[tp.partition] < begin[tp]
-        ]
-        if tp.partition not in reached and passed:
-            reached[tp.partition] = max(passed)[1]
+    reached = _reached(chosen, end, begin, entries)
     covered = tuple(
         sorted(
             e.snapshot_id
@@ -306,13 +309,24 @@ def _plan_unaligned(
     )
 
 
-def entries_ahead(
-    entries: Sequence[IndexEntry], begin: Mapping[TopicPartition, int], topic: str
-) -> list[IndexEntry]:
-    """Entries with a barrier at or after ``begin`` on some partition: the snapshots whose
-    records can be in a batch starting there."""
-    first = {tp.partition: off for tp, off in begin.items() if tp.topic == topic}
-    return [e for e in entries if any(pos >= first.get(p, 0) for p, pos in e.positions.items())]
+def _reached(
+    chosen: Mapping[TopicPartition, tuple[int, int] | None],
+    end: Mapping[TopicPartition, int],
+    begin: Mapping[TopicPartition, int],
+    entries: Sequence[IndexEntry],
+) -> dict[int, int]:
+    """The snapshot each partition's unaligned read reaches: its chosen barrier's, or for
+    a partition that stays where it is, the barrier it is already past."""
+    reached = {tp.partition: b[1] for tp, b in chosen.items() if b is not None}
+    for tp in end:
+        passed = [
+            (e.positions[tp.partition], e.snapshot_id)
+            for e in entries
+            if tp.partition in e.positions and e.positions[tp.partition] < begin[tp]
+        ]
+        if tp.partition not in reached and passed:
+            reached[tp.partition] = max(passed)[1]
+    return reached
 
 
 def record_filters(
@@ -354,20 +368,9 @@ def record_filters(
         missing = frozenset(
             a for e in partial if tp.partition not in e.positions for a in e.attempts
         )
-        if mode in ("aligned", "unaligned"):
-            bound = until
-        else:
-            # Per upstream app its last barrier; with several apps (fan-in) the earliest
-            # of them: after it, another app's snapshot may still be in flight.
-            last: dict[str, int] = {}
-            for e in ahead:
-                pos = e.positions.get(tp.partition)
-                if pos is not None and pos < until:
-                    last[e.app_id] = max(last.get(e.app_id, -1), pos)
-            bound = min(last.values(), default=-1) + 1
         filters[tp] = RecordFilter(
             confirmed=((confirmed | missing) - revoked_attempts) if missing else shared,
-            confirm_until=bound,
+            confirm_until=_confirm_until(mode, tp, until, ahead),
             revoked=tuple(
                 sorted(
                     found
@@ -380,65 +383,18 @@ def record_filters(
     return filters
 
 
-def revoked_span(
-    *,
-    topic: str,
-    begin: Mapping[TopicPartition, int],
-    end: Mapping[TopicPartition, int],
-    revocations: Sequence[IndexEntry],
+def _confirm_until(
+    mode: AlignmentMode, tp: TopicPartition, until: int, ahead: Sequence[IndexEntry]
 ) -> int:
-    """How many offsets of ``[begin, end)`` lie in revoked ranges (records and barriers of
-    revoked snapshots, and unconfirmed records among them: all skipped)."""
-    total = 0
-    for tp, until in end.items():
-        for r in revocations:
-            found = r.revoked_range(tp.partition) if tp.topic == topic else None
-            if found is not None:
-                total += max(0, min(until, found[1]) - max(begin.get(tp, 0), found[0]))
-    return total
-
-
-def check_not_passed(
-    *, topic: str, begin: Mapping[TopicPartition, int], revocations: Sequence[IndexEntry]
-) -> None:
-    """Refuse a batch that starts inside offsets a revocation revoked: the reader already
-    read records of revoked snapshots (it was not restored with the upstream query), and
-    going on would mix the revoked timeline with the one written again after it. A
-    reader that starts at or before the revoked offsets skips them; one past their end
-    read through them after the revocation (it can only get there that way)."""
-    for r in revocations:
-        if not r.revoked:
-            continue
-        for tp, at in sorted(begin.items()):
-            found = r.revoked_range(tp.partition)
-            if found is None or not found[0] < at <= found[1]:
-                continue
-            raise RevokedSnapshotError(
-                f"chkpt-kafka: topic {topic} partition {tp.partition}: this reader already "
-                f"read to offset {at}, past snapshot {r.snapshot_id} of upstream app "
-                f"{r.app_id} into offsets [{found[0]}, {found[1]}) that a savepoint rewind "
-                f"of that query revoked (revocation at control-topic offset {r.offset}, "
-                f"generation {r.generation}, revoked snapshots "
-                f"{', '.join(str(s) for s in r.revoked)}). Its output holds records of a "
-                "timeline that no longer exists, and the upstream query writes those "
-                "snapshots again: going on would mix both. Restore this query too, from a "
-                f"savepoint at the cut that ends at barrier {r.snapshot_id} of app "
-                f"{r.app_id} or earlier (a pipeline savepoint restores both together), or "
-                "start it on a new checkpoint reading from the start."
-            )
-
-
-def _barriers(
-    entries: Sequence[IndexEntry],
-    begin: Mapping[TopicPartition, int],
-    end: Mapping[TopicPartition, int],
-    topic: str,
-) -> int:
-    first = {tp.partition: off for tp, off in begin.items() if tp.topic == topic}
-    last = {tp.partition: off for tp, off in end.items() if tp.topic == topic}
-    return sum(
-        1
-        for e in entries
-        for p, pos in e.positions.items()
-        if first.get(p, 0) <= pos < last.get(p, 0)
-    )
+    """The offset below which ``tp``'s tagged records must be confirmed: the range's end
+    (aligned, unaligned), or at-least-once the last barrier per upstream app, with
+    several apps (fan-in) the earliest of them: after it, another app's snapshot may
+    still be in flight."""
+    if mode in ("aligned", "unaligned"):
+        return until
+    last: dict[str, int] = {}
+    for e in ahead:
+        pos = e.positions.get(tp.partition)
+        if pos is not None and pos < until:
+            last[e.app_id] = max(last.get(e.app_id, -1), pos)
+    return min(last.values(), default=-1) + 1

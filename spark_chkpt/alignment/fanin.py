@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spark_chkpt.alignment.barrier import IndexEntry
-from spark_chkpt.alignment.cut import check_not_passed, completed_snapshots, entries_ahead
+from spark_chkpt.alignment.snapshots import check_not_passed, completed_below, entries_ahead
 from spark_chkpt.errors import AlignmentError
 from spark_chkpt.offsets import TopicPartition
 
@@ -206,35 +206,15 @@ def plan_fan_in(
             tp.partition: known.get(app, {}).get(tp.partition, floor[tp.partition])
             for tp in partitions
         }
-        old_tp = {tp: old[tp.partition] for tp in partitions}
-        check_not_passed(
-            topic=topic, begin=old_tp, revocations=[r for r in revocations if r.app_id == app]
-        )
-        mine = [e for e in entries if e.app_id == app]
-        ahead = entries_ahead(mine, old_tp, topic)
-        done = [
-            e
-            for e in completed_snapshots(ahead, old_tp, partitions)
-            if all(e.positions[tp.partition] < latest[tp] for tp in partitions)
-        ]
-        chosen = done[:1]
-        for e in done[1:]:
-            span = sum(
-                max(0, e.positions[tp.partition] + 1 - old[tp.partition]) for tp in partitions
-            )
-            if max_records is not None and span > max_records:
-                break
-            chosen.append(e)
-        pending = dict(old)
-        if chosen:
-            last = chosen[-1]
-            pending = {p: max(o, last.positions[p] + 1) for p, o in old.items()}
         cuts.append(
-            AppCut(
-                app_id=app,
-                snapshots=tuple(e.snapshot_id for e in chosen),
-                start=old,
-                pending=pending,
+            _app_cut(
+                app,
+                topic=topic,
+                old=old,
+                latest=latest,
+                entries=entries,
+                revocations=revocations,
+                max_records=max_records,
             )
         )
     end = {tp: max([begin[tp]] + [c.pending[tp.partition] for c in cuts]) for tp in partitions}
@@ -246,6 +226,44 @@ def plan_fan_in(
         if (tp := TopicPartition(topic, p)) in end and read_from[tp] <= pos < end[tp]
     )
     return FanInCut(topic=topic, end=end, read_from=read_from, apps=tuple(cuts), barriers=barriers)
+
+
+def _app_cut(
+    app: str,
+    *,
+    topic: str,
+    old: dict[int, int],
+    latest: Mapping[TopicPartition, int],
+    entries: Sequence[IndexEntry],
+    revocations: Sequence[IndexEntry],
+    max_records: int | None,
+) -> AppCut:
+    """One app's part of a fan-in batch: from its pending offsets ``old``, its completed
+    snapshots below the log ends within ``max_records`` (the first read whole)."""
+    partitions = sorted(latest)
+    old_tp = {tp: old[tp.partition] for tp in partitions}
+    check_not_passed(
+        topic=topic, begin=old_tp, revocations=[r for r in revocations if r.app_id == app]
+    )
+    mine = [e for e in entries if e.app_id == app]
+    ahead = entries_ahead(mine, old_tp, topic)
+    done = completed_below(ahead, old_tp, latest)
+    chosen = done[:1]
+    for e in done[1:]:
+        span = sum(max(0, e.positions[tp.partition] + 1 - old[tp.partition]) for tp in partitions)
+        if max_records is not None and span > max_records:
+            break
+        chosen.append(e)
+    pending = dict(old)
+    if chosen:
+        last = chosen[-1]
+        pending = {p: max(o, last.positions[p] + 1) for p, o in old.items()}
+    return AppCut(
+        app_id=app,
+        snapshots=tuple(e.snapshot_id for e in chosen),
+        start=old,
+        pending=pending,
+    )
 
 
 def apps_of_report(report: Mapping[str, Any]) -> dict[str, tuple[dict[int, int], dict[int, int]]]:

@@ -257,6 +257,16 @@ def add_parser(sub: Any) -> None:
         help="savepoints: create, stop with one, list, show, check a new job, restore "
         "(rewind or fork)",
     ).add_subparsers(dest="action", required=True)
+    _add_create(sp)
+    _add_stop(sp)
+    _add_list(sp)
+    _add_show(sp)
+    _add_check(sp)
+    _add_restore(sp)
+
+
+def _add_create(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``savepoint create``: one query's snapshot, or a pipeline's."""
     create = sp.add_parser("create", help="savepoint a query's newest completed snapshot")
     create.add_argument("checkpoint", nargs="?", help="the query's checkpointLocation")
     create.add_argument(
@@ -269,6 +279,10 @@ def add_parser(sub: Any) -> None:
     create.add_argument("--table", default=None, help="the sink's table, if records lack it")
     add_create_arguments(create)
     create.set_defaults(run=_savepoint_create)
+
+
+def _add_stop(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``savepoint stop``: Flink's stop with savepoint."""
     stop = sp.add_parser(
         "stop", help="stop a running job with a savepoint of its last snapshot (Flink's stop)"
     )
@@ -276,10 +290,18 @@ def add_parser(sub: Any) -> None:
     stop.add_argument("--dir", required=True, help="the folder that keeps savepoints")
     stop.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (600)")
     stop.set_defaults(run=_savepoint_stop)
+
+
+def _add_list(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``savepoint list``: the complete savepoints of a folder."""
     listing = sp.add_parser("list", help="the complete savepoints in a folder, oldest first")
     listing.add_argument("dir", help="the folder that keeps savepoints")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(run=_savepoint_list)
+
+
+def _add_show(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``savepoint show``: a manifest, a pipeline's, or the keyed state."""
     show = sp.add_parser("show", help="a savepoint's manifest (and its keyed state)")
     show.add_argument("savepoint", nargs="?", help="the savepoint's folder")
     show.add_argument(
@@ -292,6 +314,10 @@ def add_parser(sub: Any) -> None:
     show.add_argument("--limit", type=int, default=None, help="print at most L keys")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(run=_savepoint_show)
+
+
+def _add_check(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``savepoint check``: a new job against a savepoint, not run."""
     check = sp.add_parser(
         "check",
         help="dry run: will the savepoint restore into a new version of the job? (exit 0: "
@@ -313,6 +339,10 @@ def add_parser(sub: Any) -> None:
         help="a script job's command line (after --)",
     )
     check.set_defaults(run=_savepoint_check)
+
+
+def _add_restore(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``savepoint restore``: rewind or fork, its options in the order ``--help`` shows."""
     restore = sp.add_parser(
         "restore",
         help="write a new checkpoint from a savepoint: rewind (same query, table "
@@ -321,6 +351,20 @@ def add_parser(sub: Any) -> None:
     restore.add_argument("savepoint", nargs="?", help="the savepoint's folder")
     restore.add_argument("--checkpoint", default=None, help="an empty folder to write")
     add_restore_arguments(restore)
+    _add_restore_target(restore)
+    _add_restore_job(restore)
+    restore.add_argument(
+        "--shadow",
+        action="store_true",
+        help="fork only: a shadow beside production, refused unless it writes nothing "
+        "production owns (its table, topic, checkpoint, consumer group)",
+    )
+    _add_restore_kafka(restore)
+    restore.set_defaults(run=_savepoint_restore)
+
+
+def _add_restore_target(restore: argparse.ArgumentParser) -> None:
+    """What a restore writes to: the mode, the table, the writers it may undo."""
     restore.add_argument(
         "--mode",
         required=True,
@@ -347,6 +391,10 @@ def add_parser(sub: Any) -> None:
         help="the sink's dead-letter table (deadLetterPath), only for a savepoint of an "
         "earlier release that does not name it: a rewind rolls it back too",
     )
+
+
+def _add_restore_job(restore: argparse.ArgumentParser) -> None:
+    """The job a restore checks before it writes anything."""
     restore.add_argument(
         "--job",
         default=None,
@@ -362,12 +410,10 @@ def add_parser(sub: Any) -> None:
         help="with --job: leave out the state of operators the job no longer has "
         "(default: refused)",
     )
-    restore.add_argument(
-        "--shadow",
-        action="store_true",
-        help="fork only: a shadow beside production, refused unless it writes nothing "
-        "production owns (its table, topic, checkpoint, consumer group)",
-    )
+
+
+def _add_restore_kafka(restore: argparse.ArgumentParser) -> None:
+    """A chkpt-kafka sink's rewind (or a pipeline fork): its brokers and control topic."""
     add_kafka_config(restore)
     restore.add_argument(
         "--bootstrap-servers",
@@ -382,4 +428,3 @@ def add_parser(sub: Any) -> None:
         help="rewind of a query writing chkpt-kafka: its control topic, if the sink set "
         "controlTopic (default __chkpt.<topic>)",
     )
-    restore.set_defaults(run=_savepoint_restore)

@@ -14,10 +14,14 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.paths import require_folder
+
+if TYPE_CHECKING:
+    from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
+    from spark_chkpt.snapshot.record import SnapshotRecord
 
 
 def collect(
@@ -55,39 +59,58 @@ def collect(
         "restarts": read_restart_record(checkpoint_location=location),
     }
     if last is not None:
-        status["last_snapshot"] = {
-            "batch": last.batch_id,
-            "time": _utc(last.created_ms),
-            "outcome": last.outcome,
-            "sink": last.sink,
-            "target": last.target,
-            "table_version": last.table_version,
-            "rows": last.rows,
-            "barriers": _barriers(last, bootstrap_servers),
-        }
+        status["last_snapshot"] = _last_snapshot(last, bootstrap_servers)
     if batches:
-        committed = _committed_offsets(spark_checkpoint, batches[-1])
-        ends = _ends(committed, bootstrap_servers) if bootstrap_servers else {}
-        status["partitions"] = [
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "committed": offset,
-                "end": ends.get(tp),
-                "lag": None if ends.get(tp) is None else max(0, ends[tp] - offset),
-            }
-            for tp, offset in sorted(committed.items())
-        ]
+        status["partitions"] = _partitions(spark_checkpoint, batches[-1], bootstrap_servers)
     if savepoint_dir is not None:
-        from spark_chkpt.savepoint.manifest import list_savepoints
-
-        require_folder(savepoint_dir, what="savepoint folder")
-        status["savepoints"] = [
-            {"savepoint": p.location, "batch": p.manifest.batch_id, "reason": p.manifest.reason}
-            for p in list_savepoints(savepoint_dir=savepoint_dir)
-            if qualify(p.manifest.checkpoint) == location
-        ]
+        status["savepoints"] = _savepoints(savepoint_dir, location)
     return status
+
+
+def _last_snapshot(last: SnapshotRecord, bootstrap_servers: str | None) -> dict[str, Any]:
+    """The newest snapshot record, and the barriers its sink wrote (from the broker)."""
+    return {
+        "batch": last.batch_id,
+        "time": _utc(last.created_ms),
+        "outcome": last.outcome,
+        "sink": last.sink,
+        "target": last.target,
+        "table_version": last.table_version,
+        "rows": last.rows,
+        "barriers": _barriers(last, bootstrap_servers),
+    }
+
+
+def _partitions(
+    spark_checkpoint: SparkCheckpoint, batch: int, bootstrap_servers: str | None
+) -> list[dict[str, Any]]:
+    """Each source partition's committed offset of ``batch``, and with the brokers its
+    log end and the lag."""
+    committed = _committed_offsets(spark_checkpoint, batch)
+    ends = _ends(committed, bootstrap_servers) if bootstrap_servers else {}
+    return [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "committed": offset,
+            "end": ends.get(tp),
+            "lag": None if ends.get(tp) is None else max(0, ends[tp] - offset),
+        }
+        for tp, offset in sorted(committed.items())
+    ]
+
+
+def _savepoints(savepoint_dir: str, location: str) -> list[dict[str, Any]]:
+    """The savepoints of ``savepoint_dir`` taken of the query at ``location``."""
+    from spark_chkpt.fs import qualify
+    from spark_chkpt.savepoint.manifest import list_savepoints
+
+    require_folder(savepoint_dir, what="savepoint folder")
+    return [
+        {"savepoint": p.location, "batch": p.manifest.batch_id, "reason": p.manifest.reason}
+        for p in list_savepoints(savepoint_dir=savepoint_dir)
+        if qualify(p.manifest.checkpoint) == location
+    ]
 
 
 def _utc(ms: int) -> str:

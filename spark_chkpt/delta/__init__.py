@@ -1,4 +1,6 @@
-"""Delta: the table through delta-rs and staging (shared), the chkpt-delta sink, DeltaUpsert.
+"""Delta: what both Delta sinks share (staging, replay, hooks, rewind), the table through
+delta-rs (table/), the project's own log commits (log/), the writer protocol's features
+(features/), the chkpt-delta sink (sink/) and DeltaUpsert (upsert/).
 
 delta-rs allocates with its own jemalloc (symbols prefixed ``_rjem_``), which keeps the
 pages a commit or a checkpoint freed for reuse. In the process that commits a query's

@@ -10,7 +10,7 @@ attempt's files are recognisable later and each writer cleans up only its own:
 writer's tag (``part-b00042-t00003-<attempt>-000...``, written before it existed) still
 match :data:`STAGED_NAME`; their ``app`` group is None.
 
-On a column-mapped table (a :class:`~spark_chkpt.delta.column_mapping.ColumnMapping`
+On a column-mapped table (a :class:`~spark_chkpt.delta.features.column_mapping.ColumnMapping`
 given), the files hold the physical names and Parquet field ids, nested struct fields
 too, and the partition columns as well; statistics and partition values are keyed by the
 physical names; and files go to random two-character folders instead of ``col=value/``
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from spark_chkpt.delta.column_mapping import ColumnMapping
+from spark_chkpt.delta.features.column_mapping import ColumnMapping
 from spark_chkpt.fs import Location
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spark_chkpt.delta.replay import describe_offsets, positions
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import qualify
 from spark_chkpt.recovery.rebuild import TableSnapshot, snapshot_history

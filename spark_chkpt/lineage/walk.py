@@ -28,8 +28,8 @@ from dataclasses import asdict
 from typing import Any
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
-from spark_chkpt.delta.history import history as commit_history
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.history import history as commit_history
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import ChkptError, NotADeltaTableError
 from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.lineage.model import (

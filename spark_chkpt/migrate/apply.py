@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.fs import qualify, resolve
 from spark_chkpt.migrate.plan import MigrationPlan
 from spark_chkpt.snapshot.epoch import write_epoch

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import ChkptError, MigrationError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.migrate.options import MigrateOptions
@@ -119,14 +119,54 @@ def plan_migration(
         query_id = spark.query_id()
     except ChkptError as e:
         raise MigrationError(f"{e}; {NOTHING}") from e
-    planned_batches = sorted(n for n, _ in before if n[0] == "offsets")
+    planned, committed = _open_batch(location, before)
+    # Step 2: the sources.
+    sources = _kafka_sources(spark, planned, options)
+    # Step 3: the sink.
+    app_id = options.txn_app_id or query_id
+    sink = _settle_sink(options, location, planned=planned, committed=committed, app_id=app_id)
+    if sink.done >= 0:
+        sources = _kafka_sources(spark, sink.done, options)
+    # Step 4: the state.
+    operators, state_check = _keyed_state(location, committed, check_state)
+    writes = _writes(
+        options, root, sink.settled, planned, app_id, sources, sink.done, sink.generation
+    )
+    notes = sink.notes + _spark_side_notes(options, app_id=app_id, query_id=query_id)
+    # Step 5: running? The logs must not change while we look.
+    sleep(max(0.0, options.watch_s - (clock() - started)))
+    _refuse_running(root, location, before, watch_s=options.watch_s)
+    return MigrationPlan(
+        options=options,
+        query_id=query_id,
+        app_id=app_id,
+        planned=planned,
+        committed=committed,
+        settled=sink.settled,
+        resume_at=sink.done + 1,
+        sources=sources,
+        table_version=sink.table_version,
+        generation=sink.generation,
+        operators=operators,
+        state_check=state_check,
+        writes=tuple(writes),
+        notes=notes,
+    )
+
+
+def _open_batch(
+    location: str, listing: list[tuple[tuple[str, int], int]]
+) -> tuple[int, int | None]:
+    """Step 1: the newest planned and the newest committed batch of Spark's logs, which
+    must leave at most one batch open (the one a stop or a kill leaves)."""
+    planned_batches = sorted(n for n, _ in listing if n[0] == "offsets")
     if not planned_batches:
         raise MigrationError(
             f"{location} has no planned batch (no offsets/N): the query never ran a batch; "
             f"start the new query on a fresh checkpoint instead. {NOTHING}"
         )
     planned = planned_batches[-1][1]
-    commits = sorted(n for n, _ in before if n[0] == "commits")
+    commits = sorted(n for n, _ in listing if n[0] == "commits")
     committed = commits[-1][1] if commits else None
     if committed is not None and committed > planned:
         raise MigrationError(
@@ -140,61 +180,84 @@ def plan_migration(
             f"{(committed or -1) + 1}..{planned - 1} are neither committed nor the one "
             f"batch a stop or a kill leaves open. {NOTHING}"
         )
-    # Step 2: the sources.
-    sources = _kafka_sources(spark, planned, options)
-    # Step 3: the sink.
-    app_id = options.txn_app_id or query_id
-    notes: list[str] = []
+    return planned, committed
+
+
+@dataclass(frozen=True)
+class _SinkSettled:
+    """Step 3's answer: how the open batch settles in the sink, the last batch done, and
+    for a Delta table the version holding it and the new generation."""
+
+    settled: Settled
+    done: int
     table_version: int | None = None
     generation: int | None = None
-    writes: list[Write] = []
-    if options.sink == "delta":
-        table_path = options.table or ""
-        target = DeltaTarget(uri=qualify(table_path))
-        table = target.open()
-        if table is None:
-            raise MigrationError(f"{table_path} is not a Delta table (--table). {NOTHING}")
-        txn = table.transaction_version(app_id)
-        settled = _settle(planned, committed, txn, app_id=app_id, table=table_path)
-        done = planned if settled != "replay" else planned - 1
-        if done >= 0:
-            commit = target.find_txn_commit(table, app_id=app_id, txn_version=done)
-            table_version = commit.version if commit is not None else None
-        theirs = target.generation(table, app_id=app_id) or 0
-        mine = read_epoch(checkpoint_location=location).generation
-        generation = max(theirs, mine) + 1
-    else:
-        # Kafka's sink: nothing says whether batch N reached the topic; it runs again.
-        settled = "committed" if committed == planned else "replay"
-        done = planned if settled == "committed" else planned - 1
+    notes: tuple[str, ...] = ()
+
+
+def _settle_sink(
+    options: MigrateOptions, location: str, *, planned: int, committed: int | None, app_id: str
+) -> _SinkSettled:
+    """Step 3: a Delta table's ``txn(appId)`` settles the open batch; Kafka's sink cannot
+    say whether it reached the topic, so it runs again."""
+    if options.sink != "delta":
+        settled: Settled = "committed" if committed == planned else "replay"
         barriers = " (downstream chkpt-kafka readers see no more barriers)" * (
             options.to == "spark"
         )
-        notes.append(
+        note = (
             "sink: Kafka. Spark's kafka sink is at-least-once: a batch it wrote and did "
             f"not commit is written again by the next query{barriers}"
         )
+        done = planned if settled == "committed" else planned - 1
+        return _SinkSettled(settled=settled, done=done, notes=(note,))
+    table_path = options.table or ""
+    target = DeltaTarget(uri=qualify(table_path))
+    table = target.open()
+    if table is None:
+        raise MigrationError(f"{table_path} is not a Delta table (--table). {NOTHING}")
+    txn = table.transaction_version(app_id)
+    settled = _settle(planned, committed, txn, app_id=app_id, table=table_path)
+    done = planned if settled != "replay" else planned - 1
+    table_version: int | None = None
     if done >= 0:
-        sources = _kafka_sources(spark, done, options)
-    # Step 4: the state.
+        commit = target.find_txn_commit(table, app_id=app_id, txn_version=done)
+        table_version = commit.version if commit is not None else None
+    theirs = target.generation(table, app_id=app_id) or 0
+    mine = read_epoch(checkpoint_location=location).generation
+    return _SinkSettled(
+        settled=settled, done=done, table_version=table_version, generation=max(theirs, mine) + 1
+    )
+
+
+def _keyed_state(
+    location: str, committed: int | None, check_state: Callable[[str, int], list[str]] | None
+) -> tuple[tuple[int, ...], list[str]]:
+    """Step 4: the checkpoint's stateful operators and what ``check_state`` says of them
+    (refused without a job to compare them with, or without a committed batch)."""
     from spark_chkpt.state.operators import operator_ids
 
     try:
         operators = tuple(operator_ids(checkpoint_location=location))
     except FileNotFoundError:
         operators = ()
-    state_check: list[str] = []
-    if operators:
-        if check_state is None:
-            raise MigrationError(
-                f"{location} holds keyed state (operators {', '.join(map(str, operators))}): "
-                "give the job the query moves to with --job, so that savepoint check "
-                f"compares its operators with the state before it is taken over. {NOTHING}"
-            )
-        if committed is None:
-            raise MigrationError(f"{location}: keyed state but no committed batch. {NOTHING}")
-        state_check = check_state(location, committed)
-    writes += _writes(options, root, settled, planned, app_id, sources, done, generation)
+    if not operators:
+        return operators, []
+    if check_state is None:
+        raise MigrationError(
+            f"{location} holds keyed state (operators {', '.join(map(str, operators))}): "
+            "give the job the query moves to with --job, so that savepoint check "
+            f"compares its operators with the state before it is taken over. {NOTHING}"
+        )
+    if committed is None:
+        raise MigrationError(f"{location}: keyed state but no committed batch. {NOTHING}")
+    return operators, check_state(location, committed)
+
+
+def _spark_side_notes(options: MigrateOptions, *, app_id: str, query_id: str) -> tuple[str, ...]:
+    """What the job must change on Spark's side: options it no longer honours, the txn
+    app id delta-spark's own sink does not keep."""
+    notes = []
     if options.dropped:
         notes.append(
             f"options with no use on Spark's side, drop them from the job: "
@@ -205,33 +268,22 @@ def plan_migration(
             f"txnAppId {app_id}: delta-spark's streaming sink records txn(<query id>) "
             f"({query_id}); a foreachBatch writer keeps txnAppId={app_id}"
         )
-    # Step 5: running? The logs must not change while we look.
-    sleep(max(0.0, options.watch_s - (clock() - started)))
+    return tuple(notes)
+
+
+def _refuse_running(
+    root: Location, location: str, before: list[tuple[tuple[str, int], int]], *, watch_s: float
+) -> None:
+    """Step 5: Spark's logs changed while the plan was read: the query is running."""
     after = _log_listing(root)
     if after != before:
         changed = sorted(set(after) ^ set(before))
         name = "/".join(map(str, changed[-1][0])) if changed else "the logs"
         raise MigrationError(
             f"{location}: the query is running: {name} changed in the last "
-            f"{options.watch_s:g} s. Stop it first (query.stop(), or spark-chkpt savepoint "
+            f"{watch_s:g} s. Stop it first (query.stop(), or spark-chkpt savepoint "
             f"stop for a chkpt query). {NOTHING}"
         )
-    return MigrationPlan(
-        options=options,
-        query_id=query_id,
-        app_id=app_id,
-        planned=planned,
-        committed=committed,
-        settled=settled,
-        resume_at=done + 1,
-        sources=sources,
-        table_version=table_version,
-        generation=generation,
-        operators=operators,
-        state_check=state_check,
-        writes=tuple(writes),
-        notes=tuple(notes),
-    )
 
 
 def _log_listing(root: Location) -> list[tuple[tuple[str, int], int]]:

@@ -26,8 +26,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spark_chkpt.delta.history import snapshot_records
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.history import snapshot_records
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import NotADeltaTableError, RecoveryError
 from spark_chkpt.snapshot.checkpoint import offset_log_entry, write_checkpoint
 from spark_chkpt.snapshot.record import SnapshotRecord

@@ -23,7 +23,7 @@ from spark_chkpt.snapshot.checkpoint import SparkCheckpoint
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.store import STORE_DIR, SnapshotStore
 from spark_chkpt.state.files import StateFile, StateFilesError, state_files
-from spark_chkpt.state.operators import check_retained, provider_of, state_operators
+from spark_chkpt.state.operators import Provider, check_retained, provider_of, state_operators
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +153,77 @@ def create_savepoint(
     plan = spark_checkpoint.plan(batch)
     record = SnapshotStore(checkpoint_location=location).get(batch)
     source = resolve(location)
-    commit_text = source.child("commits", str(batch)).read_text()
     # Step 2: the files: Spark's logs of N, sources/, the state that loads N + 1.
     provider = provider_of(plan.metadata.get("conf"))
+    files, state = _files_of(source, location, batch, record, provider)
+    operators = _operators(location, batch, provider, record, state)
+    # Step 3: copy into the in-progress folder, the manifest last, then publish.
+    name, final, work = new_folder(savepoint_dir, f"savepoint-{batch}")
+    try:
+        _copy(files, source=source, work=work, location=location, batch=batch)
+        manifest = SavepointManifest(
+            savepoint_id=name,
+            batch_id=batch,
+            query_id=query_id,
+            query_name=record.query_name if record is not None else None,
+            checkpoint=location,
+            source_offsets=list(plan.sources),
+            sink=_sink_of(record, query_id, qualify(table) if table else None),
+            provider=(provider or _provider_guess(state)) if operators else None,
+            state_version=batch + 1 if operators else None,
+            operators=operators,
+            files=sorted(files, key=lambda f: f.path),
+            versions=package_versions(),
+            reason=reason,
+            record=json.loads(record.to_json()) if record is not None else None,
+        )
+        work.child(MANIFEST).write_atomic(manifest.to_json() + "\n")
+        if work != final:
+            work.fs.move(work.path, final.path)
+    except BaseException:
+        discard_incomplete(work)
+        raise
+    log.info(
+        "savepoint %s: snapshot %d of query %s (%d files, %d bytes)",
+        final,
+        batch,
+        query_id,
+        len(manifest.files),
+        manifest.total_bytes,
+    )
+    return Savepoint(location=_uri(savepoint_dir, name), manifest=manifest)
+
+
+def new_folder(savepoint_dir: str, prefix: str) -> tuple[str, Location, Location]:
+    """A new savepoint's name (``prefix``, the time, a random tag), its folder under
+    ``savepoint_dir``, and the folder it is written in (on a local file system a hidden
+    in-progress one, moved into place when complete)."""
+    name = f"{prefix}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+    root = resolve(qualify(savepoint_dir))
+    final = root.child(name)
+    return name, final, root.child(f".{name}{IN_PROGRESS}") if final.is_local else final
+
+
+def discard_incomplete(work: Location, *, what: str = "savepoint") -> None:
+    """An incomplete savepoint's folder removed (if that fails, it has no manifest:
+    listings skip it anyway)."""
+    try:
+        work.delete_dir()
+    except OSError as cleanup:
+        log.warning("could not remove the incomplete %s %s: %s", what, work, cleanup)
+
+
+def _files_of(
+    source: Location,
+    location: str,
+    batch: int,
+    record: SnapshotRecord | None,
+    provider: Provider | None,
+) -> tuple[list[StateFile], list[StateFile]]:
+    """Step 2: the files a savepoint of ``batch`` copies (Spark's logs of N, sources/, the
+    state that loads N + 1, under ``state/``), and the state files as the state lists
+    them."""
+    commit_text = source.child("commits", str(batch)).read_text()
     logs = [f"offsets/{batch}", f"commits/{batch}", "metadata"]
     if batch > 0 and source.child("offsets", str(batch - 1)).exists():
         logs.append(f"offsets/{batch - 1}")
@@ -177,62 +245,27 @@ def create_savepoint(
     except StateFilesError as e:
         raise SavepointError(f"cannot savepoint snapshot {batch} of {location}: {e}") from e
     files += [replace(f, path=f"state/{f.path}") for f in state]
-    operators = _operators(location, batch, provider, record, state)
-    # Step 3: copy into the in-progress folder, the manifest last, then publish.
-    name = (
-        f"savepoint-{batch}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
-    )
-    root = resolve(qualify(savepoint_dir))
-    final = root.child(name)
-    work = root.child(f".{name}{IN_PROGRESS}") if final.is_local else final
-    try:
-        for i, f in enumerate(files):
-            if i == len(files) // 2:
-                failpoint(FaultPoint.IN_SAVEPOINT, batch)
-            try:
-                copied = source.child(f.path).copy_to(work.child(CHECKPOINT, f.path))
-            except FileNotFoundError as e:
-                raise SavepointError(
-                    f"{location}/{f.path} vanished while the savepoint copied it (Spark's "
-                    f"cleanup purged snapshot {batch}'s files); try again, or savepoint a "
-                    "newer snapshot"
-                ) from e
-            if copied != f.size:
-                files[files.index(f)] = replace(f, size=copied)
-        manifest = SavepointManifest(
-            savepoint_id=name,
-            batch_id=batch,
-            query_id=query_id,
-            query_name=record.query_name if record is not None else None,
-            checkpoint=location,
-            source_offsets=list(plan.sources),
-            sink=_sink_of(record, query_id, qualify(table) if table else None),
-            provider=(provider or _provider_guess(state)) if operators else None,
-            state_version=batch + 1 if operators else None,
-            operators=operators,
-            files=sorted(files, key=lambda f: f.path),
-            versions=package_versions(),
-            reason=reason,
-            record=json.loads(record.to_json()) if record is not None else None,
-        )
-        work.child(MANIFEST).write_atomic(manifest.to_json() + "\n")
-        if work != final:
-            work.fs.move(work.path, final.path)
-    except BaseException:
+    return files, state
+
+
+def _copy(
+    files: list[StateFile], *, source: Location, work: Location, location: str, batch: int
+) -> None:
+    """Step 3: each file into ``work``'s checkpoint; a size that changed since it was
+    listed is put in ``files`` as copied."""
+    for i, f in enumerate(files):
+        if i == len(files) // 2:
+            failpoint(FaultPoint.IN_SAVEPOINT, batch)
         try:
-            work.delete_dir()
-        except OSError as cleanup:  # the folder has no manifest: listings skip it anyway
-            log.warning("could not remove the incomplete savepoint %s: %s", work, cleanup)
-        raise
-    log.info(
-        "savepoint %s: snapshot %d of query %s (%d files, %d bytes)",
-        final,
-        batch,
-        query_id,
-        len(manifest.files),
-        manifest.total_bytes,
-    )
-    return Savepoint(location=_uri(savepoint_dir, name), manifest=manifest)
+            copied = source.child(f.path).copy_to(work.child(CHECKPOINT, f.path))
+        except FileNotFoundError as e:
+            raise SavepointError(
+                f"{location}/{f.path} vanished while the savepoint copied it (Spark's "
+                f"cleanup purged snapshot {batch}'s files); try again, or savepoint a "
+                "newer snapshot"
+            ) from e
+        if copied != f.size:
+            files[files.index(f)] = replace(f, size=copied)
 
 
 def load_savepoint(*, location: str) -> Savepoint:

@@ -33,7 +33,7 @@ from spark_chkpt.state.operators import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Row, SparkSession
 
 
 @dataclass(frozen=True)
@@ -66,20 +66,7 @@ def read_state(
     ``keys``."""
     location = qualify(checkpoint_location)
     batch = check_retained(checkpoint_location=location, batch_id=batch_id)
-    operators = operator_ids(checkpoint_location=location)
-    if operator_id not in operators:
-        held = ", ".join(map(str, operators)) or "none: the query is stateless"
-        raise ChkptError(
-            f"{location} has no stateful operator {operator_id} (operators under "
-            f"{STATE_DIR}/: {held})"
-        )
-    meta = operator_metadata(resolve(location).child(STATE_DIR, str(operator_id)))
-    stores = [str(s.get("storeName")) for s in meta.get("stateStoreInfo") or ()]
-    if stores and store_name not in stores:
-        raise ChkptError(
-            f"operator {operator_id} of {location} has no state store {store_name!r} "
-            f"(it has {', '.join(stores)})"
-        )
+    meta = _operator_metadata(location, operator_id, store_name)
     # RocksDB's loader reports to the driver's StateStoreCoordinator, an RPC endpoint
     # Spark registers with the session's StreamingQueryManager: in a session that never
     # touched spark.streams the read fails with "Cannot find endpoint: StateStoreCoordinator".
@@ -102,13 +89,7 @@ def read_state(
             f"cannot read the state of batch {batch} (operator {operator_id}, store "
             f"{store_name!r}) from {location}: {str(e).splitlines()[0]}"
         ) from e
-    rows = []
-    for row in collected:
-        flat: dict[str, Any] = dict(row["key"].asDict(recursive=True))
-        value = row["value"].asDict(recursive=True) if row["value"] is not None else {}
-        for name, item in value.items():
-            flat[f"value.{name}" if name in flat else name] = item
-        rows.append(flat)
+    rows = [_flat(row) for row in collected]
     return StateSnapshot(
         checkpoint_location=location,
         batch_id=batch,
@@ -121,6 +102,36 @@ def read_state(
         value_columns=[f"value.{c}" if c in key_columns else c for c in value_columns],
         rows=rows,
     )
+
+
+def _operator_metadata(location: str, operator_id: int, store_name: str) -> dict[str, Any]:
+    """The metadata of stateful operator ``operator_id``, which must hold store
+    ``store_name``."""
+    operators = operator_ids(checkpoint_location=location)
+    if operator_id not in operators:
+        held = ", ".join(map(str, operators)) or "none: the query is stateless"
+        raise ChkptError(
+            f"{location} has no stateful operator {operator_id} (operators under "
+            f"{STATE_DIR}/: {held})"
+        )
+    meta = operator_metadata(resolve(location).child(STATE_DIR, str(operator_id)))
+    stores = [str(s.get("storeName")) for s in meta.get("stateStoreInfo") or ()]
+    if stores and store_name not in stores:
+        raise ChkptError(
+            f"operator {operator_id} of {location} has no state store {store_name!r} "
+            f"(it has {', '.join(stores)})"
+        )
+    return meta
+
+
+def _flat(row: Row) -> dict[str, Any]:
+    """A state row's key and value fields side by side (a value field named like a key
+    field as ``value.<name>``)."""
+    flat: dict[str, Any] = dict(row["key"].asDict(recursive=True))
+    value = row["value"].asDict(recursive=True) if row["value"] is not None else {}
+    for name, item in value.items():
+        flat[f"value.{name}" if name in flat else name] = item
+    return flat
 
 
 def _field_names(data_type: Any) -> list[str]:

@@ -13,11 +13,10 @@ from spark_chkpt.alignment.cut import (
     AlignmentError,
     RecordFilter,
     TopicCut,
-    completed_snapshots,
-    entries_ahead,
     plan_topic,
     record_filters,
 )
+from spark_chkpt.alignment.snapshots import completed_snapshots, entries_ahead
 from spark_chkpt.errors import ChkptError
 from spark_chkpt.offsets import TopicPartition
 
@@ -501,7 +500,7 @@ def _completed_by_the_aligner(
 def test_completed_snapshots_agree_with_the_aligner_fed_barrier_by_barrier(
     parts: int, snapshots: list[tuple[int, dict[int, int]]], starts: list[int]
 ) -> None:
-    from spark_chkpt.alignment.cut import completed_snapshots
+    from spark_chkpt.alignment.snapshots import completed_snapshots
 
     partitions = [TopicPartition("t", p) for p in range(parts)]
     entries = [

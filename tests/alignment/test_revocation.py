@@ -9,8 +9,9 @@ from collections.abc import Mapping
 import pytest
 
 from spark_chkpt.alignment.barrier import IndexEntry
-from spark_chkpt.alignment.cut import RecordFilter, check_not_passed, plan_topic, record_filters
+from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
 from spark_chkpt.alignment.index import BarrierIndex
+from spark_chkpt.alignment.snapshots import check_not_passed
 from spark_chkpt.errors import RevokedSnapshotError
 from spark_chkpt.offsets import TopicPartition
 

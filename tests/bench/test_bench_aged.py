@@ -85,7 +85,7 @@ def test_the_aged_table_is_a_table_of_n_versions_and_files_checkpointed_every_10
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_chkpt.delta.log_commit import checkpoint_files, load_state
+    from spark_chkpt.delta.log.commit import checkpoint_files, load_state
     from spark_chkpt.fs import resolve
 
     template, table = tmp_path / "template", tmp_path / "aged"

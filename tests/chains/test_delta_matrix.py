@@ -10,7 +10,7 @@ steps and restarted until done:
 
 * ``chkpt-delta``: the real job (``python -m spark_chkpt.jobs.kafka_to_delta``): delta-rs
   refuses to commit to the table, so each batch is the project's own commit
-  (:mod:`spark_chkpt.delta.log_commit`), killed right after its ``_delta_log/<v>.json``
+  (:mod:`spark_chkpt.delta.log.commit`), killed right after its ``_delta_log/<v>.json``
   (``after-own-commit``) and after Spark's ``commits/N`` (``after-commit-log``);
 * ``DeltaUpsert``: a user's ``foreachBatch`` job (``tests/user_scripts/upsert_job.py
   --delta-spark``, its session with delta-spark as a Databricks job's) whose input

@@ -22,7 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_chkpt.delta.staging import STAGED_NAME
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.snapshot.store import SnapshotStore
 from spark_chkpt.testing.generator import PAGE_VIEW_SCHEMA_DDL, PageViews, produce_page_views
 from spark_chkpt.testing.processes import kill_tree

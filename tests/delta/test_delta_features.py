@@ -146,7 +146,7 @@ OWN_COMMIT = {
 def test_a_table_delta_rs_refuses_takes_appends_read_back_by_delta_spark_and_delta_rs(
     spark: SparkSession, tmp_path: Path, name: str
 ) -> None:
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
 
     ddl, tail, after = OWN_COMMIT[name]
     table, chk, folder = tmp_path / "table", tmp_path / "chk", tmp_path / "in"
@@ -198,7 +198,7 @@ def _mark(table: Path, column: str = "id") -> int:
 def test_identity_columns_are_generated_unique_above_the_mark_across_batches_and_tasks(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
 
     table, chk, folder = tmp_path / "always", tmp_path / "chk", tmp_path / "in"
     create(spark, table, "id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING")
@@ -462,7 +462,7 @@ def test_a_catalog_table_is_written_by_name_with_to_table_and_delta_upsert(
 
     db = database(spark, tmp_path)
     # interval 2: delta-spark's INSERT is version 1, the sink's commit version 2 and its
-    # checkpoint (log_upkeep), which delta-spark reads the table from below
+    # checkpoint (log/upkeep.py), which delta-spark reads the table from below
     spark.sql(
         f"CREATE TABLE {db}.events (id BIGINT, v STRING) USING delta "
         "TBLPROPERTIES ('delta.checkpointInterval'='2')"
@@ -543,7 +543,7 @@ def test_a_savepoint_rewind_of_a_databricks_default_table_keeps_row_ids_and_resu
 ) -> None:
     """Issue 47: a rewind of a table delta-rs cannot restore (row tracking, in-commit
     timestamps, deletion vectors, column mapping) is the project's own RESTORE commit."""
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
     from spark_chkpt.savepoint.manifest import create_savepoint
     from spark_chkpt.savepoint.restore import restore_savepoint
 
@@ -636,7 +636,7 @@ def assert_row_tracking_and_timestamps(spark: SparkSession, table: Path, rows: i
 def test_complete_mode_replaces_the_rows_of_a_table_delta_rs_refuses(
     spark: SparkSession, tmp_path: Path, name: str
 ) -> None:
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
 
     ddl, tail, _ = OWN_COMMIT[name]
     table, chk, folder = tmp_path / "table", tmp_path / "chk", tmp_path / "in"
@@ -677,7 +677,7 @@ def test_delta_upsert_merges_into_a_table_delta_rs_refuses_through_delta_spark(
     """The session has delta-spark: DeltaUpsert's MERGE is delta-spark's, with the txn
     and the snapshot record in its commit (a replay commits nothing) and its change
     feed."""
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
     from spark_chkpt.snapshot.record import SNAPSHOT_KEY
 
     ddl, tail, _ = OWN_COMMIT[name]
@@ -749,7 +749,7 @@ def test_optimize_vacuum_and_another_writer_between_runs_each_row_once(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """The sink's Python workers keep the table across batches and queries
-    (spark_chkpt/delta/log_state.py): delta-spark's OPTIMIZE, VACUUM and append between
+    (spark_chkpt/delta/log/state.py): delta-spark's OPTIMIZE, VACUUM and append between
     two runs of the query are read as new commits, and delta-spark reads every row once."""
     table, chk, src = tmp_path / "t", tmp_path / "chk", tmp_path / "in"
     create(spark, table)

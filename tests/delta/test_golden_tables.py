@@ -1,7 +1,7 @@
 """Tables with the protocols of Delta's own golden tables (tests/delta/golden/README.md:
 which golden table each has the protocol of, and where it is): the protocol check a
 query's ``start()`` runs (:meth:`DeltaTarget.check_features`, over
-:func:`~spark_chkpt.delta.protocol.read_protocol` and the ``FEATURES`` table) accepts the
+:func:`~spark_chkpt.delta.features.protocol.read_protocol` and the ``FEATURES`` table) accepts the
 implemented features and refuses the others naming the feature, an unknown one too;
 where spark-chkpt writes such a table without Spark, a batch is appended through
 :meth:`DeltaTarget.commit` (staged as the sink stages it) and read back by delta-rs.
@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_chkpt.delta.protocol import FEATURES
+from spark_chkpt.delta.features.protocol import FEATURES
 from spark_chkpt.delta.staging import ParquetStager
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import TableFeatureError
 from spark_chkpt.fs import resolve
 
@@ -61,7 +61,7 @@ def test_every_fixture_is_checked_here() -> None:
 
 @pytest.mark.parametrize("name", sorted(ACCEPTED))
 def test_a_golden_protocol_with_implemented_features_is_accepted(tmp_path: Path, name: str) -> None:
-    from spark_chkpt.delta.protocol import read_protocol
+    from spark_chkpt.delta.features.protocol import read_protocol
 
     target = copy(name, tmp_path)
     table = target.require()

@@ -108,10 +108,10 @@ def test_emptying_a_dead_letter_table_delta_rs_refuses_is_the_own_replacement(
     upgrade commit, by a writer without an app id) rewound to before its first dead
     letter: spark-chkpt's own replacement commit removes every file (delta-rs refuses to
     commit to such tables), the row-id high-water mark kept; the re-run batch appends."""
-    from spark_chkpt.delta.log_commit import load_state
-    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.delta.log.commit import load_state
+    from spark_chkpt.delta.rollback import NO_APP_ID
     from spark_chkpt.fs import resolve
-    from tests.delta.test_log_commit import ON, ROW_TRACKING, _upgrade, actions
+    from tests.delta.log.test_log_commit import ON, ROW_TRACKING, _upgrade, actions
 
     step(run, 0, [])  # no dead letter yet: no dead-letter table
     step(run, 1, letters_of(1))
@@ -138,10 +138,10 @@ def test_an_own_commit_dead_letter_table_on_a_store_without_put_if_absent_is_ref
     """Where the own commit cannot be made (a store without a create-if-absent: the
     dead-letter table taken as one), the rewind is refused before anything changes, with
     one error naming the dead-letter table and its feature."""
-    from spark_chkpt.delta import log_commit
-    from spark_chkpt.delta.rewind import NO_APP_ID
+    from spark_chkpt.delta.log import commit as log_commit
+    from spark_chkpt.delta.rollback import NO_APP_ID
     from spark_chkpt.errors import TableFeatureError
-    from tests.delta.test_log_commit import _upgrade
+    from tests.delta.log.test_log_commit import _upgrade
 
     step(run, 0, [])
     step(run, 1, letters_of(1))

@@ -63,7 +63,18 @@ LAYERS = {
         "spark_chkpt.kafka.client",
         "spark_chkpt.kafka.control",
     },
-    "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, staging, replay
+    "spark_chkpt.delta": {"spark_chkpt.snapshot"},  # the shared table, log, staging, replay
+    # The writer protocol's features, pure: a table's metadata and a batch, no log, no delta-rs.
+    "spark_chkpt.delta.features": set(),
+    # The project's own log commits: a staged file's add action, the features' rules.
+    "spark_chkpt.delta.log": {"spark_chkpt.delta.features", "spark_chkpt.delta.staging"},
+    # The door to delta-rs, over the own log commits; snapshot records in commitInfo.
+    "spark_chkpt.delta.table": {
+        "spark_chkpt.delta.features",
+        "spark_chkpt.delta.log",
+        "spark_chkpt.delta.staging",
+        "spark_chkpt.snapshot",
+    },
     "spark_chkpt.delta.sink": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     "spark_chkpt.delta.upsert": {"spark_chkpt.delta", "spark_chkpt.snapshot"},
     # One object per sink kind, each from its sink's package: what the tools ask a sink.
@@ -190,7 +201,7 @@ def test_the_doors_to_delta_rs_are_the_ones_architecture_md_names() -> None:
         and "deltalake" in {m.split(".")[0] for m in GRAPH[name]}
     }
     assert importing <= named, f"deltalake imported outside the named doors: {importing - named}"
-    readers = {"spark_chkpt.delta.history"}  # named as reading through table.py, not a door
+    readers = {"spark_chkpt.delta.table.history"}  # reads through target.py, not a door
     assert named - readers <= importing, f"named as doors, import no deltalake: {named - importing}"
 
 

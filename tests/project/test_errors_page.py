@@ -84,8 +84,8 @@ def test_the_path_not_found_message_is_the_one_raised(
 
 
 def test_the_catalog_table_messages_are_the_ones_raised(tmp_path: Path) -> None:
-    from spark_chkpt.delta.catalog import check_catalog
     from spark_chkpt.delta.sink.options import DeltaSinkConfig
+    from spark_chkpt.delta.table.catalog import check_catalog
     from spark_chkpt.errors import CatalogTableError, ConfigError
 
     with pytest.raises(CatalogTableError) as other:

@@ -19,7 +19,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from spark_chkpt.delta.replay import check_replay
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.recovery.rebuild import last_snapshot
 from spark_chkpt.savepoint.manifest import (

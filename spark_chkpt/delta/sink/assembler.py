@@ -18,17 +18,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spark_chkpt.delta.column_mapping import ColumnMapping
-from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
-from spark_chkpt.delta.identity import IdentityColumns, identity_columns
-from spark_chkpt.delta.protocol import read_protocol
+from spark_chkpt.delta.features.column_mapping import ColumnMapping
+from spark_chkpt.delta.features.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.features.identity import IdentityColumns, identity_columns
+from spark_chkpt.delta.features.protocol import read_protocol
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.sink.dead_letter_rows import pa_schema_of
 from spark_chkpt.delta.sink.dead_letters import check_dead_letters
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.sink.writer import DeltaWriter
 from spark_chkpt.delta.staging import StagedOutput
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
 

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.column_mapping import ColumnMapping
+from spark_chkpt.delta.features.column_mapping import ColumnMapping
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.replay import other_writers
 from spark_chkpt.delta.sink.dead_letters import DeadLetters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
-from spark_chkpt.delta.table import DeltaTarget, committing
+from spark_chkpt.delta.table.target import DeltaTarget, committing
 from spark_chkpt.errors import QueryIdentityError, TableFeatureError
 from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.snapshot.checkpoint import BatchPlan

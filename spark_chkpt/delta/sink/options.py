@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spark_chkpt.delta.commit_safety import commit_storage_options
-from spark_chkpt.delta.protocol import CREATION_PREFIX, check_creation_properties
+from spark_chkpt.delta.features.protocol import CREATION_PREFIX, check_creation_properties
+from spark_chkpt.delta.log.commit_safety import commit_storage_options
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.fs import qualify, remember_bucket_options
 from spark_chkpt.options import (
@@ -46,6 +46,51 @@ _KNOWN_DELTA_OPTIONS = (
 )
 
 
+def _table_path(opts: Mapping[str, str]) -> str:
+    """The table's location: ``path``, or ``table`` resolved through the catalog."""
+    path = located(opts, "table", "path")
+    if not path:
+        raise ConfigError(
+            "path",
+            None,
+            "required: the Delta table's location (.option('path', ...) or .start(path)),"
+            " or option table naming a Delta table of the session catalog",
+        )
+    return path
+
+
+def _other_writers(opts: Mapping[str, str]) -> str:
+    """``otherWriters``: ``refuse`` (the default) or ``allow``."""
+    other_writers = opts.get("otherwriters", "refuse").strip().lower()
+    if other_writers not in ("refuse", "allow"):
+        raise ConfigError(
+            "otherWriters",
+            other_writers,
+            "'refuse' (default: a new query fails if the table holds another query's "
+            "snapshots of the same topic-partitions) or 'allow'",
+        )
+    return other_writers
+
+
+def _storage_options(
+    opts: Mapping[str, str], *, path: str, checkpoint: str | None, dead_letters: str | None
+) -> dict[str, str]:
+    """The ``storage.*`` options with the store's safe commit default, remembered for
+    the checkpoint and the dead-letter table too: they are read from Python with no
+    options of their own and take the table's (each location its own, so two queries
+    of one process with different options do not share them)."""
+    storage = commit_storage_options(
+        uri=qualify(path),
+        storage_options={
+            k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+        },
+    )
+    for location in (path, checkpoint, dead_letters):
+        if location:
+            remember_bucket_options(location, storage)
+    return storage
+
+
 @dataclass(frozen=True)
 class DeltaSinkConfig(SnapshotConfig):
     """Validated options of the ``chkpt-delta`` sink: the snapshot protocol's
@@ -79,14 +124,7 @@ class DeltaSinkConfig(SnapshotConfig):
             prefixes=("storage.", CREATION_PREFIX),
         )
         opts = lowercase(options)
-        path = located(opts, "table", "path")
-        if not path:
-            raise ConfigError(
-                "path",
-                None,
-                "required: the Delta table's location (.option('path', ...) or .start(path)),"
-                " or option table naming a Delta table of the session catalog",
-            )
+        path = _table_path(opts)
         dead_letter_path = located(opts, "deadLetterTable", "deadLetterPath")
         snapshot = snapshot_options(
             opts,
@@ -94,30 +132,13 @@ class DeltaSinkConfig(SnapshotConfig):
             "is the snapshot plan)",
         )
         partition_by = tuple(c.strip() for c in opts.get("partitionby", "").split(",") if c.strip())
-        other_writers = opts.get("otherwriters", "refuse").strip().lower()
-        if other_writers not in ("refuse", "allow"):
-            raise ConfigError(
-                "otherWriters",
-                other_writers,
-                "'refuse' (default: a new query fails if the table holds another query's "
-                "snapshots of the same topic-partitions) or 'allow'",
-            )
-        storage = commit_storage_options(
-            uri=qualify(path),
-            storage_options={
-                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
-            },
+        other_writers = _other_writers(opts)
+        storage = _storage_options(
+            opts,
+            path=path,
+            checkpoint=snapshot["checkpoint_location"],
+            dead_letters=dead_letter_path,
         )
-        # The checkpoint and the dead-letter table are read from Python with no options
-        # of their own: they take the table's (each location its own, so two queries of
-        # one process with different options do not share them).
-        for location in (
-            path,
-            snapshot["checkpoint_location"],
-            dead_letter_path,
-        ):
-            if location:
-                remember_bucket_options(location, storage)
         return cls(
             path=qualify(path),  # on the driver: executors have another working folder
             partition_by=partition_by,
@@ -160,7 +181,7 @@ class DeltaSinkConfig(SnapshotConfig):
 def located(opts: Mapping[str, str], name_option: str, path_option: str) -> str:
     """The location of the table option ``path_option`` or ``name_option`` gives
     (``opts`` lower-cased; "" if neither): a table name is resolved on the driver when
-    the query starts (:func:`spark_chkpt.delta.catalog.install_table_option`), which
+    the query starts (:func:`spark_chkpt.delta.table.catalog.install_table_option`), which
     hands the sink its location as ``<name_option>Location``."""
     path = opts.get(path_option.lower(), "").strip()
     table = opts.get(name_option.lower(), "").strip()

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from spark_chkpt.delta.column_mapping import ColumnMapping
-from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
-from spark_chkpt.delta.identity import IdentityColumns
+from spark_chkpt.delta.features.column_mapping import ColumnMapping
+from spark_chkpt.delta.features.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.features.identity import IdentityColumns
 from spark_chkpt.delta.sink.dead_letter_rows import split_dead_letters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, StagedOutput

@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.commit_safety import commit_storage_options
-from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.features.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.features.protocol import Operation, read_protocol
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
-from spark_chkpt.delta.log_commit import needs_own_commit
-from spark_chkpt.delta.protocol import Operation, read_protocol
+from spark_chkpt.delta.log.commit import needs_own_commit
+from spark_chkpt.delta.log.commit_safety import commit_storage_options
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
-from spark_chkpt.delta.table import DeltaTarget, TxnCommit, committing
+from spark_chkpt.delta.table.target import DeltaTarget, TxnCommit, committing
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures, without_column
 from spark_chkpt.delta.upsert.spark_merge import has_delta_spark, merge_through_delta_spark
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
@@ -214,7 +214,7 @@ class DeltaUpsert:
         partition columns are found in it and its columns and types are the table's (if
         there is one; ``spark``: the query's session, whose delta-spark commits a MERGE
         into a table delta-rs refuses). Raises :class:`ConfigError` or
-        :class:`~spark_chkpt.delta.table.SchemaMismatchError` naming the column."""
+        :class:`~spark_chkpt.delta.table.target.SchemaMismatchError` naming the column."""
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BooleanType
 
@@ -560,7 +560,7 @@ def _table_location(table: str, path: str | None) -> str:
     with the active SparkSession of the driver that builds the upsert."""
     from pyspark.sql import SparkSession
 
-    from spark_chkpt.delta.catalog import resolve_table
+    from spark_chkpt.delta.table.catalog import resolve_table
 
     if path:
         raise ConfigError("table", table, "give either path or table, not both")

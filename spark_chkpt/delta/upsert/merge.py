@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.log_state import delta_rs
-from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
-from spark_chkpt.delta.table import DeltaTarget, commit_properties
+from spark_chkpt.delta.log.state import delta_rs
+from spark_chkpt.delta.log.upkeep import no_hooks, upkeep
+from spark_chkpt.delta.table.target import DeltaTarget, commit_properties
 from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.features.constraints import GeneratedColumns, TableRules
 from spark_chkpt.delta.staging import ParquetStager, StagedFile, normalize_schema
 from spark_chkpt.delta.upsert.merge import without_column
 from spark_chkpt.failpoints import FaultPoint, failpoint

@@ -13,6 +13,12 @@ from spark_chkpt.kafka.client.columnar import RecordColumns
 from spark_chkpt.kafka.source.records import header_codes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from spark_chkpt.alignment.cut import RecordFilter
     from spark_chkpt.alignment.fanin import FanInFilter
     from spark_chkpt.kafka.source.judge import RecordJudge
 
@@ -64,10 +70,8 @@ def judge_columns(judge: RecordJudge, chunk: RecordColumns, *, final: bool) -> J
 
     out = Judged()
     n = len(chunk)
-    tp = judge.tp
     f = judge.filter
     codes, barrier_code, tags = _kinds(chunk)
-    first_offset, last_offset = chunk.first_offset, chunk.last_offset
     offsets_ = None
 
     def offsets() -> Any:  # the offsets as numpy, only for a chunk that needs them
@@ -77,39 +81,61 @@ def judge_columns(judge: RecordJudge, chunk: RecordColumns, *, final: bool) -> J
         return offsets_
 
     # Step 1: revoked snapshots' records and barriers, by offset range and by attempt.
-    revoked = np.zeros(n, dtype=np.bool_)
     revoking = f is not None and bool(f.revoked or f.revoked_attempts)
-    if f is not None and revoking:
-        for start, end in f.revoked:
-            if start <= last_offset and end > first_offset:
-                revoked |= (offsets() >= start) & (offsets() < end)
-        revoked |= _by_code(codes, [t is not None and t in f.revoked_attempts for t in tags])
+    revoked = _revoked_rows(chunk, f if revoking else None, codes, tags, offsets)
     is_barrier_row = barrier_code[codes]
     # Step 2: the barriers, in order; a revoked snapshot's confirms nothing.
-    barriers = np.flatnonzero(is_barrier_row & ~revoked)
-    counting: list[int] = []  # indices of the barriers that count
-    snapshots: list[int] = []  # their snapshot ids
-    confirms: dict[str, int] = {}  # attempt -> index into counting of its first barrier
-    for at in barriers.tolist():
-        record = chunk.record(at)
-        parsed = Barrier.parse(
-            record.value, topic=tp.topic, partition=tp.partition, offset=record.offset
-        )
-        if (
-            f is not None
-            and revoking
-            and parsed.attempts
-            and set(parsed.attempts) <= f.revoked_attempts
-        ):
-            revoked[at] = True
-            continue
-        for attempt in parsed.attempts:
-            confirms.setdefault(attempt, len(counting))
-        counting.append(at)
-        snapshots.append(parsed.snapshot_id)
+    barriers = np.flatnonzero(is_barrier_row & ~revoked).tolist()
+    counting, snapshots, confirms = _counting_barriers(
+        chunk, judge, barriers, revoked, revoking=revoking
+    )
     is_row = ~(is_barrier_row | revoked)
     # Step 3: tagged records the index does not confirm, below the filter's bound: kept
     # if a barrier up to the one after them (or one read before) names their attempt.
+    dropped, cut = _dropped(
+        chunk, judge, codes, tags, is_row, counting, confirms, offsets, final=final
+    )
+    keep = is_row & ~dropped
+    # Step 4: the counts, of the decided records only (the held ones come again).
+    out.barriers = len(counting)
+    out.revoked = int(np.count_nonzero(revoked[:cut]))
+    out.dropped = int(np.count_nonzero(dropped))
+    if out.dropped:
+        out.dropped_attempts = {str(tags[c]) for c in np.unique(codes[dropped]).tolist() if c >= 0}
+    for attempt in confirms:
+        judge.seen_confirmed.add(attempt)
+    # Step 5: the kept records cut at the barriers that count.
+    lo = 0
+    for at, snapshot in zip(counting, snapshots, strict=True):
+        out.segments.append((_kept(chunk, keep, lo, at), snapshot))
+        lo = at + 1
+    out.segments.append((_kept(chunk, keep, lo, cut), None))
+    if cut < n:
+        out.held = chunk.slice(cut, n)
+    return out
+
+
+def _dropped(
+    chunk: RecordColumns,
+    judge: RecordJudge,
+    codes: NDArray[np.int64],
+    tags: list[str | None],
+    is_row: NDArray[np.bool_],
+    counting: list[int],
+    confirms: dict[str, int],
+    offsets: Callable[[], NDArray[np.int64]],
+    *,
+    final: bool,
+) -> tuple[NDArray[np.bool_], int]:
+    """Step 3: the rows dropped (tagged records the index does not confirm, below the
+    filter's bound, that no barrier up to the one after them, or one read before, names)
+    and where the decided rows end (the rest held for the next barrier unless
+    ``final``)."""
+    import numpy as np
+
+    f = judge.filter
+    n = len(chunk)
+    first_offset, last_offset = chunk.first_offset, chunk.last_offset
     keep_until = f.confirm_until if f is not None else -1
     confirmed = f.confirmed if f is not None else frozenset()
     never = len(counting) + 1
@@ -133,24 +159,64 @@ def judge_columns(judge: RecordJudge, chunk: RecordColumns, *, final: bool) -> J
         if not final and undecided.any():
             cut = int(np.argmax(undecided))
             dropped[cut:] = False
-    keep = is_row & ~dropped
-    # Step 4: the counts, of the decided records only (the held ones come again).
-    out.barriers = len(counting)
-    out.revoked = int(np.count_nonzero(revoked[:cut]))
-    out.dropped = int(np.count_nonzero(dropped))
-    if out.dropped:
-        out.dropped_attempts = {str(tags[c]) for c in np.unique(codes[dropped]).tolist() if c >= 0}
-    for attempt in confirms:
-        judge.seen_confirmed.add(attempt)
-    # Step 5: the kept records cut at the barriers that count.
-    lo = 0
-    for at, snapshot in zip(counting, snapshots, strict=True):
-        out.segments.append((_kept(chunk, keep, lo, at), snapshot))
-        lo = at + 1
-    out.segments.append((_kept(chunk, keep, lo, cut), None))
-    if cut < n:
-        out.held = chunk.slice(cut, n)
-    return out
+    return dropped, cut
+
+
+def _revoked_rows(
+    chunk: RecordColumns,
+    f: RecordFilter | None,
+    codes: NDArray[np.int64],
+    tags: list[str | None],
+    offsets: Callable[[], NDArray[np.int64]],
+) -> NDArray[np.bool_]:
+    """Step 1: the rows of revoked snapshots (records and barriers), by offset range and
+    by attempt; none without a filter that revokes."""
+    import numpy as np
+
+    revoked = np.zeros(len(chunk), dtype=np.bool_)
+    if f is None:
+        return revoked
+    for start, end in f.revoked:
+        if start <= chunk.last_offset and end > chunk.first_offset:
+            revoked |= (offsets() >= start) & (offsets() < end)
+    revoked |= _by_code(codes, [t is not None and t in f.revoked_attempts for t in tags])
+    return revoked
+
+
+def _counting_barriers(
+    chunk: RecordColumns,
+    judge: RecordJudge,
+    barriers: list[int],
+    revoked: NDArray[np.bool_],
+    *,
+    revoking: bool,
+) -> tuple[list[int], list[int], dict[str, int]]:
+    """Step 2: of the barriers at ``barriers`` (in order), the indices of those that count,
+    their snapshot ids, and each attempt's first counting barrier (an index into the
+    first list); a barrier naming only revoked attempts is marked in ``revoked`` and
+    counts not."""
+    tp, f = judge.tp, judge.filter
+    counting: list[int] = []
+    snapshots: list[int] = []
+    confirms: dict[str, int] = {}
+    for at in barriers:
+        record = chunk.record(at)
+        parsed = Barrier.parse(
+            record.value, topic=tp.topic, partition=tp.partition, offset=record.offset
+        )
+        if (
+            f is not None
+            and revoking
+            and parsed.attempts
+            and set(parsed.attempts) <= f.revoked_attempts
+        ):
+            revoked[at] = True
+            continue
+        for attempt in parsed.attempts:
+            confirms.setdefault(attempt, len(counting))
+        counting.append(at)
+        snapshots.append(parsed.snapshot_id)
+    return counting, snapshots, confirms
 
 
 def plain_columns(chunk: RecordColumns) -> tuple[RecordColumns | None, int, int | None]:

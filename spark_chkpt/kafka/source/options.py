@@ -14,22 +14,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_chkpt.alignment.cut import ALIGNMENT_MODES, AlignmentMode
+from spark_chkpt.alignment.cut import AlignmentMode
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client.consumer import ClientKind, ConsumerSettings
-from spark_chkpt.kafka.client.settings import (
-    check_librdkafka,
-    kafka_client_settings,
-    librdkafka_settings,
-    parse_client,
+from spark_chkpt.kafka.client.settings import librdkafka_settings
+from spark_chkpt.kafka.source.option_parsers import (
+    RECORDS_PER_TASK,
+    parse_alignment,
+    parse_bootstrap_servers,
+    parse_read_client,
+    parse_read_settings,
+    parse_timestamp_strategy,
+    parse_trigger_limits,
 )
-from spark_chkpt.options import (
-    check_option_names,
-    lowercase,
-    parse_bool,
-    parse_duration_ms,
-    parse_positive_int,
-)
+from spark_chkpt.options import check_option_names, lowercase, parse_positive_int
 
 EARLIEST = -2
 LATEST = -1
@@ -132,6 +130,37 @@ def _parse_offset_spec(
     return OffsetSpec(kind="offsets", offsets=parsed)
 
 
+def _parse_bounds(
+    options: Mapping[str, str], *, streaming: bool | None
+) -> tuple[OffsetSpec, OffsetSpec]:
+    """Where the read starts and ends, and the options of the other query kind refused
+    (an end for a stream, a trigger's limits for a batch query). ``streaming=None``:
+    what both query kinds share (DataSource.schema() runs before Spark says which kind
+    it is); the mode-specific checks follow later."""
+    starting = _parse_offset_spec(
+        options,
+        prefix="starting",
+        default="earliest" if streaming is False else "latest",
+        batch_end=False,
+    )
+    ending = OffsetSpec(kind="latest")
+    if streaming:
+        for opt in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if opt.lower() in options:
+                raise ConfigError(
+                    opt,
+                    options[opt.lower()],
+                    "only for batch queries (spark.read); a stream has no end",
+                )
+    if streaming is not True:
+        ending = _parse_offset_spec(options, prefix="ending", default="latest", batch_end=True)
+    if streaming is False:
+        for opt in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if opt.lower() in options:
+                raise ConfigError(opt, options[opt.lower()], "only for streaming queries")
+    return starting, ending
+
+
 @dataclass(frozen=True)
 class Subscription:
     kind: SubscriptionKind
@@ -221,13 +250,6 @@ _KNOWN_SOURCE_OPTIONS = (
 )
 
 
-# recordsPerTask's default: a batch of fewer records is read by one task. A second task
-# costs its launch, a Python worker and a Parquet file of the sink's (tens of ms on a
-# busy 2-core machine, docs/performance): batches of 1,000-1,700 records were faster
-# as one task; 20,000-record batches still take two task slots.
-RECORDS_PER_TASK = 5_000
-
-
 def read_task_count(*, records: int, task_slots: int, records_per_task: int) -> int:
     """Read tasks for a batch of ``records`` records: one per ``records_per_task``
     (rounded up), at least one, at most ``task_slots`` (one wave of tasks a batch)."""
@@ -300,92 +322,13 @@ class SourceConfig:
             prefixes=("kafka.", "chkpt."),
         )
         opts = lowercase(options)
-        servers = opts.get("kafka.bootstrap.servers", "").strip()
-        if not servers:
-            raise ConfigError(
-                "kafka.bootstrap.servers", None, "required: a comma-separated list of host:port"
-            )
-        for server in servers.split(","):
-            host, _, port = server.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise ConfigError(
-                    "kafka.bootstrap.servers", servers, f"'{server.strip()}' is not host:port"
-                )
+        servers = parse_bootstrap_servers(opts)
         subscription = _parse_subscription(opts)
-        # streaming=None: validate what both query kinds share (DataSource.schema() runs
-        # before Spark says which kind it is); the mode-specific checks follow later.
-        starting = _parse_offset_spec(
-            opts,
-            prefix="starting",
-            default="earliest" if streaming is False else "latest",
-            batch_end=False,
-        )
-        ending = OffsetSpec(kind="latest")
-        if streaming:
-            for opt in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
-                if opt.lower() in opts:
-                    raise ConfigError(
-                        opt,
-                        opts[opt.lower()],
-                        "only for batch queries (spark.read); a stream has no end",
-                    )
-        if streaming is not True:
-            ending = _parse_offset_spec(opts, prefix="ending", default="latest", batch_end=True)
-        if streaming is False:
-            for opt in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
-                if opt.lower() in opts:
-                    raise ConfigError(opt, opts[opt.lower()], "only for streaming queries")
-        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
-        if strategy not in ("error", "latest"):
-            raise ConfigError(
-                "startingOffsetsByTimestampStrategy", strategy, "one of 'error', 'latest'"
-            )
-        max_per = parse_positive_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"))
-        min_per = parse_positive_int("minOffsetsPerTrigger", opts.get("minoffsetspertrigger"))
-        if max_per is not None and min_per is not None and min_per > max_per:
-            raise ConfigError(
-                "minOffsetsPerTrigger",
-                str(min_per),
-                f"must not exceed maxOffsetsPerTrigger ({max_per})",
-            )
-        delay = parse_duration_ms(
-            "maxTriggerDelay", opts.get("maxtriggerdelay"), default_ms=15 * 60_000
-        )
-        alignment = opts.get("alignment", "aligned").strip().lower()
-        if alignment not in ALIGNMENT_MODES:
-            raise ConfigError(
-                "alignment",
-                alignment,
-                "one of 'aligned' (exactly-once, a consistent cut: the default), 'unaligned' "
-                "(exactly-once, each partition up to its own newest barrier), 'at-least-once' "
-                "(also reads records after the last barrier), 'none' (plain reads)",
-            )
-        timeout = opts.get("alignmenttimeout")
-        upstream_apps = tuple(
-            sorted({a.strip() for a in opts.get("upstreamapps", "").split(",") if a.strip()})
-        )
-        if upstream_apps and (alignment != "aligned" or timeout is not None):
-            raise ConfigError(
-                "upstreamApps",
-                ",".join(upstream_apps),
-                f"only with alignment=aligned (not {alignment}) and without "
-                "alignmentTimeout: a topic several upstream queries write is cut per query "
-                "only when aligned, and has no unaligned fallback",
-            )
-        group_id = opts.get("kafka.group.id")
-        prefix = opts.get("groupidprefix", "spark-chkpt-kafka-source")
-        client = parse_client(opts, role="consumer").kind
-        settings = kafka_client_settings(opts, role="consumer")
-        if client == "confluent":
-            check_librdkafka(librdkafka_settings(settings), servers)
-        decode = opts.get("decode", "columns").strip().lower()
-        if decode not in ("columns", "records"):
-            raise ConfigError(
-                "decode",
-                decode,
-                "one of 'columns' (the default: record batches decoded straight into Arrow "
-                "columns) or 'records' (kafka-python's record objects, then columns)",
-            )
+        starting, ending = _parse_bounds(opts, streaming=streaming)
+        strategy = parse_timestamp_strategy(opts)
+        max_per, min_per, delay = parse_trigger_limits(opts)
+        alignment, timeout, upstream_apps = parse_alignment(opts)
+        client, settings, decode = parse_read_client(opts, servers=servers)
         max_records = (
             parse_positive_int(
                 "maxRecordsPerArrowBatch", opts.get("maxrecordsperarrowbatch"), default=10_000
@@ -397,51 +340,21 @@ class SourceConfig:
             subscription=subscription,
             starting=starting,
             ending=ending,
-            timestamp_strategy="latest" if strategy == "latest" else "error",
+            timestamp_strategy=strategy,
             max_offsets_per_trigger=max_per,
             min_offsets_per_trigger=min_per,
             max_trigger_delay_ms=delay,
-            fail_on_data_loss=parse_bool(
-                "failOnDataLoss", opts.get("failondataloss"), default=True
-            ),
-            include_headers=parse_bool("includeHeaders", opts.get("includeheaders"), default=False),
-            fail_on_missing_topic=parse_bool(
-                "failOnMissingTopic", opts.get("failonmissingtopic"), default=True
-            ),
-            min_partitions=parse_positive_int("minPartitions", opts.get("minpartitions")),
-            group_id=group_id,
-            group_id_prefix=prefix,
-            poll_timeout_ms=parse_positive_int(
-                "kafkaConsumer.pollTimeoutMs",
-                opts.get("kafkaconsumer.polltimeoutms"),
-                default=120_000,
-            )
-            or 120_000,
+            group_id=opts.get("kafka.group.id"),
+            group_id_prefix=opts.get("groupidprefix", "spark-chkpt-kafka-source"),
             max_records_per_arrow_batch=max_records,
             client_settings=settings,
             alignment=alignment,
-            alignment_timeout_ms=None
-            if timeout is None
-            else parse_duration_ms("alignmentTimeout", timeout, default_ms=0),
             control_topic=opts.get("controltopic") or None,
             upstream_apps=upstream_apps,
-            partitions_per_task=parse_positive_int(
-                "partitionsPerTask", opts.get("partitionspertask")
-            ),
-            records_per_task=parse_positive_int(
-                "recordsPerTask", opts.get("recordspertask"), default=RECORDS_PER_TASK
-            )
-            or RECORDS_PER_TASK,
             task_slots=task_slots,
             client=client,
-            decode="records" if decode == "records" else "columns",
-            prefetch_records=parse_positive_int(
-                "prefetchRecords",
-                opts.get("prefetchrecords"),
-                default=max_records,
-                allow_zero=True,
-            )
-            or 0,
+            decode=decode,
+            **parse_read_settings(opts, alignment_timeout=timeout, max_records=max_records),
         )
 
     def per_task(self, pieces: int, *, records: int) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
-from spark_chkpt.alignment.cut import RecordFilter, plan_topic, record_filters
+from spark_chkpt.alignment.cut import RecordFilter, TopicCut, plan_topic, record_filters
 from spark_chkpt.alignment.fanin import (
     FanInFilter,
     app_ids,
@@ -413,71 +413,113 @@ class SourcePlanner:
                     end=end,
                 )
                 continue
-            cut = plan_topic(
-                topic=topic,
-                mode=self.config.alignment,
-                start=t_begin,
+            report[topic] = self._align_topic(
+                topic,
+                begin=t_begin,
                 latest=t_latest,
                 entries=entries,
-                max_records=max_rows,
                 revocations=revocations,
+                max_rows=max_rows,
+                now=now,
+                end=end,
             )
-            has_data = any(t_latest[tp] > t_begin[tp] for tp in tps)
-            waited = 0.0
-            if cut.waiting and has_data:
-                since = self._waiting_since.setdefault(topic, now)
-                waited = (now - since) * 1000
-                timeout = self.config.alignment_timeout_ms
-                if timeout is not None and waited >= timeout:
-                    cut = plan_topic(
-                        topic=topic,
-                        mode="aligned",
-                        start=t_begin,
-                        latest=t_latest,
-                        entries=entries,
-                        max_records=max_rows,
-                        force_unaligned=True,
-                        revocations=revocations,
-                    )
-                    log.warning(
-                        "chkpt-kafka: no consistent cut of %s after %.0f ms "
-                        "(alignmentTimeout); reading this batch unaligned (each partition up to "
-                        "its own newest barrier)",
-                        topic,
-                        waited,
-                    )
-            index_from = self._keep_index(topic, begin=t_begin, end=cut.end)
-            if not cut.waiting:
-                since = self._waiting_since.pop(topic, now)
-                waited = (now - since) * 1000
-            end.update(cut.end)
-            if cut.note:
-                log.warning("chkpt-kafka %s: %s", topic, cut.note)
-            report[topic] = {
-                "mode": cut.mode,
-                "app": cut.app_id,
-                "snapshots": list(cut.snapshots),
-                "barriers": cut.barriers,
-                "waited_ms": round(waited),
-                "span": sum(cut.end[tp] - t_begin[tp] for tp in tps),
-                **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
-                **({"note": cut.note} if cut.note else {}),
-                **({"revoked": cut.revoked} if cut.revoked else {}),
-                **(self._index_report(topic, index_from) if index_from is not None else {}),
-            }
-            if cut.revoked:
-                log.warning(
-                    "chkpt-kafka %s: skipping %d offset(s) of upstream snapshots revoked by "
-                    "a savepoint rewind (%s)",
-                    topic,
-                    cut.revoked,
-                    "; ".join(
-                        f"app {r.app_id} snapshots {list(r.revoked)} at generation {r.generation}"
-                        for r in revocations
-                        if r.revoked
-                    ),
-                )
         return end, ({"topics": report} if report else {})
+
+    def _align_topic(
+        self,
+        topic: str,
+        *,
+        begin: PartitionOffsets,
+        latest: PartitionOffsets,
+        entries: Sequence[IndexEntry],
+        revocations: Sequence[IndexEntry],
+        max_rows: int | None,
+        now: float,
+        end: PartitionOffsets,
+    ) -> dict[str, Any]:
+        """One topic's cut (of one upstream query; ``end`` updated with it) and its report
+        in the offset log."""
+        cut = plan_topic(
+            topic=topic,
+            mode=self.config.alignment,
+            start=begin,
+            latest=latest,
+            entries=entries,
+            max_records=max_rows,
+            revocations=revocations,
+        )
+        cut, waited = self._timed_out(
+            cut,
+            topic=topic,
+            begin=begin,
+            latest=latest,
+            entries=entries,
+            revocations=revocations,
+            max_rows=max_rows,
+            now=now,
+        )
+        index_from = self._keep_index(topic, begin=begin, end=cut.end)
+        if not cut.waiting:
+            since = self._waiting_since.pop(topic, now)
+            waited = (now - since) * 1000
+        end.update(cut.end)
+        if cut.note:
+            log.warning("chkpt-kafka %s: %s", topic, cut.note)
+        report = {
+            "mode": cut.mode,
+            "app": cut.app_id,
+            "snapshots": list(cut.snapshots),
+            "barriers": cut.barriers,
+            "waited_ms": round(waited),
+            "span": sum(cut.end[tp] - begin[tp] for tp in begin),
+            **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
+            **({"note": cut.note} if cut.note else {}),
+            **({"revoked": cut.revoked} if cut.revoked else {}),
+            **(self._index_report(topic, index_from) if index_from is not None else {}),
+        }
+        if cut.revoked:
+            _log_revoked(topic, cut, revocations)
+        return report
+
+    def _timed_out(
+        self,
+        cut: TopicCut,
+        *,
+        topic: str,
+        begin: PartitionOffsets,
+        latest: PartitionOffsets,
+        entries: Sequence[IndexEntry],
+        revocations: Sequence[IndexEntry],
+        max_rows: int | None,
+        now: float,
+    ) -> tuple[TopicCut, float]:
+        """An aligned cut still waiting for its snapshot, with data to read: planned again
+        unaligned once it has waited ``alignmentTimeout``; with how long it has waited."""
+        has_data = any(latest[tp] > begin[tp] for tp in begin)
+        waited = 0.0
+        if cut.waiting and has_data:
+            since = self._waiting_since.setdefault(topic, now)
+            waited = (now - since) * 1000
+            timeout = self.config.alignment_timeout_ms
+            if timeout is not None and waited >= timeout:
+                cut = plan_topic(
+                    topic=topic,
+                    mode="aligned",
+                    start=begin,
+                    latest=latest,
+                    entries=entries,
+                    max_records=max_rows,
+                    force_unaligned=True,
+                    revocations=revocations,
+                )
+                log.warning(
+                    "chkpt-kafka: no consistent cut of %s after %.0f ms "
+                    "(alignmentTimeout); reading this batch unaligned (each partition up to "
+                    "its own newest barrier)",
+                    topic,
+                    waited,
+                )
+        return cut, waited
 
     def _remember_index_from(self, reports: Mapping[str, Any]) -> None:
         """Take each topic's ``index_from`` from the reports of a batch's start offsets
@@ -671,4 +713,19 @@ def _starting_option(kind: str) -> str:
 def _ending_option(kind: str) -> str:
     return {"timestamp": "endingTimestamp", "timestamps": "endingOffsetsByTimestamp"}.get(
         kind, "endingOffsets"
+    )
+
+
+def _log_revoked(topic: str, cut: TopicCut, revocations: Sequence[IndexEntry]) -> None:
+    """The revoked upstream snapshots a batch skips, named in the log."""
+    log.warning(
+        "chkpt-kafka %s: skipping %d offset(s) of upstream snapshots revoked by "
+        "a savepoint rewind (%s)",
+        topic,
+        cut.revoked,
+        "; ".join(
+            f"app {r.app_id} snapshots {list(r.revoked)} at generation {r.generation}"
+            for r in revocations
+            if r.revoked
+        ),
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,15 +14,16 @@ from typing import Any
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, SavepointError
-from spark_chkpt.fs import qualify, resolve
+from spark_chkpt.fs import qualify
 from spark_chkpt.kafka.control.topic import ControlTopic
 from spark_chkpt.offsets import META_KEY
-from spark_chkpt.savepoint.manifest import IN_PROGRESS, create_savepoint
+from spark_chkpt.savepoint.manifest import create_savepoint, discard_incomplete, new_folder
 from spark_chkpt.savepoint.pipeline.cut import JobCheckpoint, find_cut, job_tree
 from spark_chkpt.savepoint.pipeline.file import PipelineFile, check_declared, load_pipeline_file
 from spark_chkpt.savepoint.pipeline.manifest import (
     JOBS,
     PIPELINE_MANIFEST,
+    Join,
     Pipeline,
     PipelineJob,
     PipelineManifest,
@@ -142,9 +142,52 @@ def create_pipeline_savepoint(
     reads and writes are checked against the checkpoints before anything is written."""
     if len(checkpoints) < 2:
         raise SavepointError("a pipeline savepoint needs at least two jobs (--job ... --job ...)")
-    settings = dict(client_settings or {})
+    jobs, chosen, joins = _matching_cut(
+        name,
+        checkpoints,
+        bootstrap_servers=bootstrap_servers,
+        timeout_s=timeout_s,
+        settings=dict(client_settings or {}),
+        declared=declared,
+    )
+    # Step 3
+    folder, final, work = new_folder(savepoint_dir, f"pipeline-{name}")
+    work_uri = posixpath.join(qualify(savepoint_dir), work.path.rsplit("/", 1)[-1])
+    try:
+        parts = [
+            _job_savepoint(
+                job, savepoint_dir=posixpath.join(work_uri, JOBS), batch=chosen[job.name]
+            )
+            for job in jobs
+        ]
+        manifest = PipelineManifest(name=name, pipeline_id=folder, jobs=parts, joins=joins)
+        work.child(PIPELINE_MANIFEST).write_atomic(manifest.to_json() + "\n")
+        if work != final:
+            work.fs.move(work.path, final.path)
+    except BaseException:
+        discard_incomplete(work, what="pipeline savepoint")
+        raise
+    log.info(
+        "pipeline savepoint %s: %s",
+        final,
+        ", ".join(f"{j.name} at {j.batch_id}" for j in parts),
+    )
+    return Pipeline(location=posixpath.join(qualify(savepoint_dir), folder), manifest=manifest)
+
+
+def _matching_cut(
+    name: str,
+    checkpoints: list[str],
+    *,
+    bootstrap_servers: str,
+    timeout_s: float,
+    settings: dict[str, Any],
+    declared: PipelineFile | None,
+) -> tuple[list[JobCheckpoint], dict[str, int], list[Join]]:
+    """Steps 1 and 2, again while the downstream jobs have not reached a cut (until
+    ``timeout_s``): the jobs read from their checkpoints, the batch each is cut at, and
+    the joins between them."""
     deadline = Deadline.after(seconds=timeout_s)
-    # Steps 1 and 2, again while the downstream jobs have not reached a cut.
     while True:
         jobs = _distinct_names([_read_job(c, i) for i, c in enumerate(checkpoints)])
         if declared is not None:
@@ -177,51 +220,26 @@ def create_pipeline_savepoint(
             )
         time.sleep(1.0)
     chosen, joins = found
-    # Step 3
-    folder = (
-        f"pipeline-{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+    return jobs, chosen, joins
+
+
+def _job_savepoint(job: JobCheckpoint, *, savepoint_dir: str, batch: int) -> PipelineJob:
+    """One job's savepoint of ``batch`` under ``savepoint_dir``, as the pipeline's
+    manifest lists it."""
+    point = create_savepoint(
+        checkpoint_location=job.checkpoint, savepoint_dir=savepoint_dir, batch_id=batch
     )
-    root_dir = resolve(qualify(savepoint_dir))
-    final = root_dir.child(folder)
-    work = root_dir.child(f".{folder}{IN_PROGRESS}") if final.is_local else final
-    work_uri = posixpath.join(qualify(savepoint_dir), work.path.rsplit("/", 1)[-1])
-    parts = []
-    try:
-        for job in jobs:
-            point = create_savepoint(
-                checkpoint_location=job.checkpoint,
-                savepoint_dir=posixpath.join(work_uri, JOBS),
-                batch_id=chosen[job.name],
-            )
-            sink = point.manifest.sink
-            parts.append(
-                PipelineJob(
-                    name=job.name,
-                    checkpoint=job.checkpoint,
-                    savepoint=f"{JOBS}/{point.manifest.savepoint_id}",
-                    batch_id=chosen[job.name],
-                    query_id=job.query_id,
-                    sink=sink.kind if sink is not None else None,
-                    target=sink.target if sink is not None else None,
-                    app_id=sink.app_id if sink is not None else None,
-                )
-            )
-        manifest = PipelineManifest(name=name, pipeline_id=folder, jobs=parts, joins=joins)
-        work.child(PIPELINE_MANIFEST).write_atomic(manifest.to_json() + "\n")
-        if work != final:
-            work.fs.move(work.path, final.path)
-    except BaseException:
-        try:
-            work.delete_dir()
-        except OSError as cleanup:
-            log.warning("could not remove the incomplete pipeline savepoint %s: %s", work, cleanup)
-        raise
-    log.info(
-        "pipeline savepoint %s: %s",
-        final,
-        ", ".join(f"{j.name} at {j.batch_id}" for j in parts),
+    sink = point.manifest.sink
+    return PipelineJob(
+        name=job.name,
+        checkpoint=job.checkpoint,
+        savepoint=f"{JOBS}/{point.manifest.savepoint_id}",
+        batch_id=batch,
+        query_id=job.query_id,
+        sink=sink.kind if sink is not None else None,
+        target=sink.target if sink is not None else None,
+        app_id=sink.app_id if sink is not None else None,
     )
-    return Pipeline(location=posixpath.join(qualify(savepoint_dir), folder), manifest=manifest)
 
 
 def create_pipeline_savepoint_from_file(

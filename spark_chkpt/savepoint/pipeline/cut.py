@@ -156,40 +156,14 @@ def _propagate(
             index = barriers[edge.key]
             app = up.writes[edge.topic]
             if job is up:
-                entry = index.get(chosen[up.name])
-                if entry is None:
-                    return (
-                        f"snapshot {chosen[up.name]} of job {up.name} has no barriers in "
-                        f"{edge.topic} (the control topic holds no live complete entry)"
-                    )
-                target = {p: o + 1 for p, o in entry.positions.items()}
-                batches = [b for b in down.batches if down.end_of(b, edge.topic, app) == target]
-                if not batches:
-                    newest = down.batches[-1]
-                    return (
-                        f"job {down.name} ({down.checkpoint}) has no committed batch that "
-                        f"ends at barrier {entry.snapshot_id} of app {entry.app_id} in "
-                        f"{edge.topic} (offsets {json.dumps(target)}); its newest committed "
-                        f"batch {newest} ends at "
-                        f"{json.dumps(down.end_of(newest, edge.topic, app) or {})}"
-                    )
-                batch, other = batches[0], down
+                found = _downstream_batch(edge, index, app, chosen[up.name])
+                other = down
             else:
-                target = dict(down.end_of(chosen[down.name], edge.topic, app) or {})
-                hits = [
-                    e
-                    for e in index.values()
-                    if {p: o + 1 for p, o in e.positions.items()} == target
-                    and e.snapshot_id in up.batches
-                ]
-                if not hits:
-                    return (
-                        f"batch {chosen[down.name]} of job {down.name} ends in {edge.topic} "
-                        f"at {json.dumps(target)}, right after no live barrier of a "
-                        f"committed snapshot of job {up.name} ({up.checkpoint})"
-                    )
-                entry = hits[0]
-                batch, other = entry.snapshot_id, up
+                found = _upstream_snapshot(edge, index, app, chosen[down.name])
+                other = up
+            if isinstance(found, str):
+                return found
+            batch, entry, target = found
             if chosen.setdefault(other.name, batch) != batch:
                 return (
                     f"job {other.name} would be cut at batch {chosen[other.name]} and at "
@@ -207,3 +181,52 @@ def _propagate(
             )
             pending.append(other)
     return chosen, [joins[i] for i in sorted(joins)]
+
+
+def _downstream_batch(
+    edge: Edge, index: Mapping[int, IndexEntry], app: str, snapshot: int
+) -> tuple[int, IndexEntry, dict[int, int]] | str:
+    """The downstream job's committed batch that ends right after the upstream's
+    ``snapshot`` barrier in ``edge``'s topic, with that barrier's entry and the offsets;
+    or why there is none."""
+    up, down = edge.upstream, edge.downstream
+    entry = index.get(snapshot)
+    if entry is None:
+        return (
+            f"snapshot {snapshot} of job {up.name} has no barriers in "
+            f"{edge.topic} (the control topic holds no live complete entry)"
+        )
+    target = {p: o + 1 for p, o in entry.positions.items()}
+    batches = [b for b in down.batches if down.end_of(b, edge.topic, app) == target]
+    if not batches:
+        newest = down.batches[-1]
+        return (
+            f"job {down.name} ({down.checkpoint}) has no committed batch that "
+            f"ends at barrier {entry.snapshot_id} of app {entry.app_id} in "
+            f"{edge.topic} (offsets {json.dumps(target)}); its newest committed "
+            f"batch {newest} ends at "
+            f"{json.dumps(down.end_of(newest, edge.topic, app) or {})}"
+        )
+    return batches[0], entry, target
+
+
+def _upstream_snapshot(
+    edge: Edge, index: Mapping[int, IndexEntry], app: str, batch: int
+) -> tuple[int, IndexEntry, dict[int, int]] | str:
+    """The upstream job's committed snapshot whose barrier the downstream's ``batch``
+    ends right after in ``edge``'s topic, with its entry and the offsets; or why there
+    is none."""
+    up, down = edge.upstream, edge.downstream
+    target = dict(down.end_of(batch, edge.topic, app) or {})
+    hits = [
+        e
+        for e in index.values()
+        if {p: o + 1 for p, o in e.positions.items()} == target and e.snapshot_id in up.batches
+    ]
+    if not hits:
+        return (
+            f"batch {batch} of job {down.name} ends in {edge.topic} "
+            f"at {json.dumps(target)}, right after no live barrier of a "
+            f"committed snapshot of job {up.name} ({up.checkpoint})"
+        )
+    return hits[0].snapshot_id, hits[0], target

@@ -192,6 +192,25 @@ def plan_fork(
     """Every check of a pipeline fork (see the module docstring); writes nothing.
     ``savepoints`` and ``checkpoints``: each job's savepoint and production checkpoint."""
     jobs = {name: load_savepoint(location=sp).manifest for name, sp in savepoints.items()}
+    _check_checkpoint_dir(checkpoint_dir, checkpoints)
+    _check_renames(jobs, rename_topics, pipeline)
+    tables = _tables(jobs, table_paths, pipeline)
+    _check_tables(jobs, tables)
+    marker = _checked_marker(checkpoint_dir, pipeline_id, rename_topics, tables)
+    partitions = _new_topics(
+        pipeline, rename_topics, bootstrap_servers, ours=set((marker or {}).get("starts", {}))
+    )
+    return ForkPlan(
+        pipeline_id=pipeline_id,
+        topics=dict(rename_topics),
+        partitions=partitions,
+        tables=tables,
+        starts=dict((marker or {}).get("starts", {})),
+    )
+
+
+def _check_checkpoint_dir(checkpoint_dir: str, checkpoints: Mapping[str, str]) -> None:
+    """The fork's checkpoints are none of production's, nor inside one."""
     new_dir = _norm(checkpoint_dir)
     for name, chk in checkpoints.items():
         if new_dir == _norm(chk) or new_dir.startswith(_norm(chk) + "/"):
@@ -199,6 +218,13 @@ def plan_fork(
                 f"--checkpoint-dir {checkpoint_dir} is job {name}'s checkpoint ({chk}) or "
                 "inside it: a fork gets folders of its own"
             )
+
+
+def _check_renames(
+    jobs: Mapping[str, SavepointManifest], rename_topics: Mapping[str, str], pipeline: str
+) -> None:
+    """Every topic a job writes is renamed, to a topic of its own (not one of the
+    pipeline's, not a control topic), no two to the same."""
     written: dict[str, list[str]] = {}  # topic -> its writers (several: fan-in)
     for name, m in jobs.items():
         for t in _writes(m):
@@ -226,7 +252,10 @@ def plan_fork(
             )
     if len(set(rename_topics.values())) != len(rename_topics):
         raise SavepointError("--rename-topic: two topics renamed to the same new topic")
-    tables = _tables(jobs, table_paths, pipeline)
+
+
+def _check_tables(jobs: Mapping[str, SavepointManifest], tables: Mapping[str, str]) -> None:
+    """Each new table is none of production's, no Delta table yet, and no two alike."""
     owned = {
         _norm(path): f"job {name}'s {what}"
         for name, m in jobs.items()
@@ -247,6 +276,16 @@ def plan_fork(
             )
     if len({_norm(t) for t in tables.values()}) != len(tables):
         raise SavepointError("--table-path: two jobs given the same table")
+
+
+def _checked_marker(
+    checkpoint_dir: str,
+    pipeline_id: str,
+    rename_topics: Mapping[str, str],
+    tables: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """An earlier run's marker of this same fork in ``checkpoint_dir`` (None: none);
+    another fork's is refused."""
     marker = _marker(checkpoint_dir)
     if marker is not None and (
         marker.get("pipeline_id") != pipeline_id
@@ -258,7 +297,19 @@ def plan_fork(
             f"(topics {marker.get('topics')}, tables {marker.get('tables')}): run the same "
             "restore again to finish it, or fork into an empty folder"
         )
-    ours = set((marker or {}).get("starts", {}))
+    return marker
+
+
+def _new_topics(
+    pipeline: str,
+    rename_topics: Mapping[str, str],
+    bootstrap_servers: str | None,
+    *,
+    ours: set[str],
+) -> dict[str, int]:
+    """Each new topic's partition count (its old topic's); a new topic that exists is
+    refused unless an earlier run of this fork created it (``ours``), and so is one whose
+    control topic exists."""
     partitions: dict[str, int] = {}
     if rename_topics:
         if not bootstrap_servers:
@@ -286,13 +337,7 @@ def plan_fork(
                     f"--rename-topic {old}={new}: control topic {control_topic_for(new)} "
                     "exists already (another query wrote barriers for that name): pick a new name"
                 )
-    return ForkPlan(
-        pipeline_id=pipeline_id,
-        topics=dict(rename_topics),
-        partitions=partitions,
-        tables=tables,
-        starts=dict((marker or {}).get("starts", {})),
-    )
+    return partitions
 
 
 def _offsets(bootstrap_servers: str, topic: str) -> tuple[dict[int, int], dict[int, int]]:

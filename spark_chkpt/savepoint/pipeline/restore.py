@@ -5,13 +5,14 @@ restored upstream first, rewound or forked into new topics and tables
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from spark_chkpt.errors import ChkptError, SavepointError
 from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.fs import qualify
 from spark_chkpt.savepoint.pipeline.fork import ForkPlan, plan_fork, prepare_topics
 from spark_chkpt.savepoint.pipeline.manifest import (
+    Pipeline,
     PipelineJob,
     PipelineManifest,
     load_pipeline,
@@ -38,27 +39,16 @@ def restore_pipeline(
     ``PATH`` when one job writes a table)."""
     point = load_pipeline(location=pipeline)
     order = _upstream_first(point.manifest)
-    fork: ForkPlan | None = None
-    if mode == "fork":
-        fork = plan_fork(
-            pipeline_id=point.manifest.pipeline_id,
-            pipeline=point.manifest.name,
-            savepoints={j.name: point.savepoint_of(j) for j in order},
-            checkpoints={j.name: j.checkpoint for j in order},
-            checkpoint_dir=checkpoint_dir,
-            rename_topics=dict(rename_topics or {}),
-            table_paths=table_paths,
-            bootstrap_servers=kafka_bootstrap_servers,
-        )
-    elif rename_topics or table_paths:
-        raise SavepointError(
-            "--rename-topic and --table-path name a fork's topics and tables: a rewind "
-            "writes the pipeline's own (use them with --mode fork)"
-        )
-    reads = {
-        j.name: sorted({x.topic for x in point.manifest.joins if x.downstream == j.name})
-        for j in order
-    }
+    fork = _fork_plan(
+        point,
+        order,
+        mode=mode,
+        checkpoint_dir=checkpoint_dir,
+        rename_topics=rename_topics,
+        table_paths=table_paths,
+        bootstrap_servers=kafka_bootstrap_servers,
+    )
+    reads = _reads(point.manifest, order)
 
     # A fork: the app id each forked writer writes its new topic under, where it is not
     # the old one (a writer without txnAppId is its query id, new in a fork); known once
@@ -80,29 +70,92 @@ def restore_pipeline(
             ),
         )
 
-    refused = []
-    for job in order:
-        try:
-            restore(job, check_only=True)
-        except ChkptError as e:
-            refused.append(f"job {job.name} ({job.savepoint}): {e}")
-    if refused:
-        raise SavepointError(
-            f"pipeline {point.manifest.name}: {len(refused)} of {len(order)} job(s) cannot "
-            "be restored; nothing was changed. " + " | ".join(refused)
-        )
+    _check_every_job(point.manifest.name, order, check=lambda job: restore(job, check_only=True))
     if fork is not None:
         fork = prepare_topics(
             fork, checkpoint_dir=checkpoint_dir, bootstrap_servers=kafka_bootstrap_servers
         )
+    return _restore_every_job(
+        order,
+        restore=lambda job: restore(job, check_only=False),
+        forked_apps=forked_apps if fork is not None else None,
+    )
+
+
+def _fork_plan(
+    point: Pipeline,
+    order: Sequence[PipelineJob],
+    *,
+    mode: RestoreMode,
+    checkpoint_dir: str,
+    rename_topics: Mapping[str, str] | None,
+    table_paths: Sequence[str],
+    bootstrap_servers: str | None,
+) -> ForkPlan | None:
+    """A fork's new topics and tables, checked (None for a rewind, which refuses them)."""
+    if mode == "fork":
+        return plan_fork(
+            pipeline_id=point.manifest.pipeline_id,
+            pipeline=point.manifest.name,
+            savepoints={j.name: point.savepoint_of(j) for j in order},
+            checkpoints={j.name: j.checkpoint for j in order},
+            checkpoint_dir=checkpoint_dir,
+            rename_topics=dict(rename_topics or {}),
+            table_paths=table_paths,
+            bootstrap_servers=bootstrap_servers,
+        )
+    if rename_topics or table_paths:
+        raise SavepointError(
+            "--rename-topic and --table-path name a fork's topics and tables: a rewind "
+            "writes the pipeline's own (use them with --mode fork)"
+        )
+    return None
+
+
+def _check_every_job(
+    name: str, order: Sequence[PipelineJob], *, check: Callable[[PipelineJob], RestoreResult]
+) -> None:
+    """Every job's restore checked (nothing written); one error naming each refused job."""
+    refused = []
+    for job in order:
+        try:
+            check(job)
+        except ChkptError as e:
+            refused.append(f"job {job.name} ({job.savepoint}): {e}")
+    if refused:
+        raise SavepointError(
+            f"pipeline {name}: {len(refused)} of {len(order)} job(s) cannot "
+            "be restored; nothing was changed. " + " | ".join(refused)
+        )
+
+
+def _restore_every_job(
+    order: Sequence[PipelineJob],
+    *,
+    restore: Callable[[PipelineJob], RestoreResult],
+    forked_apps: dict[str, str] | None,
+) -> list[RestoreResult]:
+    """Every job restored, upstream first; in a fork, each forked writer's new app id
+    put in ``forked_apps`` before its readers are restored."""
     results = []
     for i, job in enumerate(order):
-        result = restore(job, check_only=False)
+        result = restore(job)
         results.append(result)
-        if fork is not None and sink_kind(job.sink).has_barriers and job.app_id == job.query_id:
+        if (
+            forked_apps is not None
+            and sink_kind(job.sink).has_barriers
+            and job.app_id == job.query_id
+        ):
             forked_apps[job.app_id] = result.query_id
         failpoint(FaultPoint.IN_PIPELINE_RESTORE, i)
     return results
+
+
+def _reads(manifest: PipelineManifest, order: Sequence[PipelineJob]) -> dict[str, list[str]]:
+    """Each job's topics that an upstream job of the pipeline writes."""
+    return {
+        j.name: sorted({x.topic for x in manifest.joins if x.downstream == j.name}) for j in order
+    }
 
 
 def _upstream_first(manifest: PipelineManifest) -> list[PipelineJob]:

@@ -352,7 +352,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         # table: a rewind to N leaves the dead letters of batches 0..N of its timeline).
         # ``own_commit``: the main table exists before the query, with row tracking and
         # in-commit timestamps on (delta-rs refuses to commit to it: every append is the
-        # project's own commit, :mod:`spark_chkpt.delta.log_commit`).
+        # project's own commit, :mod:`spark_chkpt.delta.log.commit`).
         self.poison = poison
         self.own_commit = own_commit
         query = Query(

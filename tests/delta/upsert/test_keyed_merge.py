@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge
 from spark_chkpt.errors import DuplicateKeyError
 

@@ -1,4 +1,4 @@
-"""The table a process keeps across batches (spark_chkpt/delta/log_state.py), on real
+"""The table a process keeps across batches (spark_chkpt/delta/log/state.py), on real
 delta-rs tables: a batch's work does not grow with the table's history (no listing of
 ``_delta_log``, by delta-rs or the project, on a batch that makes no checkpoint), and
 what the sink decides on the kept table stays exactly once when another writer commits,
@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta import log_state
+from spark_chkpt.delta.log import state as log_state
 from spark_chkpt.fs import Location
+from tests.delta.log.test_log_commit import _upgrade
 from tests.delta.sink.test_coordinator import APP_ID, SCHEMA, Query, make_batch
-from tests.delta.test_log_commit import _upgrade
 
 # delta-rs calls that list _delta_log (delta-rs 1.x: each load, advance or commit)
 LISTING = (
@@ -194,7 +194,7 @@ def test_the_kept_table_is_read_by_delta_rs_query_builder(tmp_path: Path) -> Non
     delta-rs table's private ``_table``, which the kept view does not forward."""
     import pyarrow.dataset as ds
 
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
     from spark_chkpt.delta.upsert.merge import KeyedMerge
 
     table = tmp_path / "t"

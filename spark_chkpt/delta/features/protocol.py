@@ -7,7 +7,7 @@ implemented (what implementing means here) or refused (why, and the way forward)
 feature :data:`FEATURES` does not know is refused, never ignored. The check runs before
 any file is staged and again on the table the commit is about to write, so a feature
 another writer turned on meanwhile fails by name, not as a commit conflict. Only this
-module and :mod:`spark_chkpt.delta.table` read a table's protocol
+module and :mod:`spark_chkpt.delta.table.target` read a table's protocol
 (:func:`read_protocol`); the rest is pure.
 
 More: docs/concepts/delta-features.md (what delta-rs enforces itself, and why).

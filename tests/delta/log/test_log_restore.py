@@ -16,14 +16,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.log_commit import LogState, load_state
-from spark_chkpt.delta.log_restore import LogSnapshot, build_restore, commit_restore, dv_id
-from spark_chkpt.delta.rewind import REWIND_KEY
-from spark_chkpt.delta.table import DeltaTarget, commit_properties
+from spark_chkpt.delta.log.commit import LogState, load_state
+from spark_chkpt.delta.log.restore import LogSnapshot, build_restore, commit_restore, dv_id
+from spark_chkpt.delta.rollback import REWIND_KEY
+from spark_chkpt.delta.table.target import DeltaTarget, commit_properties
 from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import resolve
+from tests.delta.log.test_log_commit import ON, ROW_TRACKING, _upgrade, actions
 from tests.delta.sink.test_coordinator import APP_ID, SCHEMA, Query, make_batch
-from tests.delta.test_log_commit import ON, ROW_TRACKING, _upgrade, actions
 
 DV = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 4,
       "sizeInBytes": 40, "cardinality": 1}  # fmt: skip

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.protocol import (
+from spark_chkpt.delta.features.protocol import (
     FEATURES,
     TableProtocol,
     check_creation_properties,
@@ -28,7 +28,7 @@ from spark_chkpt.delta.protocol import (
 from spark_chkpt.errors import ConfigError, TableFeatureError
 from tests.delta.sink.test_coordinator import SCHEMA, Query, make_batch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ERRORS_PAGE = (ROOT / "docs" / "reference" / "errors.md").read_text()
 LIMITS_PAGE = (ROOT / "docs" / "known-limits.md").read_text()
 
@@ -159,7 +159,7 @@ def test_an_own_commit_feature_takes_appends_and_replacements_and_a_merge_with_d
 
 
 def test_an_own_commit_feature_on_a_store_without_put_if_absent_is_refused_naming_it() -> None:
-    from spark_chkpt.delta.log_commit import check_own_commit_store
+    from spark_chkpt.delta.log.commit import check_own_commit_store
 
     for uri in ("/data/t", "s3://bucket/t", "s3a://bucket/t"):
         check_own_commit_store(
@@ -213,7 +213,7 @@ def test_a_feature_turned_on_while_a_batch_is_staged_fails_at_commit_naming_it(
     write_deltalake(str(q.table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))
     staged = q.stage(0, [1, 2])
     # someone else turns column defaults on between the start and the commit (row
-    # tracking turned on meanwhile is committed: tests/delta/test_log_commit.py)
+    # tracking turned on meanwhile is committed: tests/delta/log/test_log_commit.py)
     _turn_on(q.table, 1, features=["allowColumnDefaults"])
     caplog.set_level(logging.WARNING)
     with pytest.raises(TableFeatureError) as raised:
@@ -243,7 +243,7 @@ def test_a_constraint_added_while_a_batch_is_staged_fails_the_commit_naming_it(
 def test_delta_rs_refusing_a_feature_is_no_commit_conflict() -> None:
     from deltalake.exceptions import CommitFailedError
 
-    from spark_chkpt.delta.table import is_conflict
+    from spark_chkpt.delta.table.target import is_conflict
 
     assert not is_conflict(
         CommitFailedError("Unsupported table features required: [InCommitTimestamp]")

@@ -10,7 +10,7 @@ staged files' ``add`` actions (``baseRowId`` and ``defaultRowCommitVersion``), t
 ``txn(appId, N)`` and the snapshot record in ``commitInfo`` as delta-rs puts it there.
 Other domains (liquid clustering's ``delta.clustering``) are left as they are.
 
-The file is created only if absent (:func:`~spark_chkpt.delta.commit_safety.put_if_absent`);
+The file is created only if absent (:func:`~spark_chkpt.delta.log.commit_safety.put_if_absent`);
 a lost race reads the commits that won (:func:`advance`): ``txn(appId) >= N`` there is
 an idempotent success (nothing written), a protocol change is checked again (a feature
 spark-chkpt cannot honour is a :class:`TableFeatureError`), a metadata change is a
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
-from spark_chkpt.delta.commit_safety import put_if_absent_store
-from spark_chkpt.delta.protocol import TableProtocol
+from spark_chkpt.delta.features.protocol import TableProtocol
+from spark_chkpt.delta.log.commit_safety import put_if_absent_store
 from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.errors import CommitConflictError, TableFeatureError
 from spark_chkpt.failpoints import FaultPoint, failpoint
@@ -125,23 +125,16 @@ def build_append(
     """The JSON commit of version ``state.version + 1`` appending ``files``, with
     ``txns`` (app id to version) and ``metadata`` in its commitInfo (pure); ``meta``: a
     ``metaData`` action to write with them (identity high-water marks,
-    :func:`spark_chkpt.delta.identity.identity_metadata`)."""
+    :func:`spark_chkpt.delta.features.identity.identity_metadata`)."""
     version = state.version + 1
-    info: dict[str, Any] = {"timestamp": now_ms}
-    if state.in_commit_timestamps:
-        ict = max(now_ms, (state.ict or 0) + 1)
-        info = {"timestamp": ict, "inCommitTimestamp": ict}
-    info |= {
+    operation = {
         "operation": "WRITE",
         "operationParameters": {"mode": "Append", "partitionBy": json.dumps(list(partition_by))},
         "readVersion": state.version,
         "isolationLevel": "WriteSerializable",
         "isBlindAppend": True,
-        "engineInfo": f"spark-chkpt/{__version__}",
-        **dict(metadata),
     }
-    if state.row_tracking:
-        info["tags"] = {"delta.rowTracking.preserved": "true"}
+    info = commit_info(state, now_ms=now_ms, operation=operation, metadata=metadata)
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
     if meta is not None:
         actions.append(dict(meta))
@@ -174,9 +167,32 @@ def build_append(
             }
         )
     actions += adds
-    actions += [
-        {"txn": {"appId": app, "version": v, "lastUpdated": now_ms}} for app, v in txns.items()
-    ]
+    return log_text(actions + txn_actions(txns, now_ms=now_ms))
+
+
+def commit_info(
+    state: LogState, *, now_ms: int, operation: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ``commitInfo`` of the project's own commit on ``state``: its timestamp (an
+    in-commit timestamp after the last one where the table keeps them), the
+    ``operation``'s fields, the engine, ``metadata``, row tracking's tag."""
+    info: dict[str, Any] = {"timestamp": now_ms}
+    if state.in_commit_timestamps:
+        ict = max(now_ms, (state.ict or 0) + 1)
+        info = {"timestamp": ict, "inCommitTimestamp": ict}
+    info |= {**operation, "engineInfo": f"spark-chkpt/{__version__}", **dict(metadata)}
+    if state.row_tracking:
+        info["tags"] = {"delta.rowTracking.preserved": "true"}
+    return info
+
+
+def txn_actions(txns: Mapping[str, int], *, now_ms: int) -> list[dict[str, Any]]:
+    """A ``txn`` action for each app id and its version."""
+    return [{"txn": {"appId": app, "version": v, "lastUpdated": now_ms}} for app, v in txns.items()]
+
+
+def log_text(actions: Sequence[Mapping[str, Any]]) -> str:
+    """Actions as the lines of a JSON commit file."""
     return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
 
 

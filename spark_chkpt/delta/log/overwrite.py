@@ -1,7 +1,7 @@
 """The project's own Delta commit of a replacement (``outputMode("complete")``), for
-tables delta-rs refuses to commit to (:mod:`spark_chkpt.delta.log_commit` does appends).
+tables delta-rs refuses to commit to (:mod:`spark_chkpt.delta.log.commit` does appends).
 
-The commit is the append's (:func:`~spark_chkpt.delta.log_commit.build_append`: the
+The commit is the append's (:func:`~spark_chkpt.delta.log.commit.build_append`: the
 ``commitInfo`` with the in-commit timestamp, the row-id high-water mark, the new files'
 ``add`` actions with fresh ``baseRowId``s above it, the ``txn(appId, N)``, other domains
 kept) plus a ``remove`` for every live file of the version it builds on, as delta-spark's
@@ -12,7 +12,7 @@ is delta-spark's overwrite (``WRITE``, mode ``Overwrite``, not a blind append). 
 files are read from the table's log: the newest checkpoint at or before the version
 (classic, multi-part or v2 with sidecars) and the JSON commits after, a file known by its
 path and deletion vector (PROTOCOL.md, "Reconciliation"). A lost race reads the commits
-that won (:func:`~spark_chkpt.delta.log_commit.advance`) and builds the replacement again
+that won (:func:`~spark_chkpt.delta.log.commit.advance`) and builds the replacement again
 on the newest version, so the files they added are removed too.
 """
 
@@ -23,16 +23,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from spark_chkpt.delta.log_commit import LogState, build_append, commit_actions
-from spark_chkpt.delta.log_restore import read_snapshot, remove_of
-from spark_chkpt.delta.protocol import TableProtocol
+from spark_chkpt.delta.features.protocol import TableProtocol
+from spark_chkpt.delta.log.commit import LogState, build_append, commit_actions, log_text
+from spark_chkpt.delta.log.restore import read_snapshot, remove_of
 from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.fs import Location
 
 
 def live_files(location: Location, *, version: int) -> list[dict[str, Any]]:
     """The add actions of every file of the table at ``location`` as of ``version``
-    (:func:`~spark_chkpt.delta.log_restore.read_snapshot`)."""
+    (:func:`~spark_chkpt.delta.log.restore.read_snapshot`)."""
     return [dict(add) for add in read_snapshot(location, version).files.values()]
 
 
@@ -50,7 +50,7 @@ def build_overwrite(
     """The JSON commit of version ``state.version + 1`` replacing the ``live`` files
     (their add actions) with ``files`` (pure); ``meta``: a ``metaData`` action written
     with them (the identity high-water marks the new files' values moved,
-    :func:`spark_chkpt.delta.identity.identity_metadata`)."""
+    :func:`spark_chkpt.delta.features.identity.identity_metadata`)."""
     text = build_append(
         state,
         files=files,
@@ -72,7 +72,7 @@ def build_overwrite(
     lead = ("commitInfo", "metaData", "domainMetadata")
     head = [a for a in actions if any(k in a for k in lead)]
     rest = [a for a in actions if not any(k in a for k in lead)]
-    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in head + removes + rest)
+    return log_text(head + removes + rest)
 
 
 def commit_overwrite(
@@ -91,7 +91,7 @@ def commit_overwrite(
     meta: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Replace every file of the table with ``files`` on top of ``state``, as
-    :func:`~spark_chkpt.delta.log_commit.commit_append` appends: the version committed,
+    :func:`~spark_chkpt.delta.log.commit.commit_append` appends: the version committed,
     or None when a commit that won the race holds ``txn(app_id) >= txns[app_id]``.
     ``meta``: a ``metaData`` action written with them (a race lost to another writer's
     metaData is a :class:`~spark_chkpt.errors.CommitConflictError`)."""

@@ -10,7 +10,7 @@ user's settings that give it up are refused with :class:`UnsafeCommitError`:
 ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` (plain overwrite) or ``aws_conditional_put=disabled``
 without ``AWS_S3_LOCKING_PROVIDER`` (a DynamoDB lock).
 
-The project's own commits (:mod:`spark_chkpt.delta.log_commit`) need the same
+The project's own commits (:mod:`spark_chkpt.delta.log.commit`) need the same
 guarantee of the file they write: :func:`put_if_absent` (a hard link on local files, a
 PUT with ``If-None-Match: *`` on S3, through boto3 on the endpoint and credentials of
 the same storage options), and :func:`put_if_absent_store` names a store that has none
@@ -77,7 +77,7 @@ def commit_storage_options(
     return options
 
 
-# -- put-if-absent for the project's own commits (spark_chkpt.delta.log_commit) -----------
+# -- put-if-absent for the project's own commits (spark_chkpt.delta.log.commit) -----------
 
 # boto3's client argument for each of pyarrow's S3FileSystem arguments that
 # spark_chkpt.fs.s3_options reads from the storage options.

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_chkpt.delta.constraints import generated_columns, table_rules
-from spark_chkpt.delta.expressions import evaluate, parse
+from spark_chkpt.delta.features.constraints import generated_columns, table_rules
+from spark_chkpt.delta.features.expressions import evaluate, parse
 from spark_chkpt.errors import ConstraintViolationError, TableFeatureError
 
 BATCH = pa.record_batch(

@@ -20,7 +20,7 @@ from spark_chkpt.fs import Location
 
 
 class DeltaTarget(Protocol):
-    """What upkeep needs of :class:`spark_chkpt.delta.table.DeltaTarget`."""
+    """What upkeep needs of :class:`spark_chkpt.delta.table.target.DeltaTarget`."""
 
     uri: str
     location: Location

@@ -9,7 +9,7 @@ commit's in-commit timestamp, the row tracking domain. :class:`KeptTable` answer
 ``protocol()`` from ``base`` (a ``metaData`` or ``protocol`` action makes the table
 load again), anything else from ``base`` brought up to date (one listing). An append to
 a local table is then the project's own put-if-absent commit
-(:mod:`spark_chkpt.delta.log_commit`) on the kept state.
+(:mod:`spark_chkpt.delta.log.commit`) on the kept state.
 
 Loaded again from scratch when in doubt: the JSON commit of the version last read has
 other bytes (deleted or replaced at the same path), the JSON commit of ``base``'s
@@ -28,13 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from spark_chkpt.delta.log_commit import LogState, load_state
-from spark_chkpt.delta.log_upkeep import last_checkpoint
+from spark_chkpt.delta.log.commit import LogState, load_state
+from spark_chkpt.delta.log.upkeep import last_checkpoint
 from spark_chkpt.fs import Location
 
 
 class DeltaTarget(Protocol):
-    """What the kept table needs of :class:`spark_chkpt.delta.table.DeltaTarget`."""
+    """What the kept table needs of :class:`spark_chkpt.delta.table.target.DeltaTarget`."""
 
     uri: str
     storage_options: dict[str, str]

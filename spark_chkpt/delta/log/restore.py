@@ -1,7 +1,7 @@
 """The project's own Delta RESTORE commit, for tables delta-rs refuses to restore.
 
 delta-rs 1.x ``restore`` commits to no table that needs the project's own commit
-(:func:`~spark_chkpt.delta.log_commit.needs_own_commit`: row tracking, in-commit
+(:func:`~spark_chkpt.delta.log.commit.needs_own_commit`: row tracking, in-commit
 timestamps, domain metadata, type widening). A savepoint rewind of such a table is
 written here with the actions delta-spark's ``RESTORE`` writes: ``commitInfo`` first
 (RESTORE, the in-commit timestamp, the caller's metadata at its top level), ``remove``
@@ -22,10 +22,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.delta.log_commit import ROW_TRACKING_DOMAIN, LogState, checkpoint_files
+from spark_chkpt.delta.log.commit import (
+    ROW_TRACKING_DOMAIN,
+    LogState,
+    checkpoint_files,
+    commit_info,
+    log_text,
+    txn_actions,
+)
 from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import Location
-from spark_chkpt.version import __version__
 
 # An add action's fields a restore keeps, as the log has them.
 ADD_FIELDS = (
@@ -178,11 +184,7 @@ def build_restore(
     gone = [k for k in current.files if k not in target.files]
     removes = [remove_of(current.files[k], timestamp=now_ms) for k in gone]
     adds = [dict(target.files[k], dataChange=True) for k in target.files if k not in current.files]
-    info: dict[str, Any] = {"timestamp": now_ms}
-    if now.in_commit_timestamps:
-        ict = max(now_ms, (now.ict or 0) + 1)
-        info = {"timestamp": ict, "inCommitTimestamp": ict}
-    info |= {
+    operation = {
         "operation": "RESTORE",
         "operationParameters": {"version": target.version},
         "readVersion": now.version,
@@ -196,11 +198,8 @@ def build_restore(
             "numOfFilesAfterRestore": str(len(target.files)),
             "tableSizeAfterRestore": str(sum(int(a.get("size", 0)) for a in target.files.values())),
         },
-        "engineInfo": f"spark-chkpt/{__version__}",
-        **dict(metadata),
     }
-    if now.row_tracking:
-        info["tags"] = {"delta.rowTracking.preserved": "true"}
+    info = commit_info(now, now_ms=now_ms, operation=operation, metadata=metadata)
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
     if target.protocol and current.protocol:
         merged = _merged_protocol(target.protocol, current.protocol)
@@ -219,10 +218,7 @@ def build_restore(
     # the row-id high-water mark stays where it is: now's is the highest (never lowered)
     actions += [{"remove": r} for r in removes]
     actions += [{"add": a} for a in adds]
-    actions += [
-        {"txn": {"appId": app, "version": v, "lastUpdated": now_ms}} for app, v in txns.items()
-    ]
-    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    return log_text(actions + txn_actions(txns, now_ms=now_ms))
 
 
 def _merged_protocol(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

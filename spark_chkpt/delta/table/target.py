@@ -4,7 +4,7 @@
 transactions (``txn(appId)``), the commit of staged files with their ``commitInfo``
 (:func:`commit_properties`), a lost race as ``CommitConflictError`` (:func:`committing`),
 ``restore_to`` for a rewind, the schema rules and the orphaned files of failed
-attempts. More: docs/concepts/delta-internals.md (spark_chkpt/delta/table.py).
+attempts. More: docs/concepts/delta-internals.md (spark_chkpt/delta/table/target.py).
 """
 
 from __future__ import annotations
@@ -19,25 +19,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
-from spark_chkpt.delta import log_state
-from spark_chkpt.delta.column_mapping import ColumnMapping
-from spark_chkpt.delta.commit_safety import put_if_absent
-from spark_chkpt.delta.constraints import (
+from spark_chkpt.delta.features.column_mapping import ColumnMapping
+from spark_chkpt.delta.features.constraints import (
     GeneratedColumns,
     TableRules,
     generated_columns,
     table_rules,
 )
-from spark_chkpt.delta.identity import IdentityUse, identity_metadata
-from spark_chkpt.delta.log_commit import (
+from spark_chkpt.delta.features.identity import IdentityUse, identity_metadata
+from spark_chkpt.delta.features.protocol import Operation, TableProtocol, check_table, read_protocol
+from spark_chkpt.delta.log import state as log_state
+from spark_chkpt.delta.log.commit import (
     check_own_commit_store,
     commit_append,
     load_state,
     needs_own_commit,
 )
-from spark_chkpt.delta.log_restore import commit_restore
-from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
-from spark_chkpt.delta.protocol import Operation, TableProtocol, check_table, read_protocol
+from spark_chkpt.delta.log.commit_safety import put_if_absent
+from spark_chkpt.delta.log.restore import commit_restore
+from spark_chkpt.delta.log.upkeep import no_hooks, upkeep
 from spark_chkpt.delta.staging import STAGED_NAME, StagedFile, app_tag, normalize_schema
 from spark_chkpt.errors import (
     ChkptError,
@@ -77,7 +77,7 @@ class TxnCommit:
     txns: dict[str, int] = field(default_factory=dict)  # every txn it set (commit_at)
 
 
-# How this process got its tables (spark_chkpt.delta.log_state): loaded, advanced, ...
+# How this process got its tables (spark_chkpt.delta.log.state): loaded, advanced, ...
 LOADS = log_state.LOADS
 
 
@@ -136,10 +136,10 @@ class DeltaTarget:
     def latest(self) -> Any | None:
         """The table at its latest version, or None if there is no table yet, as
         :meth:`open` but kept in this process across batches
-        (:mod:`spark_chkpt.delta.log_state`): only the JSON commits made since it was
+        (:mod:`spark_chkpt.delta.log.state`): only the JSON commits made since it was
         last read are read, by version, so a batch's cost does not grow with the
         table's history. Every caller gets the same object (a
-        :class:`~spark_chkpt.delta.log_state.KeptTable`); other writers' commits, a
+        :class:`~spark_chkpt.delta.log.state.KeptTable`); other writers' commits, a
         protocol or schema change, a table deleted or replaced at the same path are
         seen as by :meth:`open`."""
         return log_state.latest(self)
@@ -186,7 +186,7 @@ class DeltaTarget:
     def check_features(self, table: Any, *, writer: str, operation: Operation) -> None:
         """Raise :class:`~spark_chkpt.errors.TableFeatureError` unless ``writer`` can
         honour every feature ``table`` (a ``DeltaTable``; None: none yet) requires for
-        ``operation`` (:mod:`spark_chkpt.delta.protocol`)."""
+        ``operation`` (:mod:`spark_chkpt.delta.features.protocol`)."""
         if table is not None:
             found = read_protocol(table, uri=self.uri)
             check_table(found, writer=writer, operation=operation)
@@ -313,38 +313,7 @@ class DeltaTarget:
                 " Add the column(s) with delta-spark (ALTER TABLE ... ADD COLUMNS), then "
                 "restart the query. Nothing was committed."
             )
-        meta = table.metadata()
-        fields = json.loads(table.schema().to_json())["fields"]
-        schema = {"type": "struct", "fields": [*fields, *mapping.planned_fields()]}
-        version = int(table.version()) + 1
-        now = int(time.time() * 1000)
-        actions = [
-            {
-                "commitInfo": {
-                    "timestamp": now,
-                    "operation": "ADD COLUMNS",
-                    "operationParameters": {
-                        "columns": json.dumps([{"column": f} for f in mapping.planned_fields()])
-                    },
-                    "readVersion": version - 1,
-                    "isBlindAppend": False,
-                    "engineInfo": "spark-chkpt (mergeSchema)",
-                }
-            },
-            {
-                "metaData": {
-                    "id": meta.id,
-                    "name": meta.name,
-                    "description": meta.description,
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": json.dumps(schema, separators=(",", ":")),
-                    "partitionColumns": list(meta.partition_columns),
-                    "configuration": mapping.metadata_configuration(meta.configuration),
-                    "createdTime": meta.created_time,
-                }
-            },
-        ]
-        text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+        version, text = _add_columns_commit(table, mapping)
         try:
             self.location.child("_delta_log", f"{version:020d}.json").create_exclusive(text)
         except FileExistsError as e:
@@ -401,7 +370,7 @@ class DeltaTarget:
         (delta-rs writes the remove actions: the table is replaced, not appended to).
         ``configuration``: the table properties of a table this commit creates.
         ``identity``: the identity values the tasks generated, whose high-water marks
-        the commit moves (:mod:`spark_chkpt.delta.identity`)."""
+        the commit moves (:mod:`spark_chkpt.delta.features.identity`)."""
         from deltalake import Schema
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
@@ -483,8 +452,8 @@ class DeltaTarget:
         writer: str = "chkpt-delta",
     ) -> int | None:
         """A commit to a table whose features delta-rs refuses, by the project's own log
-        writer: ``operation`` "append" (:mod:`spark_chkpt.delta.log_commit`) or
-        "overwrite" (:mod:`spark_chkpt.delta.log_overwrite`: every live file removed,
+        writer: ``operation`` "append" (:mod:`spark_chkpt.delta.log.commit`) or
+        "overwrite" (:mod:`spark_chkpt.delta.log.overwrite`: every live file removed,
         ``files`` added; ``outputMode("complete")`` and a rewind's emptying), with the txns
         and metadata of ``props`` (:func:`commit_properties`) and ``meta`` (the identity
         high-water marks' ``metaData`` action): the version written, or None when a commit
@@ -508,7 +477,7 @@ class DeltaTarget:
         if operation == "append":
             commit = commit_append
         else:
-            from spark_chkpt.delta.log_overwrite import commit_overwrite as commit
+            from spark_chkpt.delta.log.overwrite import commit_overwrite as commit
         version = commit(
             location=self.location,
             uri=self.uri,
@@ -553,8 +522,8 @@ class DeltaTarget:
         """A commit without files: ``append`` records only its txns and metadata,
         ``overwrite`` also removes every file of the current version (the table emptied,
         as a rewind empties a dead-letter table). On a table whose features delta-rs
-        refuses it is the project's own commit (:mod:`spark_chkpt.delta.log_commit`,
-        :mod:`spark_chkpt.delta.log_overwrite`); one on a store without a create-if-absent
+        refuses it is the project's own commit (:mod:`spark_chkpt.delta.log.commit`,
+        :mod:`spark_chkpt.delta.log.overwrite`); one on a store without a create-if-absent
         is refused naming the feature and the table."""
         found = read_protocol(table, uri=self.uri)
         if needs_own_commit(found) and props.app_transactions:
@@ -599,9 +568,9 @@ class DeltaTarget:
     def restore_to(self, table: Any, version: int, *, props: Any) -> None:
         """delta-rs ``restore``: the table's files of ``version`` back in one commit
         carrying ``props`` (:func:`commit_properties`); the next commit's
-        :func:`~spark_chkpt.delta.log_upkeep.upkeep` checkpoints a version it made due.
+        :func:`~spark_chkpt.delta.log.upkeep.upkeep` checkpoints a version it made due.
         A table whose features delta-rs refuses is restored by the project's own commit
-        (:mod:`spark_chkpt.delta.log_restore`)."""
+        (:mod:`spark_chkpt.delta.log.restore`)."""
         found = read_protocol(table, uri=self.uri)
         if not needs_own_commit(found):
             table.restore(version, commit_properties=props, post_commithook_properties=no_hooks())
@@ -741,6 +710,45 @@ class DeltaTarget:
             if mtime <= cutoff and self.location.child(relative).delete():
                 removed += 1
         return removed
+
+
+def _add_columns_commit(table: Any, mapping: ColumnMapping) -> tuple[int, str]:
+    """The version and the JSON commit of an ADD COLUMNS of ``mapping``'s planned columns
+    to ``table``, as delta-spark writes it: a ``metaData`` action with their physical
+    names and ids and ``delta.columnMapping.maxColumnId`` advanced."""
+    meta = table.metadata()
+    fields = json.loads(table.schema().to_json())["fields"]
+    schema = {"type": "struct", "fields": [*fields, *mapping.planned_fields()]}
+    version = int(table.version()) + 1
+    now = int(time.time() * 1000)
+    actions = [
+        {
+            "commitInfo": {
+                "timestamp": now,
+                "operation": "ADD COLUMNS",
+                "operationParameters": {
+                    "columns": json.dumps([{"column": f} for f in mapping.planned_fields()])
+                },
+                "readVersion": version - 1,
+                "isBlindAppend": False,
+                "engineInfo": "spark-chkpt (mergeSchema)",
+            }
+        },
+        {
+            "metaData": {
+                "id": meta.id,
+                "name": meta.name,
+                "description": meta.description,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema, separators=(",", ":")),
+                "partitionColumns": list(meta.partition_columns),
+                "configuration": mapping.metadata_configuration(meta.configuration),
+                "createdTime": meta.created_time,
+            }
+        },
+    ]
+    text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    return version, text
 
 
 def pa_schema(fields: Sequence[pa.Field]) -> pa.Schema:

@@ -1,5 +1,5 @@
 """Checkpoints and log clean-up follow the table's delta.checkpointInterval and
-delta.logRetentionDuration (spark_chkpt/delta/log_upkeep.py), on real delta-rs tables."""
+delta.logRetentionDuration (spark_chkpt/delta/log/upkeep.py), on real delta-rs tables."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, PostCommitHookProperties, write_deltalake
 
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 
 SCHEMA = pa.schema([("id", pa.int64())])
 APP = "app-1"

@@ -173,56 +173,67 @@ def install_table_option() -> None:
     if getattr(DataStreamWriter, "_spark_chkpt_tables", False):
         return
 
-    def recorded(writer: Any) -> dict[str, Any]:
-        return writer.__dict__.setdefault("_chkpt_options", {"format": None, "options": {}})
-
-    def wrap(method: Callable[..., Any], record: Callable[..., None]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-            record(recorded(self), *args, **kwargs)
-            return method(self, *args, **kwargs)
-
-        return wrapped
-
-    def on_format(state: dict[str, Any], source: str) -> None:
-        state["format"] = source
-
-    def on_option(state: dict[str, Any], key: str, value: Any) -> None:
-        state["options"][key] = value
-
-    def on_options(state: dict[str, Any], **options: Any) -> None:
-        state["options"].update(options)
-
     original_start = DataStreamWriter.start
     original_to_table = DataStreamWriter.toTable
 
-    def resolve(self: Any, path: str | None, format: str | None, options: Any) -> None:
-        state = recorded(self)
-        source = (format or state["format"] or "").lower()
-        if source != SINK_FORMAT:
-            return
-        given = {**state["options"], **options}
-        if path is not None:
-            given["path"] = path
-        for key, value in resolve_options(self._spark, given, writer=SINK_FORMAT).items():
-            self.option(key, value)
-
     @functools.wraps(original_start)
     def start(self: Any, path: str | None = None, format: str | None = None, *a: Any, **kw: Any):  # type: ignore[no-untyped-def]
-        resolve(self, path, format, kw)
+        _resolve_tables(self, path, format, kw)
         return original_start(self, path, format, *a, **kw)
 
     @functools.wraps(original_to_table)
     def to_table(self: Any, tableName: str, format: str | None = None, *a: Any, **kw: Any):  # type: ignore[no-untyped-def]
-        source = (format or recorded(self)["format"] or "").lower()
+        source = (format or _recorded(self)["format"] or "").lower()
         if source != SINK_FORMAT:
             return original_to_table(self, tableName, format, *a, **kw)
         self.option("table", tableName)
         return start(self, None, format, *a, **kw)
 
-    DataStreamWriter.format = wrap(DataStreamWriter.format, on_format)  # type: ignore[method-assign]
-    DataStreamWriter.option = wrap(DataStreamWriter.option, on_option)  # type: ignore[method-assign]
-    DataStreamWriter.options = wrap(DataStreamWriter.options, on_options)  # type: ignore[method-assign]
+    DataStreamWriter.format = _recording(DataStreamWriter.format, _on_format)  # type: ignore[method-assign]
+    DataStreamWriter.option = _recording(DataStreamWriter.option, _on_option)  # type: ignore[method-assign]
+    DataStreamWriter.options = _recording(DataStreamWriter.options, _on_options)  # type: ignore[method-assign]
     DataStreamWriter.start = start  # type: ignore[method-assign]
     DataStreamWriter.toTable = to_table  # type: ignore[method-assign]
     DataStreamWriter._spark_chkpt_tables = True  # type: ignore[attr-defined]
+
+
+def _recorded(writer: Any) -> dict[str, Any]:
+    """The format and options a ``DataStreamWriter`` was given, kept on it."""
+    return writer.__dict__.setdefault("_chkpt_options", {"format": None, "options": {}})
+
+
+def _recording(method: Callable[..., Any], record: Callable[..., None]) -> Callable[..., Any]:
+    """``method`` of ``DataStreamWriter``, its arguments first recorded by ``record``."""
+
+    @functools.wraps(method)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        record(_recorded(self), *args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    return wrapped
+
+
+def _on_format(state: dict[str, Any], source: str) -> None:
+    state["format"] = source
+
+
+def _on_option(state: dict[str, Any], key: str, value: Any) -> None:
+    state["options"][key] = value
+
+
+def _on_options(state: dict[str, Any], **options: Any) -> None:
+    state["options"].update(options)
+
+
+def _resolve_tables(writer: Any, path: str | None, format: str | None, options: Any) -> None:
+    """At ``start()``: a ``chkpt-delta`` query's ``table`` options set as the locations
+    the catalog names (other formats untouched)."""
+    state = _recorded(writer)
+    source = (format or state["format"] or "").lower()
+    if source != SINK_FORMAT:
+        return
+    given = {**state["options"], **options}
+    if path is not None:
+        given["path"] = path
+    for key, value in resolve_options(writer._spark, given, writer=SINK_FORMAT).items():
+        writer.option(key, value)

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta import table as table_module
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table import target as table_module
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import TableFeatureError
+from tests.delta.features.test_table_features import _turn_on
 from tests.delta.sink.test_coordinator import Query
-from tests.delta.test_table_features import _turn_on
 
 
 def rows(n: int, first: int = 0) -> pa.Table:
@@ -155,7 +155,7 @@ def test_upkeep_after_each_commit_advances_the_kept_table(
     """The checkpoint upkeep after every commit reads the table kept across batches: it
     checkpoints at the table's interval without loading the table again (a reload per
     commit would read the log from its last checkpoint, a cost that grows with age)."""
-    from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
+    from spark_chkpt.delta.log.upkeep import no_hooks, upkeep
 
     uri = str(tmp_path / "t")
     write_deltalake(uri, rows(1), configuration={"delta.checkpointInterval": "4"})
@@ -186,7 +186,7 @@ def test_the_kept_delta_rs_table_is_advanced_over_a_bounded_number_of_versions(
     from deltalake import DeltaTable as RsTable
 
     from spark_chkpt.delta import log_state
-    from spark_chkpt.delta.log_upkeep import no_hooks, upkeep
+    from spark_chkpt.delta.log.upkeep import no_hooks, upkeep
 
     monkeypatch.setattr(log_state, "INCREMENTAL_VERSIONS", 6, raising=False)
     advanced: dict[int, int] = {}  # each delta-rs table object: versions advanced over

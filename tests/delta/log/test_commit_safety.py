@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_chkpt.delta.commit_safety import commit_storage_options
+from spark_chkpt.delta.log.commit_safety import commit_storage_options
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.errors import ConfigError, UnsafeCommitError
 

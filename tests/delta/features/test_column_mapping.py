@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, Field
 
-from spark_chkpt.delta.column_mapping import (
+from spark_chkpt.delta.features.column_mapping import (
     ID_KEY,
     MAX_ID_KEY,
     MODE_KEY,
@@ -22,7 +22,7 @@ from spark_chkpt.delta.column_mapping import (
     ColumnMapping,
 )
 from spark_chkpt.delta.staging import ParquetStager
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import CommitConflictError, SchemaMismatchError
 from spark_chkpt.fs import resolve
 

@@ -238,18 +238,31 @@ def evaluate(node: Node, batch: pa.RecordBatch) -> Any:
             result = hit if result is None else pc.or_kleene(result, hit)
         return pc.invert(result) if node[3] else result
     if kind == "call":
-        args = [evaluate(a, batch) for a in node[2]]
-        name = node[1]
-        if name in ("length", "char_length"):
-            return pc.utf8_length(args[0])
-        if name == "lower":
-            return pc.utf8_lower(args[0])
-        if name == "upper":
-            return pc.utf8_upper(args[0])
-        if name == "abs":
-            return pc.abs(args[0])
-        return pc.coalesce(*args)
-    op, left, right = node[1], evaluate(node[2], batch), evaluate(node[3], batch)
+        return _call(node[1], [evaluate(a, batch) for a in node[2]])
+    return _binary(node[1], evaluate(node[2], batch), evaluate(node[3], batch))
+
+
+def _call(name: str, args: list[Any]) -> Any:
+    """A function of the rules' dialect over its evaluated arguments."""
+    import pyarrow.compute as pc
+
+    if name in ("length", "char_length"):
+        return pc.utf8_length(args[0])
+    if name == "lower":
+        return pc.utf8_lower(args[0])
+    if name == "upper":
+        return pc.utf8_upper(args[0])
+    if name == "abs":
+        return pc.abs(args[0])
+    return pc.coalesce(*args)
+
+
+def _binary(op: str, left: Any, right: Any) -> Any:
+    """A binary operator over its evaluated operands, with Spark SQL's null rules
+    (``AND`` / ``OR`` three-valued, ``<=>`` null-safe, ``/`` in doubles)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if op == "AND":
         return pc.and_kleene(left, right)
     if op == "OR":

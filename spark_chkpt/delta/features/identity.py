@@ -10,7 +10,7 @@ values are kept and do not move the mark. Task ``t``'s ``k``-th value is
 without one): unique across tasks, the same on a task's retry. (delta-spark interleaves
 by ``numPartitions``, which a Python write task is not told.)
 
-The commit (:func:`identity_metadata`, in :mod:`spark_chkpt.delta.log_commit`'s own
+The commit (:func:`identity_metadata`, in :mod:`spark_chkpt.delta.log.commit`'s own
 commit) carries a ``metaData`` action whose schema holds each column's new mark (the
 largest value generated, the smallest for a negative step) with the adds and
 ``txn(appId, N)``, only if the table's marks are still those the values were generated
@@ -29,7 +29,7 @@ from spark_chkpt.errors import IdentityColumnError, IdentityConflictError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_chkpt.delta.protocol import Column
+    from spark_chkpt.delta.features.protocol import Column
 
 START = "delta.identity.start"
 STEP = "delta.identity.step"

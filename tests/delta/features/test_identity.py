@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.delta.identity import IdentityUse, identity_columns
-from spark_chkpt.delta.protocol import TableProtocol, check_table
-from spark_chkpt.delta.table import DeltaTarget
+from spark_chkpt.delta.features.identity import IdentityUse, identity_columns
+from spark_chkpt.delta.features.protocol import TableProtocol, check_table
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import IdentityColumnError, IdentityConflictError
 
 IDENTITY = {"delta.identity.start": 1, "delta.identity.step": 1}
@@ -41,7 +41,7 @@ def test_a_table_with_an_identity_column_is_appended_to_not_refused() -> None:
 
 
 def columns(*, start: int = 1, step: int = 1, mark: int | None = None, explicit: bool = False):
-    from spark_chkpt.delta.identity import IdentityColumn, IdentityColumns
+    from spark_chkpt.delta.features.identity import IdentityColumn, IdentityColumns
 
     column = IdentityColumn(
         name="id", start=start, step=step, high_water_mark=mark, allow_explicit=explicit
@@ -84,7 +84,7 @@ def test_a_negative_step_generates_below_the_mark_and_reports_the_lowest() -> No
     assert all(v < -15 for v in values)
     (use,) = gen.uses()
     assert (use.planned, use.generated) == (-9, -15)
-    from spark_chkpt.delta.identity import new_marks
+    from spark_chkpt.delta.features.identity import new_marks
 
     assert new_marks([use, *other.uses()]) == {"id": (-9, min(values))}
 

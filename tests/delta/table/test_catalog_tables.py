@@ -1,4 +1,4 @@
-"""Tables named as users name them (spark_chkpt/delta/catalog.py): the name's parts, the
+"""Tables named as users name them (spark_chkpt/delta/table/catalog.py): the name's parts, the
 refusal of a table in another catalog, the chkpt-delta options that name a table, and
 ``deadLetterTable`` resolved by a real SparkSession (the other names a real session
 resolves: test_delta_features.py)."""
@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_chkpt.delta.catalog import check_catalog, name_parts
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
+from spark_chkpt.delta.table.catalog import check_catalog, name_parts
 from spark_chkpt.errors import CatalogTableError, ConfigError
 from tests.delta.test_delta_features import INPUT_DDL, ROWS, assert_same, database, rows_stream
 

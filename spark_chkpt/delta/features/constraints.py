@@ -6,7 +6,7 @@ constraints (``delta.constraints.<name>`` in the configuration), invariants
 The rules are read and parsed on the driver (:func:`table_rules`,
 :func:`generated_columns`, at the start: an expression that cannot be evaluated is
 refused there, naming it) and evaluated over each Arrow batch
-(:mod:`spark_chkpt.delta.expressions`). A row violates a rule when its expression is
+(:mod:`spark_chkpt.delta.features.expressions`). A row violates a rule when its expression is
 false or NULL, as delta-spark's invariant checker has it. A violating batch fails
 (:class:`~spark_chkpt.errors.ConstraintViolationError`) naming the rule, its expression
 and up to five violating rows; nothing of the task is staged, so nothing of the batch
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.delta.expressions import (
+from spark_chkpt.delta.features.expressions import (
     Node,
     columns_of,
     evaluate,

@@ -17,15 +17,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.commit_safety import put_if_absent
-from spark_chkpt.delta.log_commit import (
+from spark_chkpt.delta.features.protocol import TableProtocol, check_table
+from spark_chkpt.delta.log.commit import (
     LogState,
     advance,
     build_append,
     commit_append,
     load_state,
 )
-from spark_chkpt.delta.protocol import TableProtocol, check_table
+from spark_chkpt.delta.log.commit_safety import put_if_absent
 from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.errors import CommitConflictError, TableFeatureError
 from spark_chkpt.fs import resolve
@@ -336,7 +336,7 @@ def test_the_dead_letter_table_takes_its_letters_through_the_own_commit_once(
     from types import SimpleNamespace
 
     from spark_chkpt.delta.sink.dead_letters import DeadLetters
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
 
     q = Query(tmp_path)
     first = pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])])
@@ -357,7 +357,7 @@ def test_the_dead_letter_table_takes_its_letters_through_the_own_commit_once(
 
 
 def test_a_generation_commit_recover_and_migrate_make_is_the_own_commit(tmp_path: Path) -> None:
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
     from spark_chkpt.snapshot.epoch import generation_app_id
 
     table = tmp_path / "t"
@@ -382,7 +382,7 @@ def _dv(path: str) -> dict[str, Any]:
 def test_an_overwrite_removes_every_live_file_as_delta_spark_writes_the_remove(
     tmp_path: Path,
 ) -> None:
-    from spark_chkpt.delta.log_overwrite import build_overwrite, live_files
+    from spark_chkpt.delta.log.overwrite import build_overwrite, live_files
 
     log_dir = tmp_path / "_delta_log"
     log_dir.mkdir()
@@ -436,7 +436,7 @@ def test_complete_mode_replaces_a_row_tracked_table_through_the_own_commit(
     new ones with row ids above the high-water mark and the txn."""
     import pyarrow.parquet as pq
 
-    from spark_chkpt.delta.table import DeltaTarget
+    from spark_chkpt.delta.table.target import DeltaTarget
 
     table = tmp_path / "t"
     write_deltalake(str(table), pa.Table.from_batches([make_batch(SCHEMA, [0], ["a"])]))

@@ -1,0 +1,1 @@
+"""The project's own commits to a table's _delta_log and the log state kept across batches."""
