@@ -185,10 +185,10 @@ def test_the_kept_delta_rs_table_is_advanced_over_a_bounded_number_of_versions(
     would grow without end. After INCREMENTAL_VERSIONS versions it is loaded afresh."""
     from deltalake import DeltaTable as RsTable
 
-    from spark_chkpt.delta import log_state
+    from spark_chkpt.delta.log import state as log_state
     from spark_chkpt.delta.log.upkeep import no_hooks, upkeep
 
-    monkeypatch.setattr(log_state, "INCREMENTAL_VERSIONS", 6, raising=False)
+    monkeypatch.setattr(log_state, "INCREMENTAL_VERSIONS", 6)
     advanced: dict[int, int] = {}  # each delta-rs table object: versions advanced over
     incremental = RsTable.update_incremental
 
