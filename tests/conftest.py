@@ -49,6 +49,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
     def kind(item: pytest.Item) -> int:
+        if item.get_closest_marker("long"):
+            return 0  # a unit test of minutes at the run's end would leave a worker idle
         return min((RUN_ORDER.get(mark.name, 2) for mark in item.iter_markers()), default=2)
 
     items.sort(key=kind)

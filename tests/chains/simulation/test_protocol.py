@@ -88,6 +88,9 @@ FIXED: frozenset[str] = frozenset(
 )
 UNFIXED = (KNOWN_HOLES - FIXED) - set(os.environ.get("SPARK_CHKPT_SIM_ENABLE", "").split(","))
 
+# Minutes of hypothesis examples: started with the kill chains, not left to the run's end.
+pytestmark = pytest.mark.long
+
 TOPIC = "events"
 OTHER_IDS = 1_000_000_000  # ids of another writer's rows
 INPUT = pa.schema(
