@@ -30,6 +30,7 @@ from spark_chkpt.options import (
     parse_duration_ms,
     parse_positive_int,
 )
+from spark_chkpt.runtime.spark_version import require_admission_control
 
 EARLIEST = -2
 LATEST = -1
@@ -342,6 +343,7 @@ class SourceConfig:
             )
         max_per = parse_positive_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"))
         min_per = parse_positive_int("minOffsetsPerTrigger", opts.get("minoffsetspertrigger"))
+        require_admission_control("minOffsetsPerTrigger", min_per)
         if max_per is not None and min_per is not None and min_per > max_per:
             raise ConfigError(
                 "minOffsetsPerTrigger",
