@@ -35,7 +35,7 @@ spark-lines: $(SPARK_LINE_VENVS)
 
 .cache/spark-%/.installed: setup.cfg pyproject.toml
 	test -x .cache/spark-$*/bin/python || $(PYTHON) -m venv .cache/spark-$*
-	.cache/spark-$*/bin/python -m pip install --quiet -e '.[dev]' 'pyspark==$(filter $*.%,$(OTHER_PYSPARK_VERSIONS))'
+	.cache/spark-$*/bin/python -m pip install --quiet -e '.[dev,docs]' 'pyspark==$(filter $*.%,$(OTHER_PYSPARK_VERSIONS))'
 	.cache/spark-$*/bin/python -m spark_chkpt.runtime.jars fetch --set spark-connectors
 	@touch $@
 

@@ -78,10 +78,11 @@ def register(spark: SparkSession) -> list[str]:
     from spark_chkpt.delta.catalog import install_table_option
 
     install_table_option()  # chkpt-delta's option("table", "db.events") and toTable
+    from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
     from spark_chkpt.runtime.spark_version import install_available_now_handoff
 
-    install_available_now_handoff()  # before Spark 4.2: Trigger.AvailableNow's one batch
-    from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
+    # before Spark 4.2: Trigger.AvailableNow's one batch takes everything
+    install_available_now_handoff(source=KafkaDataSource.name())
 
     slots = _task_slots(spark)
     for source in DATA_SOURCES:

@@ -36,9 +36,10 @@ class SparkLine:
 
 
 DELTA_SPARK_VERSION = "4.4.0"
-# The newest jars on Maven Central for each line (December 2026): Spark's Kafka connector
-# lags pyspark by a patch release, and neither it nor delta-spark is published for 4.3
-# yet, so 4.3 runs the 4.2 builds (Scala binary compatible within 4.x, checked in CI).
+# The jars each line gets (December 2026): Spark's Kafka connector at a release whose
+# dependencies all resolved from Maven Central here (4.0.0, 4.1.1); neither it nor
+# delta-spark is published for 4.3 yet, so 4.3 gets the 4.2 builds (no CI test loads
+# them on 4.3: the formats need neither jar).
 LINES: tuple[SparkLine, ...] = (
     SparkLine("4.0", "4.0.5", "17.3 LTS (Spark 4.0.0)", "4.0.0", "delta-spark_4.0_2.13"),
     SparkLine("4.1", "4.1.4", "18 LTS (Spark 4.1.0)", "4.1.1", "delta-spark_4.1_2.13"),
@@ -103,6 +104,16 @@ def stream_writer_base() -> type:
         """Spark 4.0's stream writer that Spark's write worker hands Arrow batches."""
 
     return ArrowStreamWriter
+
+
+def arrow_schema(schema: Any) -> Any:
+    """Spark's Arrow form of a ``StructType``, timestamps in UTC (Spark 4.2 asks
+    ``timezone="UTC"``, 4.0 and 4.1 ``timestamp_utc=True``: the same schema)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if at_least(4, 2):
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]
 
 
 def read_limits() -> dict[str, Any]:
@@ -178,14 +189,14 @@ def claim_available_now(options: Mapping[str, str]) -> bool:
     return fresh
 
 
-def _hand_off(writer: Any) -> None:
-    """At start(): a file for each chkpt-kafka source of the writer's query (classic
-    PySpark: the sources' options read from the JVM's logical plan)."""
+def _hand_off(writer: Any, source: str) -> None:
+    """At start(): a file for each ``source`` of the writer's query (classic PySpark:
+    the sources' options read from the JVM's logical plan)."""
     plan = writer._df._jdf.queryExecution().logical()
     pending = [plan]
     while pending:
         node = pending.pop()
-        if node.nodeName() == "StreamingRelationV2" and str(node.sourceName()) == "chkpt-kafka":
+        if node.nodeName() == "StreamingRelationV2" and str(node.sourceName()) == source:
             options = dict(node.extraOptions().asCaseSensitiveMap())
             path = _handoff_file(options_key(options))
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,10 +205,10 @@ def _hand_off(writer: Any) -> None:
         pending.extend(children.apply(i) for i in range(children.size()))
 
 
-def install_available_now_handoff() -> None:
+def install_available_now_handoff(*, source: str) -> None:
     """Before Spark 4.2: make ``DataStreamWriter.start()`` / ``toTable()`` of a query
-    with ``trigger(availableNow=True)`` or ``trigger(once=True)`` tell its chkpt-kafka
-    readers (:func:`claim_available_now`). Installed once, on classic PySpark."""
+    with ``trigger(availableNow=True)`` or ``trigger(once=True)`` tell its readers of
+    format ``source`` (:func:`claim_available_now`). Installed once, on classic PySpark."""
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     if has_admission_control() or getattr(DataStreamWriter, "_spark_chkpt_handoff", False):
@@ -216,7 +227,7 @@ def install_available_now_handoff() -> None:
         @functools.wraps(method)
         def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
             if self.__dict__.get("_chkpt_one_batch") and hasattr(self._df, "_jdf"):
-                _hand_off(self)
+                _hand_off(self, source)
             return method(self, *args, **kwargs)
 
         return wrapped

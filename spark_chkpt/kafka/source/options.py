@@ -343,13 +343,13 @@ class SourceConfig:
             )
         max_per = parse_positive_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"))
         min_per = parse_positive_int("minOffsetsPerTrigger", opts.get("minoffsetspertrigger"))
-        require_admission_control("minOffsetsPerTrigger", min_per)
         if max_per is not None and min_per is not None and min_per > max_per:
             raise ConfigError(
                 "minOffsetsPerTrigger",
                 str(min_per),
                 f"must not exceed maxOffsetsPerTrigger ({max_per})",
             )
+        require_admission_control("minOffsetsPerTrigger", min_per)
         delay = parse_duration_ms(
             "maxTriggerDelay", opts.get("maxtriggerdelay"), default_ms=15 * 60_000
         )
