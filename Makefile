@@ -30,12 +30,22 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs]' 'pyspark==$(PYSPARK_VERSION)'
 	@touch $(STAMP)
 
-# One venv per other Spark line (OTHER_PYSPARK_VERSIONS), built once and kept in .cache.
+# One venv per other Spark line (OTHER_PYSPARK_VERSIONS), built once and kept in .cache:
+# that pyspark alone (pip --no-deps; every line requires the same py4j), in front of
+# .venv's packages (the project, editable, its dependencies and the test tools), which a
+# .pth file adds behind it. A line costs the unpacking of one pyspark, not a second
+# install of everything; its Spark connector jars are fetched for that line.
+PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
+
 spark-lines: $(SPARK_LINE_VENVS)
 
-.cache/spark-%/.installed: setup.cfg pyproject.toml
-	test -x .cache/spark-$*/bin/python || $(PYTHON) -m venv .cache/spark-$*
-	.cache/spark-$*/bin/python -m pip install --quiet -e '.[dev,docs]' 'pyspark==$(filter $*.%,$(OTHER_PYSPARK_VERSIONS))'
+.cache/spark-%/.installed: $(STAMP)
+	rm -rf .cache/spark-$*
+	$(PYTHON) -m venv --without-pip .cache/spark-$*
+	$(BIN)/python -m pip --python .cache/spark-$*/bin/python install --quiet --no-deps \
+	  'pyspark==$(filter $*.%,$(OTHER_PYSPARK_VERSIONS))'
+	echo "import site; site.addsitedir('$$($(BIN)/python -c '$(PURELIB)')')" \
+	  > "$$(.cache/spark-$*/bin/python -c '$(PURELIB)')/spark_chkpt_dev.pth"
 	.cache/spark-$*/bin/python -m spark_chkpt.runtime.jars fetch --set spark-connectors
 	@touch $@
 
