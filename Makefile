@@ -33,8 +33,9 @@ $(STAMP): setup.cfg pyproject.toml
 # One venv per other Spark line (OTHER_PYSPARK_VERSIONS), built once and kept in .cache:
 # that pyspark alone (pip --no-deps; every line requires the same py4j), in front of
 # .venv's packages (the project, editable, its dependencies and the test tools), which a
-# .pth file adds behind it. A line costs the unpacking of one pyspark, not a second
-# install of everything; its Spark connector jars are fetched for that line.
+# .pth file adds behind it, and the project's console scripts on its Python. A line costs
+# the unpacking of one pyspark, not a second install of everything; its Spark connector
+# jars are fetched for that line.
 PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
 
 spark-lines: $(SPARK_LINE_VENVS)
@@ -46,6 +47,10 @@ spark-lines: $(SPARK_LINE_VENVS)
 	  'pyspark==$(filter $*.%,$(OTHER_PYSPARK_VERSIONS))'
 	echo "import site; site.addsitedir('$$($(BIN)/python -c '$(PURELIB)')')" \
 	  > "$$(.cache/spark-$*/bin/python -c '$(PURELIB)')/spark_chkpt_dev.pth"
+	for script in $(BIN)/spark-chkpt*; do \
+	  sed "1s|.*|#!$(CURDIR)/.cache/spark-$*/bin/python|" $$script > .cache/spark-$*/bin/$${script##*/}; \
+	  chmod +x .cache/spark-$*/bin/$${script##*/}; \
+	done
 	.cache/spark-$*/bin/python -m spark_chkpt.runtime.jars fetch --set spark-connectors
 	@touch $@
 
