@@ -196,7 +196,7 @@ def _hand_off(writer: Any, source: str) -> None:
     pending = [plan]
     while pending:
         node = pending.pop()
-        if node.nodeName() == "StreamingRelationV2" and str(node.sourceName()) == source:
+        if node.nodeName() == "StreamingRelationV2" and str(node.sourceName()).lower() == source:
             options = dict(node.extraOptions().asCaseSensitiveMap())
             path = _handoff_file(options_key(options))
             path.parent.mkdir(parents=True, exist_ok=True)
