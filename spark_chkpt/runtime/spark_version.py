@@ -106,6 +106,14 @@ def stream_writer_base() -> type:
     return ArrowStreamWriter
 
 
+def spark_class(name: str) -> str:
+    """A Spark class as the running line names it: Spark 4.1 moved the streaming
+    checkpoint file managers into ``...execution.streaming.checkpointing``."""
+    if at_least(4, 1):
+        return name
+    return name.replace(".execution.streaming.checkpointing.", ".execution.streaming.")
+
+
 def arrow_schema(schema: Any) -> Any:
     """Spark's Arrow form of a ``StructType``, timestamps in UTC (Spark 4.2 asks
     ``timezone="UTC"``, 4.0 and 4.1 ``timestamp_utc=True``: the same schema)."""

@@ -55,3 +55,19 @@ def test_min_offsets_per_trigger_is_refused_only_without_admission_control() -> 
         return
     with pytest.raises(ConfigError, match=rf"minOffsetsPerTrigger.*Spark {running()}"):
         require_admission_control("minOffsetsPerTrigger", 10)
+
+
+def test_the_checkpoint_file_manager_register_sets_is_a_class_of_the_running_spark() -> None:
+    """Spark 4.0 names it without ``.checkpointing`` (4.1 moved it): every query of a
+    4.0 session failed at start() in ResolveWriteToStream with the 4.2 name."""
+    import zipfile
+    from pathlib import Path
+
+    import pyspark
+
+    from spark_chkpt.runtime.session_defaults import CHECKPOINT_FILE_MANAGER, REGISTER_DEFAULTS
+    from spark_chkpt.runtime.spark_version import spark_class
+
+    name = spark_class(REGISTER_DEFAULTS[CHECKPOINT_FILE_MANAGER]).replace(".", "/") + ".class"
+    (jar,) = (Path(pyspark.__file__).parent / "jars").glob("spark-sql_2.13-*.jar")
+    assert name in zipfile.ZipFile(jar).namelist()
