@@ -5,8 +5,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 BROKER_ARGS ?=
+# The pyspark of .venv: the wheel takes any supported one (setup.cfg: pyspark>=4.0,<5),
+# the checkout develops on this one.
+PYSPARK_VERSION := 4.2.0
+# The other Spark lines CI proves (docs/reference/spark-versions.md, checked against this
+# list by tests/project/test_spark_versions.py): each in a venv of its own,
+# .cache/spark-<line>/ (the project editable, with that pyspark and the test tools), and
+# its Spark connector jars fetched for that line (spark_chkpt/runtime/spark_version.py).
+OTHER_PYSPARK_VERSIONS := 4.0.5 4.1.4 4.3.0
+SPARK_LINE_VENVS := $(foreach v,$(OTHER_PYSPARK_VERSIONS),.cache/spark-$(basename $(v))/.installed)
 
-.PHONY: setup test unit demo bench quix lint format broker connect-server clean docs docs-serve docs-shots wheel
+.PHONY: setup test unit demo bench quix lint format broker connect-server clean docs docs-serve docs-shots wheel spark-lines
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing.
@@ -18,8 +27,32 @@ $(STAMP): setup.cfg pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required (java not on PATH)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]' 'pyspark==$(PYSPARK_VERSION)'
 	@touch $(STAMP)
+
+# One venv per other Spark line (OTHER_PYSPARK_VERSIONS), built once and kept in .cache:
+# that pyspark alone (pip --no-deps; every line requires the same py4j), in front of
+# .venv's packages (the project, editable, its dependencies and the test tools), which a
+# .pth file adds behind it, and the project's console scripts on its Python. A line costs
+# the unpacking of one pyspark, not a second install of everything; its Spark connector
+# jars are fetched for that line.
+PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
+
+spark-lines: $(SPARK_LINE_VENVS)
+
+.cache/spark-%/.installed: $(STAMP)
+	rm -rf .cache/spark-$*
+	$(PYTHON) -m venv --without-pip .cache/spark-$*
+	$(BIN)/python -m pip --python .cache/spark-$*/bin/python install --quiet --no-deps \
+	  'pyspark==$(filter $*.%,$(OTHER_PYSPARK_VERSIONS))'
+	echo "import site; site.addsitedir('$$($(BIN)/python -c '$(PURELIB)')')" \
+	  > "$$(.cache/spark-$*/bin/python -c '$(PURELIB)')/spark_chkpt_dev.pth"
+	for script in $(BIN)/spark-chkpt*; do \
+	  sed "1s|.*|#!$(CURDIR)/.cache/spark-$*/bin/python|" $$script > .cache/spark-$*/bin/$${script##*/}; \
+	  chmod +x .cache/spark-$*/bin/$${script##*/}; \
+	done
+	.cache/spark-$*/bin/python -m spark_chkpt.runtime.jars fetch --set spark-connectors
+	@touch $@
 
 # The whole suite on each format's default client (the source on kafka-python, the
 # sink on librdkafka), then the source's and the sink's Spark tests again with each
@@ -48,11 +81,25 @@ XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfil
 # them summed by kind and module; .ci/run keeps CI's copy (docs/contributing.md).
 TIMES := .cache/test-times
 
-test: setup
-	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+# The second pass ends with each other Spark line (OTHER_PYSPARK_VERSIONS) in its own
+# venv: the kill -9 chains of tests/chains/test_spark_lines.py (marker spark_lines: the
+# README's Kafka -> Delta and Kafka -> Kafka, DeltaUpsert), spread over both workers one
+# test at a time, and the unit tests of the code that asks which Spark runs (the runtime,
+# the source's planning and options). The rest of the unit suite imports no pyspark API
+# that differs between lines; it runs on .venv's line in the first pass.
+SPARK_LINE_TESTS := -m 'unit or spark_lines' tests/chains/test_spark_lines.py tests/runtime tests/kafka/source
+SPARK_LINE_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
+
+test: setup spark-lines
+	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json \
+	  $(BIN)/python -m pytest $(XDIST) -m 'not spark_lines' $(PYTEST_ARGS)
 	SPARK_CHKPT_KAFKA_SOURCE_CLIENT=confluent SPARK_CHKPT_KAFKA_SINK_CLIENT=kafka-python \
 	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/second.json \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)
+	set -e; for v in $(OTHER_PYSPARK_VERSIONS); do \
+	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json \
+	  .cache/spark-$${v%.*}/bin/python -m pytest $(SPARK_LINE_XDIST) $(SPARK_LINE_TESTS) $(PYTEST_ARGS); \
+	done
 
 unit: setup
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

@@ -69,7 +69,7 @@ class KafkaDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 
-        return KafkaStreamReader(config=self._config(streaming=True))
+        return KafkaStreamReader(config=self._config(streaming=True), options=dict(self.options))
 
     @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

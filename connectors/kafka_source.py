@@ -8,25 +8,25 @@ on the driver, and each input partition is read on an executor by
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from spark_chkpt.errors import InvalidTypeError
 from spark_chkpt.kafka.source.fetcher import ReadSpec, read_task
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner
 from spark_chkpt.runtime.report import reported
+from spark_chkpt.runtime.spark_version import claim_available_now, read_limits
 from spark_chkpt.runtime.worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+# Spark 4.2's admission control (ReadLimit, SupportsTriggerAvailableNow); before it the
+# reader applies maxOffsetsPerTrigger itself and tracks where its next batch starts.
+_LIMITS = read_limits()
+_AVAILABLE_NOW: tuple[type, ...] = (_LIMITS["SupportsTriggerAvailableNow"],) if _LIMITS else ()
 
 
 class KafkaInputPartition(InputPartition):
@@ -54,32 +54,49 @@ def _read(planner: SourcePlanner, partition: InputPartition) -> Iterator[pa.Reco
     )
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KafkaStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ignore[misc]
     """Micro-batch reader: Spark's Kafka source semantics, plus group offset commits."""
 
-    def __init__(self, *, config: SourceConfig) -> None:
+    def __init__(self, *, config: SourceConfig, options: dict[str, str] | None = None) -> None:
         self.config = config
         self.planner = SourcePlanner(config=config)
+        self._initial: dict | None = None
+        # Before Spark 4.2: where the next batch starts (the end of the last one Spark
+        # planned or recovered), since latestOffset() is not told; and whether the query
+        # runs one batch (Trigger.AvailableNow), which then takes everything.
+        self._options = options or {}
+        self._next_start: dict | None = None
+        self._one_batch: bool | None = None
 
     @reported
     def initialOffset(self) -> dict:
-        return self.planner.initial_offsets()
+        if self._initial is None:  # once: a "latest" start asked twice could move
+            self._initial = self.planner.initial_offsets()
+        return self._initial
 
-    def getDefaultReadLimit(self) -> ReadLimit:
+    def getDefaultReadLimit(self) -> Any:
         if self.config.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.config.max_offsets_per_trigger)
-        return ReadAllAvailable()
+            return _LIMITS["ReadMaxRows"](self.config.max_offsets_per_trigger)
+        return _LIMITS["ReadAllAvailable"]()
 
     @reported
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()
 
     @reported
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        if start is None:  # Spark 4.0 and 4.1: no start, no limit
+            if self._one_batch is None:
+                self._one_batch = claim_available_now(self._options)
+            return self.planner.latest_offset(
+                self._next_start or self.initialOffset(),
+                max_rows=None if self._one_batch else self.config.max_offsets_per_trigger,
+                read_all=True,
+            )
         return self.planner.latest_offset(
             start,
-            max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
-            read_all=isinstance(limit, ReadAllAvailable),
+            max_rows=limit.max_rows if isinstance(limit, _LIMITS.get("ReadMaxRows", ())) else None,
+            read_all=isinstance(limit, _LIMITS.get("ReadAllAvailable", ())),
         )
 
     def reportLatestOffset(self) -> dict | None:
@@ -87,6 +104,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @reported
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._next_start = end  # Spark plans (or, after a restart, recovers) [start, end)
         return [KafkaInputPartition(task) for task in self.planner.read_tasks(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

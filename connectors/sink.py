@@ -11,12 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from spark_chkpt.runtime.report import reported
+from spark_chkpt.runtime.spark_version import stream_writer_base
 from spark_chkpt.runtime.worker_heap import freeze_imports
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as ArrowStreamWriter
+else:  # Arrow batches into write() on every supported Spark line
+    ArrowStreamWriter = stream_writer_base()
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class Assembled(Protocol):
 S = TypeVar("S", bound=Assembled)
 
 
-class SinkStreamWriter(DataSourceStreamArrowWriter, Generic[S]):
+class SinkStreamWriter(ArrowStreamWriter, Generic[S]):
     """Phase 1 in ``write`` (executors, each sink's own), phase 2 in ``commit`` /
     ``abort`` (driver): the tasks' messages of type ``committable`` handed to the sink."""
 

@@ -86,6 +86,10 @@ def register(spark: SparkSession) -> list[str]:
 
     install_table_option()  # chkpt-delta's option("table", "db.events") and toTable
     from spark_chkpt.connectors import DATA_SOURCES, KafkaDataSource
+    from spark_chkpt.runtime.spark_version import install_available_now_handoff
+
+    # before Spark 4.2: Trigger.AvailableNow's one batch takes everything
+    install_available_now_handoff(source=KafkaDataSource.name())
 
     slots = None if connect else _task_slots(spark)
     speculation = False if connect else _speculation(spark)

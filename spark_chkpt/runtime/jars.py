@@ -4,7 +4,9 @@ Each set is a ``pom.xml`` under ``jvm/<set>/`` that lists artifacts; ``make setu
 ``python -m spark_chkpt.runtime.jars fetch``, which copies each set's artifacts and their runtime
 dependencies with ``mvn dependency:copy-dependencies`` into ``.cache/jars/<set>/``
 (git-ignored), and prints what it fetched. A set whose folder holds the jars of the
-pom as it is now (a stamp records the pom's hash) is not fetched again.
+pom as it is now (a stamp records the pom's hash) is not fetched again. The Spark
+connectors are built per Spark line: their folder is ``spark-connectors-<line>`` of the
+running pyspark, fetched with that line's Maven properties (``runtime/spark_version.py``).
 
 More: docs/concepts/runtime.md (spark_chkpt/runtime/jars.py).
 """
@@ -44,6 +46,24 @@ def pom_path(name: str) -> Path:
     return checkout_root() / "jvm" / name / "pom.xml"
 
 
+def _properties(name: str) -> dict[str, str]:
+    """The Maven properties a set is fetched with: the running Spark line's artifacts."""
+    if name != "spark-connectors":
+        return {}
+    from spark_chkpt.runtime.spark_version import connector_coordinates
+
+    return connector_coordinates()
+
+
+def set_folder(name: str) -> Path:
+    """Where a set's jars are: ``spark-connectors-<line>`` for the running Spark line."""
+    if name != "spark-connectors":
+        return cache_root() / name
+    from spark_chkpt.runtime.spark_version import running_line
+
+    return cache_root() / f"{name}-{running_line().line}"
+
+
 def cache_root() -> Path:
     configured = os.environ.get(ENV)
     return Path(configured) if configured else checkout_root() / ".cache" / "jars"
@@ -55,18 +75,21 @@ def artifacts(name: str) -> list[str]:
     if not pom.is_file():
         return [f"<the artifacts of jvm/{name}/pom.xml>"]
     root = ET.parse(pom).getroot()
-    found = []
-    for dep in root.findall("m:dependencies/m:dependency", _POM_NS):
-        group = dep.findtext("m:groupId", "", _POM_NS)
-        artifact = dep.findtext("m:artifactId", "", _POM_NS)
-        version = dep.findtext("m:version", "", _POM_NS)
-        found.append(f"{group}:{artifact}:{version}")
-    return found
+    properties = _properties(name)
+
+    def text(dep: ET.Element, field: str) -> str:
+        value = dep.findtext(f"m:{field}", "", _POM_NS)
+        return re.sub(r"\$\{([^}]+)\}", lambda m: properties.get(m[1], m[0]), value)
+
+    return [
+        f"{text(dep, 'groupId')}:{text(dep, 'artifactId')}:{text(dep, 'version')}"
+        for dep in root.findall("m:dependencies/m:dependency", _POM_NS)
+    ]
 
 
 def jars(name: str) -> list[str]:
     """The jar paths of a fetched set, sorted; one clear error when it is not there."""
-    folder = cache_root() / name
+    folder = set_folder(name)
     found = sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
     if not found or not (folder / STAMP).is_file():
         raise JvmArtifactError(
@@ -88,7 +111,10 @@ def s3a_jars() -> str:
 
 
 def _pom_digest(name: str) -> str:
-    return hashlib.sha256(pom_path(name).read_bytes()).hexdigest()
+    digest = hashlib.sha256(pom_path(name).read_bytes())
+    for key, value in sorted(_properties(name).items()):
+        digest.update(f"\n{key}={value}".encode())
+    return digest.hexdigest()
 
 
 def _pyspark_artifacts() -> set[str]:
@@ -116,7 +142,7 @@ def _require(command: str) -> str:
 
 def fetch(name: str, *, out: TextIO = sys.stdout) -> list[str]:
     """Copy a set's artifacts into the cache unless it already holds them; the jar names."""
-    folder = cache_root() / name
+    folder = set_folder(name)
     digest = _pom_digest(name)
     stamp = folder / STAMP
     if stamp.is_file() and stamp.read_text().strip() == digest and any(folder.glob("*.jar")):
@@ -130,7 +156,7 @@ def fetch(name: str, *, out: TextIO = sys.stdout) -> list[str]:
         command = [
             mvn, "-q", "-B", "-f", str(pom_path(name)), "dependency:copy-dependencies",
             f"-DoutputDirectory={tmp}", "-DincludeScope=runtime",
-        ]  # fmt: skip
+        ] + [f"-D{key}={value}" for key, value in _properties(name).items()]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])

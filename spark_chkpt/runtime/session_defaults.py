@@ -37,8 +37,11 @@ def apply_register_defaults(spark: SparkSession) -> dict[str, str]:
     its own checkpoint file manager."""
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return {}
+    from spark_chkpt.runtime.spark_version import spark_class
+
     applied: dict[str, str] = {}
-    for key, value in REGISTER_DEFAULTS.items():
+    for key, given in REGISTER_DEFAULTS.items():
+        value = spark_class(given)  # the class as the running Spark line names it
         if spark.conf.get(key, None) is None:
             spark.conf.set(key, value)
             applied[key] = value

@@ -30,6 +30,9 @@ BASE = {
     "spark_chkpt.runtime.report",
     # Every task's first line: a Python worker's imports frozen (imports only gc).
     "spark_chkpt.runtime.worker_heap",
+    # The one place that asks which Spark runs (imports only errors): the connectors, the
+    # source's options, the JVM step.
+    "spark_chkpt.runtime.spark_version",
     # The fail points' registry: engine code the tests and the environment switch on.
     "spark_chkpt.failpoints",
     # Whether a session is Spark Connect's (imports only errors and version): what must

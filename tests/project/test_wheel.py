@@ -1,10 +1,12 @@
 """The wheel as users install it: built with ``build`` (as ``make wheel`` does),
-installed, not editable, into a fresh virtual environment (no system site-packages),
-then its console scripts and a user's script run from a folder outside the repo. This
-catches files that only exist in the checkout (``conf/``, entry points, package data).
+installed, not editable, into a fresh virtual environment (no system site-packages)
+that already holds a pyspark of another supported Spark line (the oldest, as a
+platform's runtime would), then its console scripts and a user's script run from a
+folder outside the repo. This catches files that only exist in the checkout
+(``conf/``, entry points, package data), and a wheel that replaces the platform's pyspark.
 
 pip takes the dependencies from its cache when it is warm, so the install costs the
-unpacking of pyspark more than any download."""
+unpacking of pyspark more than any download (once: the wheel must not bring another)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spark_chkpt.runtime.spark_version import LINES
 from spark_chkpt.testing.generator import produce_page_views
 from tests.helpers import user_env
 
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 500
+PLATFORM_PYSPARK = LINES[0].pyspark  # the pyspark the environment has before the wheel
 SCRIPTS = (
     "spark-chkpt",
     "spark-chkpt-kafka-to-delta",
@@ -52,26 +56,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh venv's bin folder, with the wheel and its dependencies installed."""
+    """A fresh venv's bin folder with a platform's pyspark (``PLATFORM_PYSPARK``), then
+    the wheel and its dependencies installed."""
     folder = tmp_path_factory.mktemp("wheel-venv")
     venv.create(folder, with_pip=True, symlinks=True, system_site_packages=False)
     bin_dir = folder / "bin"
-    result = subprocess.run(
-        [
-            str(bin_dir / "python"),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-input",
-            "--disable-pip-version-check",
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-input"]
+    for requirement in (f"pyspark=={PLATFORM_PYSPARK}", str(wheel)):
+        result = subprocess.run(
+            [*pip, "--disable-pip-version-check", requirement],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert result.returncode == 0, f"{requirement}: {result.stderr[-3000:]}"
     yield bin_dir
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -100,6 +98,18 @@ def test_the_wheel_ships_the_settings_files_and_every_entry_point(wheel: Path) -
         for task in job["tasks"]:
             assert f"{task['python_wheel_task']['entry_point']} = " in text
     assert not any(n.startswith(("tests/", "docs/")) for n in names)
+
+
+def test_the_wheel_keeps_the_environments_pyspark(installed: Path) -> None:
+    """The wheel requires a range (pyspark>=4.0,<5): pip keeps the platform's pyspark
+    instead of replacing it (``pyspark==4.2.0`` replaced it)."""
+    version = subprocess.run(
+        [str(installed / "python"), "-c", "import pyspark; print(pyspark.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert version == PLATFORM_PYSPARK
 
 
 def test_console_scripts_answer_help_from_the_installed_package(

@@ -13,6 +13,7 @@ from spark_chkpt.runtime.session_defaults import (
     REGISTER_DEFAULTS,
     apply_register_defaults,
 )
+from spark_chkpt.runtime.spark_version import spark_class
 
 
 class FakeConf:
@@ -35,7 +36,8 @@ def test_unset_settings_are_set_and_reported(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     spark = FakeSession({})
     applied = apply_register_defaults(spark)  # type: ignore[arg-type]
-    assert applied == REGISTER_DEFAULTS
+    # the class as the running Spark line names it (spark_version.spark_class)
+    assert applied == {key: spark_class(value) for key, value in REGISTER_DEFAULTS.items()}
     assert spark.conf.values[CHECKPOINT_FILE_MANAGER].endswith(
         "FileSystemBasedCheckpointFileManager"
     )

@@ -182,6 +182,6 @@ class DeltaSink:
 
 
 def _arrow(schema: StructType) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from spark_chkpt.runtime.spark_version import arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_schema(schema)

@@ -215,8 +215,9 @@ class DeltaUpsert:
         there is one; ``spark``: the query's session, whose delta-spark commits a MERGE
         into a table delta-rs refuses). Raises :class:`ConfigError` or
         :class:`~spark_chkpt.delta.table.target.SchemaMismatchError` naming the column."""
-        from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BooleanType
+
+        from spark_chkpt.runtime.spark_version import arrow_schema
 
         columns = batch_schema.fieldNames()
         missing = [k for k in self.keys if k not in columns]
@@ -245,7 +246,7 @@ class DeltaUpsert:
                     "must be boolean (true deletes the table's row with the row's keys). "
                     "Nothing was written.",
                 )
-        schema = to_arrow_schema(batch_schema, timezone="UTC")
+        schema = arrow_schema(batch_schema)
         self.spark = spark
         self.operation = "spark_merge" if has_delta_spark(spark) else "merge"
         table = self.target.latest()

@@ -19,6 +19,7 @@ from spark_chkpt.kafka.client.settings import (
     parse_client,
 )
 from spark_chkpt.options import parse_bool, parse_duration_ms, parse_positive_int
+from spark_chkpt.runtime.spark_version import require_admission_control
 
 # recordsPerTask's default: a batch of fewer records is read by one task. A second task
 # costs its launch, a Python worker and a Parquet file of the sink's (tens of ms on a
@@ -64,6 +65,7 @@ def parse_trigger_limits(opts: Mapping[str, str]) -> tuple[int | None, int | Non
             str(min_per),
             f"must not exceed maxOffsetsPerTrigger ({max_per})",
         )
+    require_admission_control("minOffsetsPerTrigger", min_per)
     delay = parse_duration_ms(
         "maxTriggerDelay", opts.get("maxtriggerdelay"), default_ms=15 * 60_000
     )

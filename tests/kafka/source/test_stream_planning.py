@@ -1,19 +1,35 @@
 """The stream reader's planning decisions, on a scripted offset reader (no Kafka, no Spark):
 read limits, minOffsetsPerTrigger/maxTriggerDelay, Trigger.AvailableNow, new and lost
-partitions."""
+partitions; and the same reader as Spark 4.0 and 4.1 ask it, with no start or limit."""
 
 from __future__ import annotations
 
 import pickle
+import tempfile
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_chkpt.connectors.kafka_source import KafkaStreamReader
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.source.options import SourceConfig, read_task_count
 from spark_chkpt.offsets import TopicPartition
+from spark_chkpt.runtime import spark_version
+from spark_chkpt.runtime.spark_version import read_limits
+
+LIMITS = read_limits()  # Spark 4.2's admission control; empty before it
+admission_control = pytest.mark.skipif(
+    not LIMITS, reason="Spark 4.2's read limits (pyspark.sql.streaming.datasource)"
+)
+
+
+def ReadAllAvailable() -> Any:  # Spark's class, found on the running Spark
+    return LIMITS["ReadAllAvailable"]()
+
+
+def ReadMaxRows(rows: int) -> Any:
+    return LIMITS["ReadMaxRows"](rows)
+
 
 T0, T1, T2 = (TopicPartition("ev", p) for p in range(3))
 
@@ -47,10 +63,9 @@ def _plain_topic(topic: str, *, refresh: bool = True) -> None:
 def reader(
     offsets: ScriptedOffsets, *, task_slots: int | None = None, **options: str
 ) -> KafkaStreamReader:
-    config = SourceConfig.from_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}, task_slots=task_slots
-    )
-    r = KafkaStreamReader(config=config)
+    given = {"kafka.bootstrap.servers": "h:1", "subscribe": "ev", **options}
+    config = SourceConfig.from_options(given, task_slots=task_slots)
+    r = KafkaStreamReader(config=config, options=given)
     r.planner._offsets = offsets  # type: ignore[assignment]
     r.planner.barrier_entries = _plain_topic  # type: ignore[method-assign]
     return r
@@ -142,6 +157,7 @@ def test_partitions_per_task_and_min_partitions_override_the_task_slots() -> Non
     assert len(split) == 8
 
 
+@admission_control
 def test_max_offsets_per_trigger_is_the_default_read_limit() -> None:
     offsets = ScriptedOffsets({T0: 0, T1: 0}, {T0: 300, T1: 100})
     r = reader(offsets, maxOffsetsPerTrigger="200")
@@ -155,6 +171,7 @@ def test_max_offsets_per_trigger_is_the_default_read_limit() -> None:
     }
 
 
+@admission_control
 def test_min_offsets_waits_until_enough_or_max_trigger_delay() -> None:
     offsets = ScriptedOffsets({T0: 0}, {T0: 5})
     r = reader(offsets, minOffsetsPerTrigger="10", maxOffsetsPerTrigger="100", maxTriggerDelay="1h")
@@ -171,6 +188,7 @@ def test_min_offsets_waits_until_enough_or_max_trigger_delay() -> None:
     assert r2.latestOffset(start, r2.getDefaultReadLimit()) == {"ev": {"0": 5}}
 
 
+@admission_control
 def test_available_now_stops_at_the_offsets_seen_when_it_started() -> None:
     offsets = ScriptedOffsets({T0: 0}, {T0: 50})
     r = reader(offsets, maxOffsetsPerTrigger="30")
@@ -185,6 +203,7 @@ def test_available_now_stops_at_the_offsets_seen_when_it_started() -> None:
     assert r.latestOffset(second, ReadMaxRows(30)) == second
 
 
+@admission_control
 def test_new_partitions_are_read_from_earliest() -> None:
     offsets = ScriptedOffsets({T0: 0, T1: 4}, {T0: 10, T1: 9})
     r = reader(offsets)
@@ -194,6 +213,7 @@ def test_new_partitions_are_read_from_earliest() -> None:
     assert [_ranges(p) for p in parts] == [[(1, 4, 9)]]
 
 
+@admission_control
 def test_lost_partition_fails_or_warns() -> None:
     offsets = ScriptedOffsets({T0: 0}, {T0: 10})
     with pytest.raises(DataLossError, match="ev-1"):
@@ -204,6 +224,7 @@ def test_lost_partition_fails_or_warns() -> None:
     assert end == {"ev": {"0": 10}}
 
 
+@admission_control
 def test_offsets_going_back_is_data_loss() -> None:
     offsets = ScriptedOffsets({T0: 0}, {T0: 4})
     with pytest.raises(DataLossError, match=r"ev-0.*ends at 4"):
@@ -248,3 +269,47 @@ def test_a_batch_planned_before_the_control_topic_existed_replays_as_plain() -> 
     )
     (spec,) = [s for p in parts for s in p.specs]
     assert spec.filter is not None and spec.filter.confirm_until == 10
+
+
+def test_before_spark_4_2_the_reader_keeps_its_start_and_applies_the_limit() -> None:
+    """Spark 4.0 and 4.1 call latestOffset() alone: the reader starts at its initial
+    offsets, caps each batch at maxOffsetsPerTrigger, and goes on from the end of the
+    batch Spark planned (partitions), or recovered after a restart."""
+    offsets = ScriptedOffsets({T0: 0}, {T0: 50})
+    r = reader(offsets, startingOffsets="earliest", maxOffsetsPerTrigger="30")
+    r.planner.initial_offsets = lambda: {"ev": {"0": 0}}  # type: ignore[method-assign]
+    first = r.latestOffset()
+    assert first == {"ev": {"0": 30}}
+    r.partitions(r.initialOffset(), first)
+    second = r.latestOffset()
+    assert second == {"ev": {"0": 50}}
+    r.partitions(first, second)
+    assert r.latestOffset() == second  # nothing new: the start again, no batch
+    restarted = reader(offsets, startingOffsets="earliest", maxOffsetsPerTrigger="30")
+    restarted.partitions(first, first)  # Spark's setLatestSeenOffset after a restart
+    assert restarted.latestOffset() == second
+
+
+def test_before_spark_4_2_a_one_batch_trigger_takes_everything(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trigger.AvailableNow before Spark 4.2 is one batch: start() hands the query's
+    sources a file (spark_version.claim_available_now), and the batch is not capped."""
+    options = {
+        "kafka.bootstrap.servers": "h:1",
+        "subscribe": "ev",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "30",
+    }
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    handoff = spark_version._handoff_file(spark_version.options_key(options))
+    handoff.parent.mkdir(parents=True, exist_ok=True)
+    handoff.write_text("1\n")
+    offsets = ScriptedOffsets({T0: 0}, {T0: 50})
+    r = reader(offsets, startingOffsets="earliest", maxOffsetsPerTrigger="30")
+    r.planner.initial_offsets = lambda: {"ev": {"0": 0}}  # type: ignore[method-assign]
+    assert r.latestOffset() == {"ev": {"0": 50}}
+    assert not handoff.exists()  # claimed once: another query's reader is capped
+    other = reader(offsets, startingOffsets="earliest", maxOffsetsPerTrigger="30")
+    other.planner.initial_offsets = lambda: {"ev": {"0": 0}}  # type: ignore[method-assign]
+    assert other.latestOffset() == {"ev": {"0": 30}}

@@ -1,0 +1,147 @@
+"""Each format on the running Spark line, through kill -9, as a user runs it: the README's
+Kafka → Delta and Kafka → Kafka (barrier sink, aligned read) scripts
+(``docs/examples/``) and a ``DeltaUpsert`` job (``tests/user_scripts/upsert_job.py``),
+copied into a folder outside the repo and run with this interpreter, no
+``PYSPARK_PYTHON``; each killed with SIGKILL (the whole process tree, from inside:
+:mod:`spark_chkpt.failpoints`) at its commit's worst step, then run again: every id
+once, the upsert's table exact.
+
+``make test``'s second pass runs this module (marker ``spark_lines``) in the venv of
+each other Spark line (``.cache/spark-<line>/``, docs/reference/spark-versions.md); the
+first pass, on ``.venv``'s Spark, leaves it to the rest of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_chkpt.runtime.spark_version import has_admission_control, running
+from spark_chkpt.testing.generator import produce_page_views
+from tests.helpers import produce, user_env
+
+pytestmark = [pytest.mark.fault, pytest.mark.spark_lines]
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = 3_000
+KEYS = 300  # the upsert's first round: keys 0..299
+
+
+def run_script(
+    folder: Path, source: Path, *args: str, kill_at: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``source`` copied into ``folder`` and run there as its own session (a fail
+    point's kill takes the whole tree), with this interpreter."""
+    folder.mkdir(exist_ok=True)
+    shutil.copy(source, folder / source.name)
+    return subprocess.run(
+        [sys.executable, source.name, *args],
+        cwd=folder,
+        env=user_env(**env, **({"SPARK_CHKPT_KILL_AT": kill_at} if kill_at else {})),
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+
+def killed(result: subprocess.CompletedProcess[str], point: str) -> None:
+    assert result.returncode == -signal.SIGKILL, (
+        f"not killed at {point} (exit {result.returncode}): {result.stderr[-3000:]}"
+    )
+    assert f"SIGKILL at {point.split('@')[0]}" in result.stderr
+
+
+def finished(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-4000:]}"
+    assert "terminate called" not in result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def page_views(bootstrap_servers: str, make_topic: Callable[..., str]) -> str:
+    topic = make_topic(partitions=3)
+    produce_page_views(
+        bootstrap_servers=bootstrap_servers, topic=topic, first=0, count=EVENTS, spread_over=3
+    )
+    return topic
+
+
+def test_readme_kafka_to_delta_through_kill_9(
+    tmp_path: Path, bootstrap_servers: str, page_views: str
+) -> None:
+    """Killed after its Delta commit, before the snapshot record and Spark's commit
+    log: the rerun replays the batch and the table keeps it once."""
+    env = {"BOOTSTRAP_SERVERS": bootstrap_servers, "TOPIC": page_views, "WORK": str(tmp_path)}
+    script = ROOT / "docs" / "examples" / "kafka_to_delta.py"
+    folder = tmp_path / "reader"
+    killed(run_script(folder, script, kill_at="after-delta-commit@0", **env), "after-delta-commit")
+    out = finished(run_script(folder, script, **env))
+    assert f"rows {EVENTS} unique {EVENTS}" in out, out
+    snapshots = [line for line in out.splitlines() if line.startswith("snapshot ")]
+    assert snapshots and all(line.endswith("committed") for line in snapshots), out
+
+
+def test_readme_kafka_to_kafka_through_kill_9(
+    tmp_path: Path, bootstrap_servers: str, page_views: str
+) -> None:
+    """Job A killed after its barriers, before the control topic's complete entry: the
+    rerun produces the batch again under a new attempt, and job B's aligned read keeps
+    one copy of each record."""
+    env = {"BOOTSTRAP_SERVERS": bootstrap_servers, "TOPIC": page_views, "WORK": str(tmp_path)}
+    script = ROOT / "docs" / "examples" / "kafka_to_kafka.py"
+    folder = tmp_path / "reader"
+    killed(run_script(folder, script, kill_at="after-barriers@0", **env), "after-barriers")
+    out = finished(run_script(folder, script, **env))
+    assert f"rows {EVENTS} unique {EVENTS}" in out, out
+
+
+def upsert_round(keys: range, version: str, deletes: range = range(0)) -> list[bytes]:
+    rows: list[dict[str, Any]] = [{"id": k, "v": version, "_delete": False} for k in keys]
+    rows += [{"id": k, "v": version, "_delete": True} for k in deletes]
+    return [json.dumps(r).encode() for r in rows]
+
+
+def test_delta_upsert_exact_through_kill_9(
+    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+) -> None:
+    """Round 1 (300 keys) with Trigger.AvailableNow and maxOffsetsPerTrigger 100: three
+    batches where Spark has admission control, one batch of all 300 where it has not
+    (Spark runs AvailableNow as one batch; the source takes everything in it). Round 2
+    (updates, deletes, new keys) killed after its first MERGE commit, then run again."""
+    topic = make_topic(partitions=1)
+    table, chk = tmp_path / "table", tmp_path / "chk"
+    script = ROOT / "tests" / "user_scripts" / "upsert_job.py"
+    args = (bootstrap_servers, topic, str(table), str(chk), "id BIGINT, v STRING, _delete BOOLEAN")
+
+    produce(producer, topic, upsert_round(range(KEYS), "a"))
+    finished(run_script(tmp_path / "job", script, *args, "100"))
+    first = DeltaTable(str(table))  # one commit per batch, the first creates the table
+    assert first.version() == (2 if has_admission_control() else 0), running()
+    assert first.to_pyarrow_table().num_rows == KEYS
+
+    # round 2, each key once: 0..149 updated, 150..199 deleted, 300..399 new
+    produce(producer, topic, upsert_round(range(150), "b", deletes=range(150, 200)))
+    produce(producer, topic, upsert_round(range(KEYS, KEYS + 100), "b"))
+    killed(
+        run_script(tmp_path / "job", script, *args, "1000", kill_at="after-delta-commit"),
+        "after-delta-commit",
+    )
+    finished(run_script(tmp_path / "job", script, *args, "1000"))
+    rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    got = sorted((r["id"], r["v"]) for r in rows)
+    expected = sorted(
+        [(k, "b") for k in range(150)]
+        + [(k, "a") for k in range(200, KEYS)]
+        + [(k, "b") for k in range(KEYS, KEYS + 100)]
+    )
+    assert got == expected
