@@ -77,6 +77,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
             "kafka.*": "producer_settings",
             "maxBatchDuration": "max_batch_duration_ms",
             "maxRestartTime": "max_restart_time_ms",
+            "controlTopic.replication.factor": "control_replication_factor",
+            "controlTopic.min.insync.replicas": "control_min_insync_replicas",
         },
     ),
     OptionsRef(

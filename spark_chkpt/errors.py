@@ -141,6 +141,14 @@ class BrokerError(ChkptError):
     """The embedded broker could not be started or did not answer."""
 
 
+class CoordinatorRetryError(BrokerError):
+    """A transaction coordinator answered with an error another try may cure (it moved,
+    is loading, or still ends the id's previous transaction); the message is the
+    answer's name. The transaction client retries it, then raises a ``BrokerError``."""
+
+    retriable = True
+
+
 class S3ServerError(ChkptError):
     """The test S3 server (moto) could not be started or did not answer."""
 

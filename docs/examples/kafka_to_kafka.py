@@ -28,7 +28,8 @@ ENRICHED = f"{TOPIC}-enriched"
 
 admin = KafkaAdminClient(bootstrap_servers=SERVERS)
 with contextlib.suppress(TopicAlreadyExistsError):  # a second run of the script
-    admin.create_topics([NewTopic(ENRICHED, num_partitions=2, replication_factor=1)])
+    # -1: the cluster's default.replication.factor (Kafka 2.4+), as the sink's control topic
+    admin.create_topics([NewTopic(ENRICHED, num_partitions=2, replication_factor=-1)])
 admin.close()
 
 spark = SparkSession.builder.master("local[2]").appName("kafka-to-kafka").getOrCreate()

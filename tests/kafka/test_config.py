@@ -304,6 +304,33 @@ def test_sink_accepts_the_safe_delivery_settings(
     assert settings["enable_idempotence"] is True
 
 
+def test_sink_control_topic_replication_defaults_to_the_brokers_and_takes_the_users() -> None:
+    assert (sink().control_replication_factor, sink().control_min_insync_replicas) == (-1, None)
+    cfg = sink(**{"controlTopic.replication.factor": "3", "controlTopic.min.insync.replicas": "2"})
+    assert (cfg.control_replication_factor, cfg.control_min_insync_replicas) == (3, 2)
+    cfg = sink(**{"controlTopic.min.insync.replicas": "2"})  # the broker's factor
+    assert (cfg.control_replication_factor, cfg.control_min_insync_replicas) == (-1, 2)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"controlTopic.replication.factor": "0"}, "'controlTopic.replication.factor' = '0'"),
+        ({"controlTopic.replication.factor": "three"}, "or -1 for the broker's"),
+        ({"controlTopic.min.insync.replicas": "0"}, "'controlTopic.min.insync.replicas' = '0'"),
+        (
+            {"controlTopic.replication.factor": "2", "controlTopic.min.insync.replicas": "3"},
+            r"at most controlTopic.replication.factor \(2\)",
+        ),
+    ],
+)
+def test_sink_control_topic_replication_errors_name_the_option(
+    options: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        sink(**options)
+
+
 # -- the chkpt-kafka sink's client: kafka-python or librdkafka ----------------------------
 
 

@@ -29,6 +29,7 @@ from spark_chkpt.kafka.client.columnar import Record, as_columns, as_records
 from spark_chkpt.kafka.client.factory import confluent_consumer
 from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping, set_columnar
 from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets
+from spark_chkpt.kafka.client.outage import lookup_tries, retry_within
 from spark_chkpt.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,9 @@ class KafkaPythonConsumer:
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         ktps = [self._k(tp) for tp in tps]
-        begins = list_offsets(self._consumer, ktps, lambda: self._consumer.beginning_offsets(ktps))
+        begins = list_offsets(
+            self._consumer, ktps, lambda ms: self._consumer.beginning_offsets(ktps, timeout_ms=ms)
+        )
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in begins.items()}
 
     def assign(self, starts: Mapping[TopicPartition, int]) -> None:
@@ -224,6 +227,7 @@ class ConfluentConsumer:
             "logger": log,
             **settings,
         }
+        self._settings = dict(settings)
         self._consumer = confluent_consumer(config)
         self._assigned: list[TopicPartition] = []
         # Partitions with a fetch response since they were assigned or sought: librdkafka's
@@ -247,10 +251,52 @@ class ConfluentConsumer:
             if cached:
                 low, high = self._consumer.get_watermark_offsets(self._c(tp), cached=True)
             else:
-                low, high = self._consumer.get_watermark_offsets(self._c(tp), timeout=30.0)
+                low, high = self._listed_watermarks(tp)
         except self._ck.KafkaException as e:
             raise KafkaReadError(f"{tp}: could not read its offsets: {e}") from e
         return int(low), int(high)
+
+    def _listed_watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        """Asked of ``tp``'s leader in tries of a share of the request timeout
+        (``kafka.request.timeout.ms``, librdkafka's ``socket.timeout.ms``;
+        :func:`~spark_chkpt.kafka.client.outage.lookup_tries`), each one that timed out
+        or met a moved leader followed by a metadata refresh
+        (:func:`~spark_chkpt.kafka.client.metadata.list_offsets` for kafka-python)."""
+        deadline, try_s = lookup_tries(self._settings, key="socket.timeout.ms")
+        codes = self._ck.KafkaError
+        moved = {
+            codes._TIMED_OUT,
+            codes._TRANSPORT,
+            codes._ALL_BROKERS_DOWN,
+            codes.REQUEST_TIMED_OUT,
+            codes.LEADER_NOT_AVAILABLE,
+            codes.NOT_LEADER_FOR_PARTITION,
+        }
+
+        def one_try() -> tuple[int, int]:
+            seconds = max(0.1, min(try_s, deadline.remaining()))
+            low, high = self._consumer.get_watermark_offsets(self._c(tp), timeout=seconds)
+            return int(low), int(high)
+
+        def again(error: BaseException) -> bool:
+            if not isinstance(error, self._ck.KafkaException) or not error.args:
+                return False
+            code = getattr(error.args[0], "code", None)
+            return callable(code) and code() in moved
+
+        def refresh(_: BaseException) -> None:
+            try:
+                self._consumer.list_topics(tp.topic, timeout=max(0.1, deadline.remaining()))
+            except self._ck.KafkaException as e:
+                log.warning("confluent-kafka: metadata of %s not refreshed: %s", tp.topic, e)
+
+        return retry_within(
+            one_try,
+            deadline=deadline,
+            doing=f"listing the offsets of {tp}",
+            retriable=again,
+            before_retry=refresh,
+        )
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._watermarks(tp, cached=False)[0] for tp in tps}

@@ -21,15 +21,21 @@ from typing import Any, TypeVar
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import KafkaReadError
-from spark_chkpt.kafka.client.outage import refused
+from spark_chkpt.kafka.client.outage import (
+    lookup_tries,
+    request_deadline,
+    retry_within,
+    unanswered,
+)
 
 log = logging.getLogger(__name__)
-_REFUSED_RETRY_S = 0.5
 
 _T = TypeVar("_T")
 
 
-def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -> None:
+def know_leaders(
+    consumer: Any, ktps: Sequence[Any], *, refresh: bool = False, deadline: Deadline | None = None
+) -> None:
     """Refresh a kafka-python consumer's metadata until it knows every partition's leader.
 
     kafka-python 3.0 (3.0.12) sends ListOffsets only for the partitions whose leader its
@@ -41,9 +47,9 @@ def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -
     probe right after a growth, while a new partition's leader is still unknown (-1).
 
     Known leaders cost nothing; otherwise one metadata request per try (``refresh``:
-    at least one), until the consumer's ``request_timeout_ms``, then
-    :class:`KafkaReadError` naming the partitions. A refused connection (a broker
-    restarting) is retried within the same timeout."""
+    at least one), until ``deadline`` (default: the consumer's ``request_timeout_ms``),
+    then :class:`KafkaReadError` naming the partitions. A refused connection (a broker
+    restarting) is retried within the same deadline."""
     cluster = getattr(consumer, "_cluster", None)
     leader_for = getattr(cluster, "leader_for_partition", None)
     if leader_for is None:  # another kafka-python: its own retries are all there is
@@ -54,42 +60,82 @@ def know_leaders(consumer: Any, ktps: Sequence[Any], *, refresh: bool = False) -
 
     if not refresh and not unknown():
         return
-    timeout_ms = float(consumer.config.get("request_timeout_ms", 30_000))
-    deadline = Deadline.after(seconds=timeout_ms / 1000)
+    if deadline is None:
+        deadline = request_deadline(consumer.config)
+    started = time.monotonic()
     while True:
-        try:
-            consumer.topics()  # one metadata request for every topic, sent now
-        except Exception as e:
-            # A restarting broker refuses connections, which kafka-python raises at once
-            # where the Java client retries: asked again until the request timeout.
-            if not refused(e) or deadline.expired():
-                raise
-            log.warning("Kafka broker refused the metadata request (%s): retrying", e)
-            time.sleep(_REFUSED_RETRY_S)
-            continue
+        # A restarting broker refuses connections, which kafka-python raises at once
+        # where the Java client retries: asked again until the deadline.
+        retry_within(consumer.topics, deadline=deadline, doing="refreshing metadata")
         missing = unknown()
         if not missing:
             return
         if deadline.expired():
             named = ", ".join(f"{ktp.topic}-{ktp.partition}" for ktp in missing)
+            timeout_ms = consumer.config.get("request_timeout_ms", 30_000)
             raise KafkaReadError(
-                f"chkpt-kafka: no leader known for {named} after {timeout_ms / 1000:.0f}s of "
-                "metadata refreshes (kafka.request.timeout.ms): the partition was deleted, "
-                "or its broker is down"
+                f"chkpt-kafka: no leader known for {named} after "
+                f"{time.monotonic() - started:.0f}s of metadata refreshes "
+                f"(kafka.request.timeout.ms={timeout_ms}): the partition was deleted, or its "
+                "broker is down"
             )
         time.sleep(0.1)
 
 
-def list_offsets(consumer: Any, ktps: Sequence[Any], request: Callable[[], _T]) -> _T:
-    """``request()`` (a ListOffsets call of kafka-python ``consumer`` for ``ktps``) once
-    the consumer's metadata knows their leaders (:func:`know_leaders`); asked again, after
-    a refresh, if a leader moved in between and the answer left a partition out."""
-    know_leaders(consumer, ktps)
+def list_offsets(consumer: Any, ktps: Sequence[Any], request: Callable[[int], _T]) -> _T:
+    """``request(timeout_ms)`` (a ListOffsets call of kafka-python ``consumer`` for
+    ``ktps``, such as ``lambda ms: consumer.beginning_offsets(ktps, timeout_ms=ms)``)
+    once the consumer's metadata knows their leaders (:func:`know_leaders`).
+
+    kafka-python 3.0 (3.0.12) sends a lookup again and again to the leader its metadata
+    names, and gives up after one ``request_timeout_ms``: a read task's
+    ``beginning_offsets`` failed with ``Failed to get offsets by timestamps in 30000 ms``
+    while a killed broker's partitions had new leaders after 9 s. Here each try gets a
+    share of the request timeout (:func:`~spark_chkpt.kafka.client.outage.lookup_tries`);
+    one that goes unanswered or is refused
+    (:func:`~spark_chkpt.kafka.client.outage.unanswered`), or whose answer leaves a
+    partition out (``KeyError``), is asked again after a forced metadata refresh, which
+    finds a leader that moved or a broker that is back."""
+    from kafka.errors import KafkaTimeoutError
+
+    config = getattr(consumer, "config", None) or {}
+    deadline, try_s = lookup_tries(config)
+    named = ", ".join(f"{ktp.topic}-{ktp.partition}" for ktp in ktps[:5])
+    know_leaders(consumer, ktps, deadline=deadline)
+
+    def one_try() -> _T:
+        return request(int(1000 * max(0.1, min(try_s, deadline.remaining()))))
+
+    def again(error: BaseException) -> bool:
+        return isinstance(error, KeyError) or unanswered(error)
+
+    def refresh(_: BaseException) -> None:
+        try:
+            know_leaders(consumer, ktps, refresh=True, deadline=deadline)
+        except Exception as e:  # a refresh the broker did not answer: the next try tells
+            if not unanswered(e):
+                raise
+            log.warning("metadata refresh before listing the offsets of %s failed: %s", named, e)
+
     try:
-        return request()
-    except KeyError:
-        know_leaders(consumer, ktps, refresh=True)
-        return request()
+        return retry_within(
+            one_try,
+            deadline=deadline,
+            doing=f"listing the offsets of {named}",
+            retriable=again,
+            before_retry=refresh,  # a metadata request: no pause needed before it
+            pause_s=0.1,
+        )
+    except KafkaTimeoutError as e:
+        raise KafkaTimeoutError(
+            f"the offsets of {named} were not listed, asked again after each metadata "
+            f"refresh until twice the request timeout had passed ({e})"
+        ) from e
+    except KeyError as e:
+        raise KafkaReadError(
+            f"chkpt-kafka: the broker left {e} out of its offsets, asked again until twice "
+            "kafka.request.timeout.ms had passed: its leader is unknown or down"
+        ) from e
 
 
 # A driver-side kafka-python client's spacing of metadata refreshes (see below).

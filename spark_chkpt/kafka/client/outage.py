@@ -6,7 +6,8 @@ out, a request that timed out, no broker available), deep inside a worker's trac
 broker, while doing what, which timeout expired, and what to do. librdkafka reports a
 timeout as a delivery error or a flush that leaves records: the sink's librdkafka
 producer raises :func:`outage_error` for those. A pause shorter than the timeouts is
-waited out by the clients themselves; nothing here retries.
+waited out by the clients themselves, and by :func:`retry_within` where they give up
+early (a refused connection, a request sent again and again to a leader that moved).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from spark_chkpt.runtime.report import report_now
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
-_REFUSED_RETRY_S = 0.5
 
 # (option a user sets, kafka-python setting, kafka-python's default) per kind of wait.
 _BOOTSTRAP = ("kafka.bootstrap.timeout.ms", "bootstrap_timeout_ms", 30_000)
@@ -135,21 +135,77 @@ def refused(error: BaseException) -> bool:
     return isinstance(error, classes)
 
 
-def retry_while_refused(call: Callable[[], _R], *, settings: Mapping[str, Any], doing: str) -> _R:
-    """``call()``, again every 0.5 s while the broker refuses connections, for up to the
-    request timeout (``kafka.request.timeout.ms``). kafka-python raises a refused
-    connection at once (a metadata refresh during a broker restart) where the Java
-    client retries; ``call`` must be safe to repeat (the driver's offset and index reads)."""
+# The pause between two tries of a request the broker refused or did not answer.
+RETRY_PAUSE_S = 0.5
+
+
+def request_deadline(settings: Mapping[str, Any]) -> Deadline:
+    """The deadline of one request timeout (``kafka.request.timeout.ms``) from now, by
+    kafka-python ``settings`` (a consumer's ``config`` or the user's settings)."""
     _, key, default = _REQUEST
-    deadline = Deadline.after(seconds=int(settings.get(key, default)) / 1000)
+    return Deadline.after(seconds=float(settings.get(key) or default) / 1000)
+
+
+def retry_within(
+    call: Callable[[], _R],
+    *,
+    deadline: Deadline,
+    doing: str,
+    retriable: Callable[[BaseException], bool] = refused,
+    before_retry: Callable[[BaseException], None] | None = None,
+    pause_s: float | None = None,
+    quiet: bool = False,
+) -> _R:
+    """``call()``, asked again every ``pause_s`` (default :data:`RETRY_PAUSE_S`) while
+    it raises an error ``retriable`` accepts (by default a refused connection) until
+    ``deadline``; then that error leaves. ``before_retry(error)`` runs before each new
+    try (a metadata refresh that finds a moved leader); each retry is logged as a warning
+    unless ``quiet`` (a caller whose retries are routine). ``call`` must be safe to
+    repeat."""
     while True:
         try:
             return call()
         except Exception as e:
-            if not refused(e) or deadline.expired():
+            if not retriable(e) or deadline.expired():
                 raise
-            log.warning("Kafka broker refused the connection while %s (%s): retrying", doing, e)
-            time.sleep(_REFUSED_RETRY_S)
+            if not quiet:
+                log.warning("Kafka broker did not answer while %s (%s): retrying", doing, e)
+            time.sleep(min(RETRY_PAUSE_S if pause_s is None else pause_s, deadline.remaining()))
+            if before_retry is not None:
+                before_retry(e)
+
+
+def retry_while_refused(call: Callable[[], _R], *, settings: Mapping[str, Any], doing: str) -> _R:
+    """``call()``, again while the broker refuses connections, for up to the request
+    timeout (``kafka.request.timeout.ms``). kafka-python raises a refused connection at
+    once (a metadata refresh during a broker restart) where the Java client retries;
+    ``call`` must be safe to repeat (the driver's offset and index reads)."""
+    return retry_within(call, deadline=request_deadline(settings), doing=doing)
+
+
+# A lookup safe to repeat (offsets, watermarks) is asked for twice the request timeout,
+# as the Java client's default.api.timeout.ms (60 s) is twice its request.timeout.ms (30 s),
+# in tries of a quarter of the request timeout (1 s at least).
+LOOKUP_TIMEOUTS = 2
+TRIES_PER_TIMEOUT = 4
+
+
+def lookup_tries(settings: Mapping[str, Any], *, key: str = _REQUEST[1]) -> tuple[Deadline, float]:
+    """The deadline of a lookup safe to repeat and the seconds each try may wait, by the
+    request timeout in ``settings`` under ``key`` (kafka-python's ``request_timeout_ms``;
+    librdkafka's ``socket.timeout.ms``). A broker that died, or a leader that moved, is
+    then asked again within a quarter of the request timeout, and a pause that outlasts
+    one request is waited out."""
+    timeout_s = float(settings.get(key) or _REQUEST[2]) / 1000
+    deadline = Deadline.after(seconds=LOOKUP_TIMEOUTS * timeout_s)
+    return deadline, max(1.0, timeout_s / TRIES_PER_TIMEOUT)
+
+
+def unanswered(error: BaseException) -> bool:
+    """Whether ``error`` says a request went unanswered or to the wrong broker (a
+    timeout, a connection lost or refused, a leader that moved), which another try
+    after a metadata refresh may cure: kafka-python's retriable errors."""
+    return refused(error) or bool(getattr(error, "retriable", False))
 
 
 def delivery_timeout_s(settings: Mapping[str, Any]) -> float:

@@ -182,35 +182,96 @@ def _wait_for_partitions(
             )
 
 
+# CreateTopics' replication factor that asks for the broker's default.replication.factor
+# (KIP-464, Kafka 2.4): a topic the project creates is replicated as the cluster's own.
+BROKER_DEFAULT_REPLICATION = -1
+
+
 def create_topic(
     *,
     bootstrap_servers: str,
     name: str,
     partitions: int = 1,
-    replication_factor: int = 1,
+    replication_factor: int = BROKER_DEFAULT_REPLICATION,
     exist_ok: bool = False,
     config: Mapping[str, str] | None = None,
     settings: Settings = None,
 ) -> None:
     """Create ``name`` (with topic ``config`` such as ``retention.ms``) and wait until its
-    metadata shows every partition."""
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    metadata shows every partition.
+
+    ``replication_factor`` -1 (the default) lets the broker apply its
+    ``default.replication.factor``, as ``kafka-topics --create`` without
+    ``--replication-factor`` does; a broker older than 2.4 is asked for that setting."""
+    from kafka.errors import IncompatibleBrokerVersion, TopicAlreadyExistsError
+
+    def spec(factor: int) -> dict[str, Any]:
+        return {
+            name: {
+                "num_partitions": partitions,
+                "replication_factor": factor,
+                "configs": dict(config or {}),
+            }
+        }
 
     admin = _admin(bootstrap_servers, settings)
     try:
         with access_checked(
             servers=bootstrap_servers, settings=settings or {}, operation="CREATE", resource=name
         ):
-            admin.create_topics(
-                [NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))]
-            )
+            try:
+                admin.create_topics(spec(replication_factor))
+            except IncompatibleBrokerVersion:
+                if replication_factor != BROKER_DEFAULT_REPLICATION:
+                    raise
+                admin.create_topics(spec(_default_replication(admin)))
     except TopicAlreadyExistsError:
         if not exist_ok:
             raise
     finally:
         admin.close()
     _wait_for_partitions(bootstrap_servers, name, partitions, settings)
+
+
+def _default_replication(admin: Any) -> int:
+    """The cluster's ``default.replication.factor`` as a broker reports it (a broker
+    before 2.4 needs an explicit factor); 1 when the broker does not say."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    nodes = [b["broker_id"] for b in admin.describe_cluster()["brokers"]]
+    described = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, str(n)) for n in nodes[:1]],
+        config_filter="all",
+    )
+    for broker in described.get("broker", {}).values():
+        entry = broker.get("default.replication.factor")
+        if entry is not None:
+            return int(entry["value"])
+    return 1
+
+
+def replication_factors(
+    *, bootstrap_servers: str, names: Sequence[str], settings: Settings = None
+) -> dict[str, int]:
+    """Each listed topic's replication factor: the fewest replicas of any of its
+    partitions (a topic missing from the cluster is left out)."""
+    admin = _admin(bootstrap_servers, settings)
+    try:
+        with access_checked(
+            servers=bootstrap_servers,
+            settings=settings or {},
+            operation="DESCRIBE",
+            resource=names[0],
+        ):
+            described = admin.describe_topics(list(names))
+    finally:
+        admin.close()
+    factors: dict[str, int] = {}
+    for topic in described:
+        partitions = topic.get("partitions") or []
+        if topic.get("error_code", 0) == 0 and partitions:
+            factors[str(topic["name"])] = min(len(p["replica_nodes"]) for p in partitions)
+    return factors
 
 
 def add_partitions(

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
 from typing import Any
 
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import BrokerError
+from spark_chkpt.errors import BrokerError, CoordinatorRetryError
+from spark_chkpt.kafka.client.outage import retry_within
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,25 @@ _RETRIED = (
     "NotCoordinatorError",
     "RequestTimedOutError",
     "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "NodeNotReadyError",
 )
+# Answers after which the coordinator is looked up again: it moved, or its broker died
+# (refused, unanswered, in reconnect backoff), and its transaction log's new leader
+# becomes the coordinator.
+_MOVED = (
+    "CoordinatorNotAvailableError",
+    "NotCoordinatorError",
+    "RequestTimedOutError",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "NodeNotReadyError",
+)
+
+
+# The pause between two tries: a coordinator still writing the markers of the id's
+# previous transaction (CONCURRENT_TRANSACTIONS) is done within milliseconds.
+_RETRY_PAUSE_S = 0.05
 
 
 class EndResult(str, Enum):
@@ -83,23 +101,35 @@ class TransactionClient:
         response)."""
         import kafka.errors as errors
 
-        deadline = Deadline.after(seconds=timeout_s)
-        while True:
+        def one_try() -> tuple[str, Any]:
             try:
                 response = self._send(transactional_id, build())
                 name = errors.for_code(response.error_code).__name__
             except (errors.KafkaError, OSError) as e:
                 name, response = type(e).__name__, None
-            if name not in _RETRIED:
-                return name, response
-            if deadline.expired():
-                raise BrokerError(
-                    f"transaction coordinator of transactional id {transactional_id!r} "
-                    f"still answers {name} after {timeout_s:.0f}s"
-                )
-            if name in ("NotCoordinatorError", "CoordinatorNotAvailableError"):
+            if name in _RETRIED:
+                raise CoordinatorRetryError(name)
+            return name, response
+
+        def before_retry(error: BaseException) -> None:
+            if str(error) in _MOVED:
                 self._forget_coordinator(transactional_id)
-            time.sleep(0.05)
+
+        try:
+            return retry_within(
+                one_try,
+                deadline=Deadline.after(seconds=timeout_s),
+                doing=f"ending a transaction of transactional id {transactional_id!r}",
+                retriable=lambda e: isinstance(e, CoordinatorRetryError),
+                before_retry=before_retry,
+                pause_s=_RETRY_PAUSE_S,
+                quiet=True,
+            )
+        except CoordinatorRetryError as e:
+            raise BrokerError(
+                f"transaction coordinator of transactional id {transactional_id!r} "
+                f"still answers {e} after {timeout_s:.0f}s"
+            ) from None
 
     def _forget_coordinator(self, transactional_id: str) -> None:
         """Drop the cached coordinator of ``transactional_id`` (it moved)."""
@@ -150,22 +180,33 @@ class TransactionClient:
         epoch, which librdkafka does not tell."""
         import kafka.errors as errors
 
-        deadline = Deadline.after(seconds=timeout_s)
-        while True:
-            try:
-                described = self._admin.describe_transactions([transactional_id])
-                found = described[transactional_id]
-                return found.state.value, int(found.producer_id), int(found.producer_epoch)
-            except (errors.KafkaError, OSError) as e:
-                name = type(e).__name__
-                if name not in _RETRIED or deadline.expired():
-                    raise BrokerError(
-                        f"DescribeTransactions of transactional id {transactional_id!r} "
-                        f"failed: {name}: {e}"
-                    ) from e
-                if name in ("NotCoordinatorError", "CoordinatorNotAvailableError"):
-                    self._forget_coordinator(transactional_id)
-                time.sleep(0.05)
+        def one_try() -> tuple[str, int, int]:
+            described = self._admin.describe_transactions([transactional_id])
+            found = described[transactional_id]
+            return found.state.value, int(found.producer_id), int(found.producer_epoch)
+
+        def again(error: BaseException) -> bool:
+            return isinstance(error, errors.KafkaError) and type(error).__name__ in _RETRIED
+
+        def before_retry(error: BaseException) -> None:
+            if type(error).__name__ in _MOVED:
+                self._forget_coordinator(transactional_id)
+
+        try:
+            return retry_within(
+                one_try,
+                deadline=Deadline.after(seconds=timeout_s),
+                doing=f"describing transactional id {transactional_id!r}",
+                retriable=again,
+                before_retry=before_retry,
+                pause_s=_RETRY_PAUSE_S,
+                quiet=True,
+            )
+        except (errors.KafkaError, OSError) as e:
+            raise BrokerError(
+                f"DescribeTransactions of transactional id {transactional_id!r} "
+                f"failed: {type(e).__name__}: {e}"
+            ) from e
 
     def fence(
         self, *, transactional_id: str, transaction_timeout_ms: int, timeout_s: float = 60.0

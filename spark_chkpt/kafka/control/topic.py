@@ -15,10 +15,11 @@ from typing import Any
 from spark_chkpt.alignment.barrier import CONTROL_PREFIX, IndexEntry
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError, ControlTopicConfigError
+from spark_chkpt.errors import ChkptError, ConfigError, ControlTopicConfigError
 from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping
-from spark_chkpt.kafka.client.metadata import know_leaders, space_refreshes
+from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets, space_refreshes
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+from spark_chkpt.kafka.client.topics import BROKER_DEFAULT_REPLICATION
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,12 @@ _ENSURED: set[tuple[str, str]] = set()
 
 
 def ensure_control_topic(
-    *, bootstrap_servers: str, name: str, settings: Mapping[str, Any] | None = None
+    *,
+    bootstrap_servers: str,
+    name: str,
+    settings: Mapping[str, Any] | None = None,
+    replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    min_insync_replicas: int | None = None,
 ) -> None:
     """Create control topic ``name`` (one partition, infinite retention) unless it exists,
     and refuse one whose settings would let the broker drop index entries
@@ -42,20 +48,40 @@ def ensure_control_topic(
 
     The sink calls this before any task produces (``streamWriter()``, and a write task for
     each topic named by a ``topic`` column), so a reader never mistakes a topic whose first
-    snapshot is still in flight for a plain topic and reads unconfirmed records."""
-    from spark_chkpt.kafka.client.topics import create_topic, topic_configs
+    snapshot is still in flight for a plain topic and reads unconfirmed records.
+
+    ``replication_factor``: -1 takes the broker's ``default.replication.factor``, as the
+    data topics do; ``min_insync_replicas``: the topic's own, else the broker's. A control
+    topic less replicated than its data topic (created before, or by hand) is named in a
+    warning: its broker's death would stop the sink while the data stays writable."""
+    from spark_chkpt.kafka.client.topics import create_topic, replication_factors, topic_configs
 
     key = (bootstrap_servers, name)
     if key in _ENSURED:
         return
-    create_topic(
-        bootstrap_servers=bootstrap_servers,
-        name=name,
-        partitions=1,
-        exist_ok=True,
-        config=CONTROL_TOPIC_CONFIG,
-        settings=settings,
-    )
+    config = dict(CONTROL_TOPIC_CONFIG)
+    if min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(min_insync_replicas)
+    from kafka.errors import InvalidReplicationFactorError
+
+    try:
+        create_topic(
+            bootstrap_servers=bootstrap_servers,
+            name=name,
+            partitions=1,
+            replication_factor=replication_factor,
+            exist_ok=True,
+            config=config,
+            settings=settings,
+        )
+    except InvalidReplicationFactorError as e:
+        asked = "the broker's default.replication.factor" if replication_factor == -1 else ""
+        raise ConfigError(
+            "controlTopic.replication.factor",
+            str(replication_factor),
+            f"the brokers refused to create control topic {name} with {asked or 'this'} "
+            f"replication factor ({e}): it can be at most the number of brokers",
+        ) from e
     data = name.removeprefix(CONTROL_PREFIX)
     configs = topic_configs(
         bootstrap_servers=bootstrap_servers,
@@ -65,7 +91,36 @@ def ensure_control_topic(
     )
     if configs is not None:  # None: the broker has no DescribeConfigs (Tansu)
         check_control_topic_config(name=name, config=configs[name], data_config=configs[data])
+    factors = replication_factors(
+        bootstrap_servers=bootstrap_servers, names=[name, data], settings=settings
+    )
+    warn_if_less_replicated(name=name, data=data, factors=factors)
     _ENSURED.add(key)
+
+
+def warn_if_less_replicated(*, name: str, data: str, factors: Mapping[str, int]) -> bool:
+    """Log a warning when control topic ``name`` has fewer replicas than its data topic
+    ``data`` (``factors``: each topic's replication factor); True if it did."""
+    mine, theirs = factors.get(name), factors.get(data)
+    if mine is None or theirs is None or mine >= theirs:
+        return False
+    log.warning(
+        "control topic %s has replication factor %d, below its data topic %s's %d: the "
+        "death of a broker holding its replicas stops the sink while %s stays writable. "
+        "Raise it with kafka-reassign-partitions (a reassignment listing %d replicas for "
+        "%s-0), or, while nothing has been written to %s yet, delete it and start the "
+        "query again: the sink creates it with the cluster's default.replication.factor "
+        "(or the controlTopic.replication.factor option)",
+        name,
+        mine,
+        data,
+        theirs,
+        data,
+        theirs,
+        name,
+        data,
+    )
+    return True
 
 
 def check_control_topic_config(
@@ -200,7 +255,8 @@ class ControlTopic(BarrierIndex):
         # acknowledged before this call is read: the high watermark a reused consumer
         # reports is the one of its previous fetch until a new response arrives, and
         # ending on it missed a complete entry written just before ("already committed?").
-        end = int(consumer.end_offsets([tp])[tp])
+        ends = list_offsets(consumer, [tp], lambda ms: consumer.end_offsets([tp], timeout_ms=ms))
+        end = int(ends[tp])
         if self._start_id is not None:  # the first read after a start_at
             now = topic_id_of(consumer, self.control_topic)
             if now is not None and now != self._start_id:

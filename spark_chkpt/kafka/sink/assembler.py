@@ -86,6 +86,8 @@ class KafkaSink:
                 bootstrap_servers=config.bootstrap_servers,
                 name=config.control_topic or control_topic_for(config.topic),
                 settings=config.producer_settings,
+                replication_factor=config.control_replication_factor,
+                min_insync_replicas=config.control_min_insync_replicas,
             )
         sink = cls(config=config, snapshot=config.snapshot_settings())
         if config.transactional:

@@ -132,6 +132,8 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             bootstrap_servers=self.config.bootstrap_servers,
             name=control,
             settings=self.config.producer_settings,
+            replication_factor=self.config.control_replication_factor,
+            min_insync_replicas=self.config.control_min_insync_replicas,
         )
 
         seeked: list[ReadPoint] = []

@@ -48,6 +48,8 @@ _KNOWN_KAFKA_SINK_OPTIONS = (
     "kafka.bootstrap.servers",
     "topic",
     "controlTopic",
+    "controlTopic.replication.factor",
+    "controlTopic.min.insync.replicas",
     *SNAPSHOT_OPTIONS,
     "path",
     "delivery",
@@ -133,6 +135,39 @@ def _parse_delivery(
             "what the trigger interval and the restart really take",
         )
     return delivery, barriers, batch_ms, restart_ms
+
+
+def _parse_control_replication(opts: Mapping[str, str]) -> tuple[int, int | None]:
+    """``controlTopic.replication.factor`` (-1, the default: the broker's
+    ``default.replication.factor``) and ``controlTopic.min.insync.replicas`` (default:
+    the broker's), applied when the sink creates a control topic."""
+    option = "controlTopic.replication.factor"
+    raw = opts.get(option.lower())
+    factor = -1
+    if raw is not None:
+        try:
+            factor = int(raw.strip())
+        except ValueError:
+            factor = 0
+        if factor < 1 and factor != -1:
+            raise ConfigError(
+                option,
+                raw,
+                "must be a whole number of replicas (1 or more), or -1 for the broker's "
+                "default.replication.factor",
+            )
+    option = "controlTopic.min.insync.replicas"
+    raw = opts.get(option.lower())
+    if raw is None:
+        return factor, None
+    try:
+        replicas = int(raw.strip())
+    except ValueError:
+        replicas = 0
+    if replicas < 1 or (factor != -1 and replicas > factor):
+        most = "" if factor == -1 else f" and at most controlTopic.replication.factor ({factor})"
+        raise ConfigError(option, raw, f"must be a whole number of replicas, 1 or more{most}")
+    return factor, replicas
 
 
 def _choose_producer(
@@ -239,6 +274,10 @@ class KafkaSinkConfig(SnapshotConfig):
     barriers: bool = True  # barrier records (chkpt-kafka readers); off: transactions only
     max_batch_duration_ms: int = 300_000  # the transaction timeout rule's terms
     max_restart_time_ms: int = 600_000
+    # The control topics this sink creates: replicas (-1: the broker's default) and
+    # min.insync.replicas (None: the broker's).
+    control_replication_factor: int = -1
+    control_min_insync_replicas: int | None = None
 
     @property
     def transactional(self) -> bool:
@@ -275,6 +314,7 @@ class KafkaSinkConfig(SnapshotConfig):
         settings.update(kafka_client_settings(opts, role="producer"))
         _check_delivery(opts, settings)
         delivery, barriers, batch_ms, restart_ms = _parse_delivery(opts, settings)
+        replication, min_insync = _parse_control_replication(opts)
         client, librdkafka = _choose_producer(
             opts,
             settings,
@@ -292,6 +332,8 @@ class KafkaSinkConfig(SnapshotConfig):
             barriers=barriers,
             max_batch_duration_ms=batch_ms,
             max_restart_time_ms=restart_ms,
+            control_replication_factor=replication,
+            control_min_insync_replicas=min_insync,
         )
 
     def producer_kwargs(self, *, client_id: str) -> dict[str, Any]:

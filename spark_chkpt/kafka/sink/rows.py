@@ -70,6 +70,8 @@ def sink_rows(batch: pa.RecordBatch, *, config: KafkaSinkConfig, controlled: set
                 bootstrap_servers=config.bootstrap_servers,
                 name=config.control_topic or control_topic_for(name),
                 settings=config.producer_settings,
+                replication_factor=config.control_replication_factor,
+                min_insync_replicas=config.control_min_insync_replicas,
             )
             controlled.add(name)
         topics = column

@@ -151,7 +151,9 @@ class OffsetReader:
         if not tps:
             return {}
         ktps = [_ktp(tp) for tp in tps]
-        got = list_offsets(self.consumer, ktps, lambda: self.consumer.beginning_offsets(ktps))
+        got = list_offsets(
+            self.consumer, ktps, lambda ms: self.consumer.beginning_offsets(ktps, timeout_ms=ms)
+        )
         return {tp: int(got[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
 
     def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -206,7 +208,9 @@ class OffsetReader:
         if not tps:
             return {}
         ktps = [_ktp(tp) for tp in tps]
-        listed = list_offsets(self.consumer, ktps, lambda: self.consumer.end_offsets(ktps))
+        listed = list_offsets(
+            self.consumer, ktps, lambda ms: self.consumer.end_offsets(ktps, timeout_ms=ms)
+        )
         ends = {tp: int(listed[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
         if self.consumer.config.get("isolation_level") == "read_committed":
             return ends  # the last stable offsets (see the module docstring)
@@ -279,7 +283,9 @@ class OffsetReader:
             return {}
         query = {_ktp(tp): ts for tp, ts in times.items()}
         got = list_offsets(
-            self.consumer, list(query), lambda: self.consumer.offsets_for_times(query)
+            self.consumer,
+            list(query),
+            lambda ms: self.consumer.offsets_for_times(query, timeout_ms=ms),
         )
         result: dict[TopicPartition, int | None] = {}
         for tp in times:

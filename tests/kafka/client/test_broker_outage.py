@@ -171,6 +171,59 @@ def test_a_connection_opened_during_a_pause_waits_out_the_request_timeout(
     assert answers == {"consumer": True, "producer": True, "admin": True}, answers
 
 
+def test_a_read_tasks_offset_lookup_outlasting_one_request_is_asked_again(
+    broker: Broker,
+) -> None:
+    """The broker freezes between the driver's planning and a read task's first offset
+    lookup (``beginning_offsets``, its leader known from the task's earlier reads) for
+    longer than one request (8 s, ``kafka.request.timeout.ms`` 6 s). kafka-python gave
+    up after that one request (``Failed to get offsets by timestamps in 6000 ms``; on a
+    cluster the same lookup kept asking a dead leader while its partitions had moved).
+    Each try now waits a quarter of the request timeout and the metadata is refreshed
+    between tries, for up to twice the timeout. Both read-task clients, one pause."""
+    from spark_chkpt.kafka.client.consumer import build_consumer
+    from spark_chkpt.kafka.source.options import SourceConfig
+    from spark_chkpt.offsets import TopicPartition
+
+    servers = broker.bootstrap_servers
+    create_topic(bootstrap_servers=servers, name="views", partitions=2)
+    produce_page_views(bootstrap_servers=servers, topic="views", first=0, count=10)
+    tps = [TopicPartition("views", p) for p in (0, 1)]
+    consumers = {}
+    for client in ("kafka-python", "confluent"):
+        config = SourceConfig.from_options(
+            {
+                "kafka.bootstrap.servers": servers,
+                "subscribe": "views",
+                "kafka.client": client,
+                "kafka.request.timeout.ms": "6000",
+            }
+        )
+        consumers[client] = build_consumer(config.fetch_settings(client_id=f"task-{client}"))
+        assert consumers[client].beginning_offsets(tps) == {tp: 0 for tp in tps}
+    answers: dict[str, object] = {}
+
+    def lookup(client: str) -> None:
+        try:
+            answers[client] = consumers[client].beginning_offsets(tps)
+        except Exception as e:  # the answer under test
+            answers[client] = e
+
+    broker.pause()
+    try:
+        threads = [threading.Thread(target=lookup, args=(client,)) for client in consumers]
+        for thread in threads:
+            thread.start()
+        time.sleep(8)
+    finally:
+        broker.resume()
+    for thread in threads:
+        thread.join(timeout=60)
+    for consumer in consumers.values():
+        consumer.close()
+    assert answers == {client: {tp: 0 for tp in tps} for client in consumers}, answers
+
+
 def test_an_outage_longer_than_the_timeouts_fails_clearly_and_a_restart_goes_on(
     broker: Broker, tmp_path: Path
 ) -> None:

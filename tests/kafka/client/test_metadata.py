@@ -1,4 +1,5 @@
-"""kafka-python metadata refreshed until it knows each partition's leader (issue 35).
+"""kafka-python metadata refreshed until it knows each partition's leader, and offset
+lookups asked again after a refresh when their leader did not answer.
 
 The broker-backed proofs are ``tests/kafka/source/test_added_partition.py`` and
 ``test_topic_growth.py``; these pin the refresh loop's edges with a stand-in for
@@ -69,7 +70,7 @@ def test_an_answer_missing_a_partition_is_asked_again_after_a_refresh() -> None:
     consumer = _Consumer({P0: 1, P1: 1}, [])
     answers: list[Any] = [KeyError(P1), {P0: 0, P1: 5}]
 
-    def request() -> dict[Any, int]:
+    def request(timeout_ms: int) -> dict[Any, int]:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -77,3 +78,57 @@ def test_an_answer_missing_a_partition_is_asked_again_after_a_refresh() -> None:
 
     assert list_offsets(consumer, [P0, P1], request) == {P0: 0, P1: 5}
     assert consumer.refreshes == 1
+
+
+def test_an_unanswered_lookup_is_asked_again_after_a_refresh_within_the_request_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kafka-python kept asking a dead leader until its whole timeout: each try gets a
+    quarter of the request timeout, and a try that timed out refreshes the metadata
+    before the next one (the leader moved, or the broker is back). Red before: one try,
+    given no timeout of its own."""
+    from kafka.errors import KafkaTimeoutError
+
+    from spark_chkpt.kafka.client import outage
+
+    monkeypatch.setattr(outage, "RETRY_PAUSE_S", 0.01)
+    consumer = _Consumer({P0: 1}, [])
+    consumer.config["request_timeout_ms"] = 8000
+    given: list[int] = []
+
+    def request(timeout_ms: int) -> dict[Any, int]:
+        given.append(timeout_ms)
+        if len(given) < 3:
+            raise KafkaTimeoutError(f"Failed to get offsets by timestamps in {timeout_ms} ms")
+        return {P0: 7}
+
+    assert list_offsets(consumer, [P0], request) == {P0: 7}
+    assert given[0] == 2000 and all(ms <= 2000 for ms in given), given
+    assert consumer.refreshes == 2
+
+
+def test_a_lookup_unanswered_for_twice_the_request_timeout_says_so() -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    consumer = _Consumer({P0: 1}, [])
+
+    def request(timeout_ms: int) -> dict[Any, int]:
+        raise KafkaTimeoutError(f"Failed to get offsets by timestamps in {timeout_ms} ms")
+
+    with pytest.raises(KafkaTimeoutError, match=r"offsets of t-0 were not listed.*twice"):
+        list_offsets(consumer, [P0], request)
+
+
+def test_an_error_no_retry_cures_leaves_at_once() -> None:
+    from kafka.errors import TopicAuthorizationFailedError
+
+    consumer = _Consumer({P0: 1}, [])
+    calls: list[int] = []
+
+    def request(timeout_ms: int) -> dict[Any, int]:
+        calls.append(timeout_ms)
+        raise TopicAuthorizationFailedError("t")
+
+    with pytest.raises(TopicAuthorizationFailedError):
+        list_offsets(consumer, [P0], request)
+    assert len(calls) == 1 and consumer.refreshes == 0

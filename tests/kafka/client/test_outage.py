@@ -105,7 +105,7 @@ def test_a_metadata_answer_without_brokers_is_retried_like_a_refused_connection(
     on it although the outage was shorter than B's timeouts. Red before: raised at once."""
     from spark_chkpt.kafka.client import outage
 
-    monkeypatch.setattr(outage, "_REFUSED_RETRY_S", 0.01)
+    monkeypatch.setattr(outage, "RETRY_PAUSE_S", 0.01)
     calls = []
 
     def call() -> str:

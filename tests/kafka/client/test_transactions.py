@@ -72,3 +72,36 @@ def test_a_stale_pooled_client_is_replaced_by_a_new_one_that_asks_again(
     assert first.closed and len(FakeClient.made) == 2
     assert transactions.describe_pooled(**ask) == ("Ongoing", 7, 2)  # the new one, pooled
     assert len(FakeClient.made) == 2
+
+
+def test_a_dead_coordinator_is_looked_up_again_before_the_end_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker holding a transactional id's coordinator dies mid-commit: its
+    connection is refused, then in reconnect backoff, then a request to it times out.
+    Each time the coordinator is forgotten, so the next try asks FindCoordinator again
+    (the transaction log's new leader); an EndTxn whose answer was lost after the broker
+    committed is then answered done by the new coordinator. Red before: the cached dead
+    coordinator was asked again and again, and NodeNotReadyError failed the commit."""
+    import kafka.errors as errors
+
+    client = transactions.TransactionClient.__new__(transactions.TransactionClient)
+    forgotten: list[str] = []
+    answers: list[Any] = [
+        errors.KafkaConnectionError("111 ECONNREFUSED"),
+        errors.NodeNotReadyError(1),
+        errors.RequestTimedOutError(),
+        type("Answer", (), {"error_code": 0})(),
+    ]
+
+    def send(transactional_id: str, request: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(client, "_send", send)
+    monkeypatch.setattr(client, "_forget_coordinator", forgotten.append)
+    result = client.end(transactional_id="t-0", producer_id=7, epoch=0, commit=True, timeout_s=5)
+    assert result is transactions.EndResult.DONE
+    assert forgotten == ["t-0"] * 3 and not answers

@@ -18,6 +18,7 @@ def test_control_topic_is_created_once_with_infinite_retention(
     described: list[dict[str, Any]] = []
     monkeypatch.setattr(topics, "create_topic", lambda **kw: calls.append(kw))
     monkeypatch.setattr(topics, "topic_configs", lambda **kw: described.append(kw))  # None
+    monkeypatch.setattr(topics, "replication_factors", lambda **kw: {})
     monkeypatch.setattr(control_topic, "_ENSURED", set())
     for _ in range(3):
         control_topic.ensure_control_topic(bootstrap_servers="b:9092", name="__chkpt.t")
@@ -26,6 +27,42 @@ def test_control_topic_is_created_once_with_infinite_retention(
     assert calls[0]["name"] == "__chkpt.t" and calls[0]["partitions"] == 1
     assert calls[0]["exist_ok"] is True
     assert calls[0]["config"] == {"retention.ms": "-1", "retention.bytes": "-1"}
+    assert calls[0]["replication_factor"] == -1  # the broker's default.replication.factor
+
+
+def test_the_users_replication_settings_create_the_control_topic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(topics, "create_topic", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(topics, "topic_configs", lambda **kw: None)
+    monkeypatch.setattr(topics, "replication_factors", lambda **kw: {})
+    monkeypatch.setattr(control_topic, "_ENSURED", set())
+    control_topic.ensure_control_topic(
+        bootstrap_servers="b:9092", name="__chkpt.t", replication_factor=3, min_insync_replicas=2
+    )
+    assert calls[0]["replication_factor"] == 3
+    assert calls[0]["config"]["min.insync.replicas"] == "2"
+
+
+def test_a_control_topic_less_replicated_than_its_data_topic_is_named_at_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Created before the control topic took the cluster's replication (or by hand): the
+    sink starts, and the driver's log names both topics, both factors and the fix."""
+    monkeypatch.setattr(topics, "create_topic", lambda **kw: None)
+    monkeypatch.setattr(topics, "topic_configs", lambda **kw: None)
+    monkeypatch.setattr(topics, "replication_factors", lambda **kw: {"__chkpt.t": 1, "t": 3})
+    monkeypatch.setattr(control_topic, "_ENSURED", set())
+    with caplog.at_level("WARNING", logger=control_topic.__name__):
+        control_topic.ensure_control_topic(bootstrap_servers="b:9092", name="__chkpt.t")
+    (line,) = [r.getMessage() for r in caplog.records if "replication factor" in r.getMessage()]
+    assert "__chkpt.t has replication factor 1, below its data topic t's 3" in line
+    assert "kafka-reassign-partitions" in line and "delete it" in line
+    for factors in ({"__chkpt.t": 3, "t": 3}, {"__chkpt.t": 3, "t": 1}, {"__chkpt.t": 1}):
+        assert not control_topic.warn_if_less_replicated(
+            name="__chkpt.t", data="t", factors=factors
+        )
 
 
 class _Record:
@@ -55,7 +92,7 @@ class _StaleConsumer:
         self._position = offset
         self._polls = 0
 
-    def end_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+    def end_offsets(self, partitions: list[Any], timeout_ms: int | None = None) -> dict[Any, int]:
         return {tp: len(self.log) for tp in partitions}
 
     def poll(self, *, timeout_ms: int, max_records: int) -> dict[Any, list[_Record]]:

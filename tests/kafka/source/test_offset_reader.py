@@ -28,7 +28,7 @@ class _Consumer:
         self.positions: dict[KTP, int] = {}
         self.assigned: list[KTP] = []
 
-    def beginning_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+    def beginning_offsets(self, ktps: list[KTP], timeout_ms: int | None = None) -> dict[KTP, int]:
         return {k: self.listed[k.partition] for k in ktps}
 
     def assign(self, ktps: list[KTP]) -> None:
@@ -108,10 +108,10 @@ class _ProbeConsumer:
         self.validations = 0
         self.config = {"isolation_level": "read_uncommitted"}
 
-    def end_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+    def end_offsets(self, ktps: list[KTP], timeout_ms: int | None = None) -> dict[KTP, int]:
         return {k: self.listed[k.partition] for k in ktps}
 
-    def beginning_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+    def beginning_offsets(self, ktps: list[KTP], timeout_ms: int | None = None) -> dict[KTP, int]:
         return {k: 0 for k in ktps}
 
     def assign(self, ktps: list[KTP]) -> None:
@@ -202,7 +202,7 @@ class _BatchedLog:
     def _end(self, p: int) -> int:
         return self.bounds[p][-1][1] if self.bounds[p] else 0
 
-    def end_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+    def end_offsets(self, ktps: list[KTP], timeout_ms: int | None = None) -> dict[KTP, int]:
         def listed(p: int) -> int:
             if self.tansu and self.bounds[p]:
                 return self.bounds[p][-1][0] + 1
@@ -210,7 +210,7 @@ class _BatchedLog:
 
         return {k: listed(k.partition) for k in ktps}
 
-    def beginning_offsets(self, ktps: list[KTP]) -> dict[KTP, int]:
+    def beginning_offsets(self, ktps: list[KTP], timeout_ms: int | None = None) -> dict[KTP, int]:
         return {k: 0 for k in ktps}
 
     def assign(self, ktps: list[KTP]) -> None:
