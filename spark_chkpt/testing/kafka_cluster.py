@@ -127,9 +127,10 @@ class KafkaCluster(ServerProcess):
             self.node(node).start()
             return self
         began = time.monotonic()
-        self._on_each(lambda broker: broker.start())
-        self.started_in_s = time.monotonic() - began
-        log.info("Kafka cluster of %d nodes ready in %.1fs", len(self.nodes), self.started_in_s)
+        self._on_each(lambda broker: broker.start())  # a running node is left as it is
+        if self.started_in_s is None:
+            self.started_in_s = time.monotonic() - began
+            log.info("Kafka cluster of %d nodes ready in %.1fs", len(self.nodes), self.started_in_s)
         return self
 
     def _on_each(self, action: Callable[[EmbeddedKafka], Any]) -> None:
