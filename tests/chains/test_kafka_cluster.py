@@ -206,9 +206,9 @@ class Job:
     def check_alive(self, doing: str) -> None:
         if self.process.poll() is not None:
             pytest.fail(f"the job exited ({self.process.returncode}) {doing}:\n{self.tail()}")
-        deaths = [line for line in self.tail().splitlines() if " died: " in line]
-        if deaths:
-            pytest.fail(f"a query died {doing}:\n" + "\n".join(deaths) + f"\n{self.tail()}")
+        died = self.work / "died.txt"
+        if died.exists():  # the query's error, with the last lines of its traceback
+            pytest.fail(f"a query died {doing}:\n{died.read_text(errors='replace')[-6000:]}")
 
     def progress(self) -> list[dict[str, Any]]:
         path = self.work / "progress.jsonl"

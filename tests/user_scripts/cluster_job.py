@@ -9,7 +9,8 @@ copies them to TXOUT in Kafka transactions (``delivery=exactly-once-transactions
 ``counts`` keeps the per-app counts (stateful, ``outputMode("complete")``) in a third
 table. Every progress event is a line of ``WORKDIR/progress.jsonl``. The script runs until
 the file ``WORKDIR/stop`` appears, then stops the queries and exits 0; a query that
-failed meanwhile is printed (``query NAME died: ...``) and makes it exit 3.
+failed meanwhile is printed (``query NAME died: ...``), also to ``WORKDIR/died.txt``,
+and makes it exit 3.
 """
 
 import json
@@ -131,6 +132,8 @@ while not (work / "stop").exists():
         if query.name not in died and not query.isActive:
             died.add(query.name)
             print(f"query {query.name} died: {query.exception()}", file=sys.stderr, flush=True)
+            with open(work / "died.txt", "a") as deaths:
+                deaths.write(f"query {query.name} died: {query.exception()}\n")
     time.sleep(0.5)
 for query in queries:
     query.stop()
