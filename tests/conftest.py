@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 # A test's kind -> the fixtures that need a broker or a JVM; the kinds a module declares.
-RESOURCE_MARKERS = {"bootstrap_servers": "broker", "spark": "spark", "connect_server": "spark"}
+RESOURCE_MARKERS = {
+    "bootstrap_servers": "broker",
+    "kafka_cluster": "broker",
+    "spark": "spark",
+    "connect_server": "spark",
+}
 DECLARED_KINDS = ("integration", "fault")
 # xdist (--dist loadfile --no-loadscope-reorder) hands files out in collection order: the
 # few long kill chains first, then the Spark and broker tests, then the unit tests, so no
@@ -68,6 +73,19 @@ def bootstrap_servers() -> Iterator[str]:
 
     with embedded_broker() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[object]:
+    """A three-node Apache Kafka cluster (KRaft, each node broker and controller) on
+    production settings (replication factor 3, ``min.insync.replicas=2``), for the session
+    and xdist worker: started by the first test that asks for it, never by the others
+    (spark_chkpt.testing.kafka_cluster). Its tests kill and restart nodes: each brings its
+    nodes back before it ends."""
+    from spark_chkpt.testing.kafka_cluster import KafkaCluster
+
+    with KafkaCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -42,8 +42,6 @@ from spark_chkpt.testing.processes import LOG_TAIL, ServerProcess, free_port, ha
 
 log = logging.getLogger(__name__)
 
-_NODE_ID = 1
-
 # Log to stdout (the launcher sends it to the log file): INFO for the broker's life
 # cycle, WARN for the chatty parts.
 _LOG4J2 = """\
@@ -71,7 +69,7 @@ logger.cleaner.level = INFO
 """
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
@@ -101,7 +99,11 @@ class EmbeddedKafka(ServerProcess):
         settings: Mapping[str, str] | None = None,
         secured: bool = False,
         users: tuple[str, ...] = ("alice", "bob"),
+        node_id: int = 1,
+        cluster_id: str | None = None,
     ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id or new_cluster_id()
         self.secured = secured
         # name -> password (random per broker); "admin" is the super user.
         self.users = {name: secrets.token_hex(12) for name in ("admin", *users)}
@@ -142,8 +144,8 @@ class EmbeddedKafka(ServerProcess):
         controller = f"CONTROLLER://{self.host}:{self.controller_port}"
         props = {
             "process.roles": "broker,controller",
-            "node.id": str(_NODE_ID),
-            "controller.quorum.voters": f"{_NODE_ID}@{self.host}:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": f"{self.node_id}@{self.host}:{self.controller_port}",
             "listeners": f"{listener},{controller}",
             "advertised.listeners": listener,
             "controller.listener.names": "CONTROLLER",
@@ -356,7 +358,7 @@ class EmbeddedKafka(ServerProcess):
         command = self._command(  # "=": a random cluster id may start with "-"
             "kafka.tools.StorageTool",
             "format",
-            f"--cluster-id={_cluster_id()}",
+            f"--cluster-id={self.cluster_id}",
             f"--config={config}",
             *(
                 f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
@@ -397,8 +399,8 @@ class EmbeddedKafka(ServerProcess):
         return self
 
     def _wait_ready(self, deadline: Deadline) -> None:
-        """Until a metadata request lists this broker (KRaft opens the client listener
-        once the node has caught up with the metadata log and is unfenced)."""
+        """Until a metadata request to this broker lists it (KRaft opens the client
+        listener once the node has caught up with the metadata log and is unfenced)."""
         from kafka.errors import KafkaError
 
         from spark_chkpt.kafka.client.factory import kafka_admin
@@ -421,7 +423,8 @@ class EmbeddedKafka(ServerProcess):
                     request_timeout_ms=2000,
                 )
                 try:
-                    if admin.describe_cluster().get("brokers"):
+                    brokers = admin.describe_cluster().get("brokers") or ()
+                    if any(b.get("broker_id") == self.node_id for b in brokers):
                         return
                 finally:
                     admin.close()

@@ -18,7 +18,7 @@ from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError, ControlTopicConfigError
 from spark_chkpt.kafka.client.fetcher_hook import drain_before_sleeping
 from spark_chkpt.kafka.client.metadata import know_leaders, list_offsets, space_refreshes
-from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
+from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within, retry_while_refused
 from spark_chkpt.kafka.client.topics import BROKER_DEFAULT_REPLICATION
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,12 @@ def ensure_control_topic(
     ``replication_factor``: -1 takes the broker's ``default.replication.factor``, as the
     data topics do; ``min_insync_replicas``: the topic's own, else the broker's. A control
     topic less replicated than its data topic (created before, or by hand) is named in a
-    warning: its broker's death would stop the sink while the data stays writable."""
+    warning: its broker's death would stop the sink while the data stays writable.
+
+    Each admin call is asked again while a broker refuses the connection (one of the
+    cluster's brokers died and is still in the metadata), for up to the request timeout:
+    the sink's start runs again each micro-batch, and a refusal here failed the query.
+    Creating with ``exist_ok`` and describing are safe to repeat."""
     from spark_chkpt.kafka.client.topics import create_topic, replication_factors, topic_configs
 
     key = (bootstrap_servers, name)
@@ -64,15 +69,20 @@ def ensure_control_topic(
         config["min.insync.replicas"] = str(min_insync_replicas)
     from kafka.errors import InvalidReplicationFactorError
 
+    client_settings = settings or {}
     try:
-        create_topic(
-            bootstrap_servers=bootstrap_servers,
-            name=name,
-            partitions=1,
-            replication_factor=replication_factor,
-            exist_ok=True,
-            config=config,
-            settings=settings,
+        retry_while_refused(
+            lambda: create_topic(
+                bootstrap_servers=bootstrap_servers,
+                name=name,
+                partitions=1,
+                replication_factor=replication_factor,
+                exist_ok=True,
+                config=config,
+                settings=settings,
+            ),
+            settings=client_settings,
+            doing=f"creating control topic {name}",
         )
     except InvalidReplicationFactorError as e:
         asked = "the broker's default.replication.factor" if replication_factor == -1 else ""
@@ -83,16 +93,24 @@ def ensure_control_topic(
             f"replication factor ({e}): it can be at most the number of brokers",
         ) from e
     data = name.removeprefix(CONTROL_PREFIX)
-    configs = topic_configs(
-        bootstrap_servers=bootstrap_servers,
-        names=[name, data],
-        keys=["cleanup.policy", "retention.ms", "retention.bytes"],
-        settings=settings,
+    configs = retry_while_refused(
+        lambda: topic_configs(
+            bootstrap_servers=bootstrap_servers,
+            names=[name, data],
+            keys=["cleanup.policy", "retention.ms", "retention.bytes"],
+            settings=settings,
+        ),
+        settings=client_settings,
+        doing=f"describing the configuration of {name}",
     )
     if configs is not None:  # None: the broker has no DescribeConfigs (Tansu)
         check_control_topic_config(name=name, config=configs[name], data_config=configs[data])
-    factors = replication_factors(
-        bootstrap_servers=bootstrap_servers, names=[name, data], settings=settings
+    factors = retry_while_refused(
+        lambda: replication_factors(
+            bootstrap_servers=bootstrap_servers, names=[name, data], settings=settings
+        ),
+        settings=client_settings,
+        doing=f"describing the replicas of {name}",
     )
     warn_if_less_replicated(name=name, data=data, factors=factors)
     _ENSURED.add(key)

@@ -216,3 +216,35 @@ def test_a_restarted_reader_reads_from_the_offset_its_report_names() -> None:
     )
     recreated._consumer = _StaleConsumer([_complete(0), _complete(1)], stale_highwater=None)
     assert [e.snapshot_id for e in recreated.refresh()] == [0, 1]
+
+
+def test_a_broker_refusing_while_the_sink_starts_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker of the cluster killed under a running query: the sink's start (each
+    micro-batch's ``streamWriter()``) met its refused connection in the describe of the
+    replication factors and the query died (``KafkaConnectionError: 111 ECONNREFUSED``),
+    though two brokers of three were serving. Each admin call of the control topic's
+    check is asked again while refused, as the driver's other reads are."""
+    from kafka.errors import KafkaConnectionError
+
+    from spark_chkpt.kafka.client import outage
+
+    def refusing_once(answer: Any) -> Any:
+        tries: list[int] = []
+
+        def call(**kw: Any) -> Any:
+            tries.append(1)
+            if len(tries) == 1:
+                raise KafkaConnectionError("111 ECONNREFUSED")
+            return answer
+
+        return call
+
+    monkeypatch.setattr(outage, "RETRY_PAUSE_S", 0.01)
+    monkeypatch.setattr(topics, "create_topic", refusing_once(None))
+    monkeypatch.setattr(topics, "topic_configs", refusing_once(None))
+    monkeypatch.setattr(topics, "replication_factors", refusing_once({"__chkpt.t": 3, "t": 3}))
+    monkeypatch.setattr(control_topic, "_ENSURED", set())
+    control_topic.ensure_control_topic(bootstrap_servers="b:9092", name="__chkpt.t")
+    assert ("b:9092", "__chkpt.t") in control_topic._ENSURED
