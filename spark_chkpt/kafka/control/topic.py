@@ -235,12 +235,24 @@ class ControlTopic(BarrierIndex):
         """The data topic's id in fresh metadata (a producer's cached metadata keeps a
         deleted topic's id until it expires)."""
         consumer = self._client()
-        consumer.topics()  # a metadata request for every topic, ids included
+        self._topics(consumer)  # a metadata request for every topic, ids included
         return topic_id_of(consumer, self.data_topic)
 
     def exists(self) -> bool:
-        consumer = self._client()
-        return self.control_topic in consumer.topics()
+        return self.control_topic in self._topics(self._client())
+
+    def _topics(self, consumer: Any) -> set[str]:
+        """Every topic, in a metadata request sent now, asked again while refused: a
+        killed broker of a cluster stays in the metadata until it is fenced, and
+        kafka-python raises its refused connection at once (a running sink's commit
+        died of it with two brokers of three serving)."""
+        return set(
+            retry_while_refused(
+                consumer.topics,
+                settings=consumer.config,
+                doing=f"reading the metadata of {self.control_topic}",
+            )
+        )
 
     def refresh(
         self, *, metadata_fresh: bool = False, topics: Collection[str] | None = None
@@ -260,7 +272,7 @@ class ControlTopic(BarrierIndex):
         if topics is None and metadata_fresh and cluster is not None:
             topics = set(cluster.topics())
         elif topics is None:
-            topics = consumer.topics()  # a metadata request, sent now
+            topics = self._topics(consumer)  # a metadata request, sent now
         if self.control_topic not in topics:
             return []
         tp = TopicPartition(self.control_topic, 0)

@@ -3,7 +3,7 @@ index (a reader from ``earliest`` needs the entries of the oldest data)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -75,6 +75,8 @@ class _StaleConsumer:
     """A kafka-python consumer reused across refreshes: its ``highwater`` is the one of
     its last fetch response until a new response arrives, and the first poll after a
     seek returns nothing (the fetch is still in flight), as on a loaded machine."""
+
+    config: ClassVar[dict[str, int]] = {"request_timeout_ms": 30_000}  # kafka-python's
 
     def __init__(self, log: list[bytes], *, stale_highwater: int | None) -> None:
         self.log = log
@@ -248,3 +250,38 @@ def test_a_broker_refusing_while_the_sink_starts_is_asked_again(
     monkeypatch.setattr(control_topic, "_ENSURED", set())
     control_topic.ensure_control_topic(bootstrap_servers="b:9092", name="__chkpt.t")
     assert ("b:9092", "__chkpt.t") in control_topic._ENSURED
+
+
+def test_a_broker_refusing_while_the_coordinator_reads_its_control_topic_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker of the cluster killed under a running barrier sink: the coordinator's
+    commit read the control topic's metadata (``consumer.topics()``) from the dead node,
+    kafka-python raised ``KafkaConnectionError: 111 ECONNREFUSED`` at once and the query
+    died with two brokers of three serving. Each metadata request of the reader is asked
+    again while refused, within the request timeout."""
+    from kafka.errors import KafkaConnectionError
+
+    from spark_chkpt.kafka.client import outage
+
+    class RefusingOnce:
+        config: ClassVar[dict[str, int]] = {"request_timeout_ms": 30_000}
+
+        def __init__(self) -> None:
+            self.tries = 0
+
+        def topics(self) -> set[str]:
+            self.tries += 1
+            if self.tries % 2 == 1:
+                raise KafkaConnectionError("111 ECONNREFUSED")
+            return {"t"}
+
+    monkeypatch.setattr(outage, "RETRY_PAUSE_S", 0.01)
+    reader = control_topic.ControlTopic(
+        bootstrap_servers="b:9092", control_topic="__chkpt.t", data_topic="t"
+    )
+    consumer = RefusingOnce()
+    monkeypatch.setattr(reader, "_client", lambda: consumer)
+    assert reader.exists() is False
+    assert reader.refresh() == []  # no control topic yet: nothing to read
+    assert consumer.tries == 4
