@@ -8,14 +8,16 @@ a refusal by the broker's ACLs leaves as the error naming the ACL to grant.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
 from spark_chkpt.kafka.client.access import access_checked
+from spark_chkpt.kafka.client.outage import retry_while_refused
 
 Settings = Mapping[str, Any] | None
+_R = TypeVar("_R")
 
 
 def _admin(bootstrap_servers: str, settings: Settings = None) -> Any:
@@ -37,15 +39,29 @@ def _metadata_consumer(bootstrap_servers: str, settings: Settings) -> Any:
 
 def partition_count(*, bootstrap_servers: str, name: str, settings: Settings = None) -> int:
     """How many partitions topic ``name`` has (0: not listed, or not visible)."""
-    consumer = _metadata_consumer(bootstrap_servers, settings)
-    try:
-        with access_checked(
-            servers=bootstrap_servers, settings=settings or {}, operation="DESCRIBE", resource=name
-        ):
-            consumer.topics()
-            return len(consumer.partitions_for_topic(name) or ())
-    finally:
-        consumer.close()
+
+    def ask() -> int:
+        consumer = _metadata_consumer(bootstrap_servers, settings)
+        try:
+            with access_checked(
+                servers=bootstrap_servers,
+                settings=settings or {},
+                operation="DESCRIBE",
+                resource=name,
+            ):
+                consumer.topics()
+                return len(consumer.partitions_for_topic(name) or ())
+        finally:
+            consumer.close()
+
+    return _asked_while_refused(ask, settings, f"describing topic {name!r}")
+
+
+def _asked_while_refused(ask: Callable[[], _R], settings: Settings, doing: str) -> _R:
+    """A metadata question asked again while a broker refuses (a node of the cluster
+    killed but still in the metadata: kafka-python raises its ECONNREFUSED at once),
+    within the request timeout. A sink plans its writer, and asks, every micro-batch."""
+    return retry_while_refused(ask, settings=settings or {}, doing=doing)
 
 
 def topic_configs(
@@ -157,12 +173,16 @@ def require_output_topic(
 
 def topic_names(*, bootstrap_servers: str, settings: Settings = None) -> set[str]:
     """The topics the cluster's metadata lists now (those this principal may see)."""
-    consumer = _metadata_consumer(bootstrap_servers, settings)
-    try:
-        with access_checked(servers=bootstrap_servers, settings=settings or {}):
-            return set(consumer.topics())
-    finally:
-        consumer.close()
+
+    def ask() -> set[str]:
+        consumer = _metadata_consumer(bootstrap_servers, settings)
+        try:
+            with access_checked(servers=bootstrap_servers, settings=settings or {}):
+                return set(consumer.topics())
+        finally:
+            consumer.close()
+
+    return _asked_while_refused(ask, settings, "listing topics")
 
 
 def _wait_for_partitions(

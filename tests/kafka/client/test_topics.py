@@ -69,3 +69,46 @@ def test_a_broker_before_2_4_is_asked_for_its_default_replication_factor(
     topics.create_topic(bootstrap_servers="b:9092", name="t")
     ((request,),) = admin.requests
     assert request.replication_factor == 3
+
+
+class _RefusingEverySecondTime:
+    """kafka-python's consumer whose metadata request reaches a killed broker every
+    second time: the node a refresh picked is still in the cluster's metadata."""
+
+    tries = 0
+
+    def topics(self) -> set[str]:
+        type(self).tries += 1
+        if type(self).tries % 2 == 1:
+            from kafka.errors import KafkaConnectionError
+
+            raise KafkaConnectionError("111 ECONNREFUSED")
+        return {"out"}
+
+    def partitions_for_topic(self, name: str) -> set[int]:
+        return {0, 1} if name == "out" else set()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sink_planning_its_batch_while_a_broker_refuses_asks_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI's three-node cluster with the data leader killed: a ``chkpt-kafka`` sink plans
+    its writer each micro-batch and checks its output topic
+    (:func:`topics.require_output_topic`); the metadata request went to the dead node,
+    kafka-python raised ``KafkaConnectionError: 111 ECONNREFUSED`` at once and the query
+    died though two brokers of three served. Each metadata question of the module is
+    asked again while refused, within the request timeout."""
+    from spark_chkpt.kafka.client import outage
+
+    monkeypatch.setattr(outage, "RETRY_PAUSE_S", 0.01)
+    monkeypatch.setattr(topics, "_PRESENT", set())
+    monkeypatch.setattr(_RefusingEverySecondTime, "tries", 0)
+    monkeypatch.setattr(topics, "_metadata_consumer", lambda *_: _RefusingEverySecondTime())
+    topics.require_output_topic(bootstrap_servers="b:9092", name="out")
+    assert ("b:9092", "out") in topics._PRESENT
+    assert topics.partition_count(bootstrap_servers="b:9092", name="out") == 2
+    assert topics.topic_names(bootstrap_servers="b:9092") == {"out"}
+    assert _RefusingEverySecondTime.tries == 6
