@@ -87,6 +87,9 @@ TIMES := .cache/test-times
 # test at a time, and the unit tests of the code that asks which Spark runs (the runtime,
 # the source's planning and options). The rest of the unit suite imports no pyspark API
 # that differs between lines; it runs on .venv's line in the first pass.
+# Every Spark JVM of the suite starts with C1 only, the serial collector and a class-data
+# sharing archive of Spark's classes (tests/conftest.py, spark_chkpt/testing/jvm.py); a
+# line's pass starts too few JVMs to pay for recording its archive (about 23 s).
 SPARK_LINE_TESTS := -m 'unit or spark_lines' tests/chains/test_spark_lines.py tests/runtime tests/kafka/source
 SPARK_LINE_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
 
@@ -97,7 +100,7 @@ test: setup spark-lines
 	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/second.json \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)
 	set -e; for v in $(OTHER_PYSPARK_VERSIONS); do \
-	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json \
+	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json SPARK_CHKPT_TEST_JVM=no-archive \
 	  .cache/spark-$${v%.*}/bin/python -m pytest $(SPARK_LINE_XDIST) $(SPARK_LINE_TESTS) $(PYTEST_ARGS); \
 	done
 

@@ -1,0 +1,130 @@
+"""Spark JVMs that start cheaply, for the test suite.
+
+The suite starts a few hundred Spark drivers (every kill chain restarts its job) and
+each start paid about 15 CPU-seconds on the 2-core machine, mostly to the JIT's C2
+compiler and to loading Spark's classes from their jars, for jobs that live seconds.
+``make test`` gives every Spark JVM the suite starts (the workers' SparkSessions, the
+jobs and users' scripts it runs as subprocesses, the Connect server) these options
+through ``SPARK_SUBMIT_OPTS``, which spark-submit adds to the driver's command line:
+
+* ``-XX:TieredStopAtLevel=1``: the C1 compiler only (quick code at once, no C2 threads);
+* ``-XX:+UseSerialGC``: no parallel collector threads competing for the two cores;
+* ``-XX:SharedArchiveFile``: a class-data sharing archive of the classes a session
+  loads (:func:`ensure_archive`), made once per Java and pyspark by a session that
+  records them at its exit (``-XX:ArchiveClassesAtExit``), under ``.cache/cds/``.
+
+Measured on the 2-core machine (``cpu-busy`` over two kill tests of
+``tests/chains/test_exactly_once.py``, docs/contributing.md): 106 CPU-seconds and 75 s
+by default, 60 CPU-seconds and 51 s with the three. They change how fast the JVM
+compiles and starts, not what Spark does; production keeps Java's defaults (a query
+runs for months: C2's code pays there). A JVM whose class path differs from the
+archive's (a test's own ``SPARK_CONF_DIR``) ignores the archive in silence.
+``SPARK_CHKPT_TEST_JVM=default`` leaves the JVMs as Java starts them, ``no-archive``
+gives them the first two options only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FAST_START = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# A JVM that cannot map the archive says so on its stdout unless told not to.
+QUIET_ARCHIVE = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+
+# What the recording session does: start with the project's jars, run a plan, make a
+# DataFrame, stop. Its JVM writes the classes it loaded at exit.
+_RECORD = """
+from spark_chkpt.session import build_session
+spark = build_session(app_name="spark-chkpt-cds", master="local[2]", connectors=True,
+                      conf={"spark.ui.enabled": "false"})
+spark.range(1000).selectExpr("sum(id)").collect()
+spark.createDataFrame([(1, "a")], "a int, b string").collect()
+spark.stop()
+"""
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def archive_path(cache: Path, *, java: str = "java") -> Path:
+    """Where the archive of this interpreter's pyspark and this Java lives under
+    ``cache``: one per pyspark install (each Spark line's venv has its own) and Java."""
+    import pyspark
+
+    found = shutil.which(java) or java
+    java_id = f"{Path(found).resolve()}:{Path(found).resolve().stat().st_mtime_ns}"
+    key = f"{_spark_home()}|{pyspark.__version__}|{java_id}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def ensure_archive(cache: Path, *, timeout_s: float = 300.0) -> Path | None:
+    """The archive for this pyspark and Java, recorded first if missing (about 20 s, once;
+    a lock keeps concurrent runs from recording it twice). ``None``, with a warning,
+    when recording failed: the JVMs then start without it."""
+    cache = cache.resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    path = archive_path(cache)
+    if path.exists():
+        return path
+    with (cache / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return path
+        partial = path.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"}
+        env["SPARK_SUBMIT_OPTS"] = " ".join(
+            (*FAST_START, *QUIET_ARCHIVE, f"-XX:ArchiveClassesAtExit={partial}")
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _RECORD],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            log.warning("recording Spark's class archive took over %.0f s: not used", timeout_s)
+            return None
+        if done.returncode != 0 or not partial.exists():
+            log.warning(
+                "recording Spark's class archive failed (exit %s): not used\n%s",
+                done.returncode,
+                done.stderr[-2000:],
+            )
+            partial.unlink(missing_ok=True)
+            return None
+        partial.rename(path)
+        return path
+
+
+def submit_opts(cache: Path, *, environ: Mapping[str, str] = os.environ) -> str | None:
+    """``SPARK_SUBMIT_OPTS`` for the suite's Spark JVMs (the options of the module
+    docstring, then the caller's own, which win), or ``None`` with
+    ``SPARK_CHKPT_TEST_JVM=default``; ``SPARK_CHKPT_TEST_JVM=no-archive`` records no
+    archive (a run of a few JVM starts, each Spark line's pass, would spend more on
+    recording it than it saves)."""
+    chosen = environ.get("SPARK_CHKPT_TEST_JVM", "")
+    if chosen == "default":
+        return None
+    options = list(FAST_START)
+    archive = None if chosen == "no-archive" else ensure_archive(cache)
+    if archive is not None:
+        options += [*QUIET_ARCHIVE, f"-XX:SharedArchiveFile={archive}"]
+    own = environ.get("SPARK_SUBMIT_OPTS")
+    return " ".join([*options, *([own] if own else [])])
