@@ -1,24 +1,16 @@
 """Spark JVMs that start cheaply, for the test suite.
 
-The suite starts a few hundred Spark drivers (every kill chain restarts its job) and
-each start paid about 15 CPU-seconds on the 2-core machine, mostly to the JIT's C2
-compiler and to loading Spark's classes from their jars, for jobs that live seconds.
-``make test`` gives every Spark JVM the suite starts (the workers' SparkSessions, the
-jobs and users' scripts it runs as subprocesses, the Connect server) these options
+Each kill chain restarts its job, and a Spark driver's start cost about 15 CPU-seconds
+on the 2-core machine (the JIT's C2 compiler, loading Spark's classes), for jobs that
+live seconds. tests/conftest.py gives every Spark JVM the suite starts these options
 through ``SPARK_SUBMIT_OPTS``, which spark-submit adds to the driver's command line:
-
-* ``-XX:TieredStopAtLevel=1``: the C1 compiler only (quick code at once, no C2 threads);
-* ``-XX:+UseSerialGC``: no parallel collector threads competing for the two cores;
-* ``-XX:SharedArchiveFile``: a class-data sharing archive of the classes a session
-  loads (:func:`ensure_archive`), made once per Java and pyspark by a session that
-  records them at its exit (``-XX:ArchiveClassesAtExit``), under ``.cache/cds/``.
-
-Measured on the 2-core machine (``cpu-busy`` over two kill tests of
-``tests/chains/test_exactly_once.py``, docs/contributing.md): 106 CPU-seconds and 75 s
-by default, 60 CPU-seconds and 51 s with the three. They change how fast the JVM
-compiles and starts, not what Spark does; production keeps Java's defaults (a query
-runs for months: C2's code pays there). A JVM whose class path differs from the
-archive's (a test's own ``SPARK_CONF_DIR``) ignores the archive in silence.
+C1 only (``-XX:TieredStopAtLevel=1``), the serial collector, and a class-data sharing
+archive of the classes a session loads (:func:`ensure_archive`, recorded once per Java
+and pyspark under ``.cache/cds/``). Two kill tests of tests/chains/test_exactly_once.py
+took 106 CPU-seconds and 75 s with Java's defaults, 60 CPU-seconds and 51 s with them.
+They change how fast the JVM compiles and starts, not what Spark does; production keeps
+Java's defaults (a query runs for months: C2's code pays there). A JVM whose class path
+differs from the archive's (a test's own ``SPARK_CONF_DIR``) ignores it in silence.
 ``SPARK_CHKPT_TEST_JVM=default`` leaves the JVMs as Java starts them, ``no-archive``
 gives them the first two options only.
 """
