@@ -1,8 +1,11 @@
-"""The real Kafka broker stops in the middle of a running Kafka -> Delta query and comes
-back on the same port with its data (Kafka's storage is on disk; Tansu's is in memory, so
-this needs the Kafka broker): a clean stop (SIGTERM, controlled shutdown) or a crash
-(SIGKILL, the logs recovered at start). The query waits it out and every event ends in
-the Delta table exactly once."""
+"""The real Kafka broker crashes in the middle of a running Kafka -> Delta query (SIGKILL,
+its logs recovered at start) and comes back on the same port with its data (Kafka's
+storage is on disk; Tansu's is in memory, so this needs the Kafka broker). The query
+waits it out and every event ends in the Delta table exactly once.
+
+A clean stop (SIGTERM, controlled shutdown) of a broker under a running query is the
+rolling restart of tests/chains/test_kafka_cluster.py, on three brokers as production
+runs them; its single-broker copy here was retired (CI time, issue 60)."""
 
 from __future__ import annotations
 
@@ -19,8 +22,7 @@ from tests.kafka.client.test_broker_outage import FIRST, SECOND, exactly_once, j
 pytestmark = pytest.mark.fault
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_a_broker_restart_with_its_data_kept_is_waited_out(tmp_path: Path, how: str) -> None:
+def test_a_broker_crash_with_its_data_kept_is_waited_out(tmp_path: Path) -> None:
     with EmbeddedKafka(data_dir=tmp_path / "kafka") as broker:
         servers = broker.bootstrap_servers
         create_topic(bootstrap_servers=servers, name="views", partitions=3)
@@ -28,11 +30,8 @@ def test_a_broker_restart_with_its_data_kept_is_waited_out(tmp_path: Path, how: 
         process = job(tmp_path, broker, "views", trigger="processingTime=1 second")
         try:
             wait_for_rows(tmp_path, 500, process=process, timeout=240)
-            if how == "sigkill":
-                broker.kill()
-                broker.start()
-            else:
-                broker.restart(keep_data=True)
+            broker.kill()
+            broker.start()
             produce_page_views(bootstrap_servers=servers, topic="views", first=FIRST, count=SECOND)
             wait_for_rows(tmp_path, FIRST + SECOND, process=process, timeout=240)
             time.sleep(2)  # a duplicate would land in the next batch
