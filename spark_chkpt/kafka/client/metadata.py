@@ -82,6 +82,21 @@ def know_leaders(
         time.sleep(0.1)
 
 
+def partitions_of(consumer: Any, topic: str) -> list[Any]:
+    """``topic``'s partitions as kafka-python ``TopicPartition`` s, in order, from a
+    metadata refresh asked again while a broker refuses (a killed node still in the
+    cluster's metadata: kafka-python raises its ECONNREFUSED at once), within the
+    request timeout. For the clients of one command (a savepoint's rewind or fork,
+    ``status``), which then list offsets with :func:`list_offsets`."""
+    from kafka import TopicPartition
+
+    config = getattr(consumer, "config", None) or {}
+    retry_within(
+        consumer.topics, deadline=request_deadline(config), doing=f"reading {topic}'s metadata"
+    )
+    return [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+
+
 def list_offsets(consumer: Any, ktps: Sequence[Any], request: Callable[[int], _T]) -> _T:
     """``request(timeout_ms)`` (a ListOffsets call of kafka-python ``consumer`` for
     ``ktps``, such as ``lambda ms: consumer.beginning_offsets(ktps, timeout_ms=ms)``)

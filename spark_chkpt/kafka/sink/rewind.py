@@ -11,6 +11,7 @@ More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/sink/rewind.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -171,9 +172,8 @@ def write_revocations(
     """Step 5 of a Kafka rewind: a ``revoke`` entry per topic under ``generation`` (the
     plan's, or the one an interrupted restore recorded), unless one is there already.
     Returns the snapshots revoked per topic."""
-    from kafka import TopicPartition as KafkaPartition
-
     from spark_chkpt.kafka.client.factory import kafka_consumer, kafka_producer
+    from spark_chkpt.kafka.client.metadata import list_offsets, partitions_of
 
     gen = rewind.generation if generation is None else generation
     revoked: dict[str, tuple[int, ...]] = {}
@@ -207,8 +207,11 @@ def write_revocations(
                     for e in index.live()
                     if e.app_id == rewind.app_id and e.snapshot_id > rewind.batch
                 ]
-                partitions = consumer.partitions_for_topic(part.topic) or set()
-                ends = consumer.end_offsets([KafkaPartition(part.topic, p) for p in partitions])
+                ktps = partitions_of(consumer, part.topic)
+                partitions = [ktp.partition for ktp in ktps]
+                ends: dict[Any, int] = list_offsets(
+                    consumer, ktps, functools.partial(_end_offsets, consumer, ktps)
+                )
                 starts = {}
                 for p in partitions:
                     before = [
@@ -252,3 +255,7 @@ def write_revocations(
         producer.close(timeout=5)
         consumer.close()
     return revoked
+
+
+def _end_offsets(consumer: Any, ktps: list[Any], timeout_ms: int) -> dict[Any, int]:
+    return dict(consumer.end_offsets(ktps, timeout_ms=timeout_ms))

@@ -17,6 +17,7 @@ from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
 from spark_chkpt.kafka.client.access import access_checked, principal
 from spark_chkpt.kafka.client.metadata import list_offsets, space_refreshes
+from spark_chkpt.kafka.client.outage import request_deadline, retry_within
 from spark_chkpt.kafka.source.options import EARLIEST, LATEST, OffsetSpec, SourceConfig
 from spark_chkpt.offsets import PartitionOffsets, TopicPartition
 
@@ -110,7 +111,13 @@ class OffsetReader:
     def partitions(self) -> list[TopicPartition]:
         """The partitions the subscription covers now (fresh metadata on every call)."""
         sub = self._config.subscription
-        all_topics = self.consumer.topics()  # forces a metadata refresh
+        # Forces a metadata refresh; asked again while a broker refuses (a killed node of
+        # the cluster still in the metadata), for status as for the planner.
+        all_topics = retry_within(
+            self.consumer.topics,
+            deadline=request_deadline(self.consumer.config),
+            doing="listing the subscription's topics",
+        )
         self.topics_seen = set(all_topics)
         if sub.kind == "assign":
             return sorted(TopicPartition(t, p) for t, ps in sub.assigned.items() for p in ps)

@@ -341,14 +341,16 @@ def _new_topics(
 
 
 def _offsets(bootstrap_servers: str, topic: str) -> tuple[dict[int, int], dict[int, int]]:
-    """The topic's first and end offsets per partition."""
-    from kafka import TopicPartition as KafkaPartition
+    """The topic's first and end offsets per partition (a broker's death waited out)."""
+    from spark_chkpt.kafka.client.metadata import list_offsets, partitions_of
 
     consumer = kafka_consumer(bootstrap_servers=bootstrap_servers, group_id=None)
     try:
-        tps = [KafkaPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        first = {tp.partition: int(o) for tp, o in consumer.beginning_offsets(tps).items()}
-        end = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
+        tps = partitions_of(consumer, topic)
+        begins = list_offsets(consumer, tps, lambda ms: consumer.beginning_offsets(tps, ms))
+        ends = list_offsets(consumer, tps, lambda ms: consumer.end_offsets(tps, ms))
+        first = {tp.partition: int(o) for tp, o in begins.items()}
+        end = {tp.partition: int(o) for tp, o in ends.items()}
         return first, end
     finally:
         consumer.close()
