@@ -232,6 +232,47 @@ class KafkaCluster(ServerProcess):
         partition = (java_string_hash(transactional_id) & 0x7FFFFFFF) % partitions
         return self.leader_of("__transaction_state", partition)
 
+    def reassign(self, topic: str, *, timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+        """A partition reassignment of ``topic``, as ``kafka-reassign-partitions.sh`` does
+        one: each partition's replica list rotated by one (its second replica first), then
+        a preferred-leader election, so that every partition's leader moves to another
+        node with no node down. Waits until the reassignment is done and each partition
+        is led by its new first replica; returns each partition's (old, new) leader."""
+        from kafka import TopicPartition
+
+        before = {p["partition_index"]: list(p["replica_nodes"]) for p in self.describe(topic)}
+        leaders = {p["partition_index"]: int(p["leader_id"]) for p in self.describe(topic)}
+        moved = {
+            TopicPartition(topic, index): [*replicas[1:], replicas[0]]
+            for index, replicas in before.items()
+        }
+        refused = self._ask(
+            f"a reassignment of {topic!r}", lambda a: a.alter_partition_reassignments(moved)
+        )
+        failed = {tp: error for tp, error in refused.items() if error is not None}
+        if failed:
+            raise BrokerError(f"the cluster refused the reassignment of {topic!r}: {failed}")
+        deadline = Deadline.after(seconds=timeout_s)
+        while self._ask("the reassignments under way", lambda a: a.list_partition_reassignments()):
+            if deadline.expired():
+                raise BrokerError(f"the reassignment of {topic!r} took over {timeout_s}s")
+            time.sleep(0.2)
+        self._ask(
+            f"a preferred-leader election of {topic!r}",
+            lambda a: a.elect_leaders(0, {topic: sorted(before)}, raise_errors=False),
+        )
+        wanted = {tp.partition: replicas[0] for tp, replicas in moved.items()}
+        while True:
+            now = {p["partition_index"]: int(p["leader_id"]) for p in self.describe(topic)}
+            if now == wanted:
+                return {index: (leaders[index], now[index]) for index in sorted(now)}
+            if deadline.expired():
+                raise BrokerError(
+                    f"{topic}'s leaders are {now} {timeout_s}s after the reassignment, "
+                    f"not the new preferred replicas {wanted}"
+                )
+            time.sleep(0.2)
+
     def wait_in_sync(self, topics: Sequence[str], *, timeout_s: float = 120.0) -> None:
         """Until every partition of ``topics`` has each of its replicas in sync (a node
         started again has caught up): what an operator waits for between two restarts."""

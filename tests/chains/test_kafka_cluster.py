@@ -9,7 +9,9 @@ chkpt-kafka query into Delta, Kafka -> Kafka in Kafka transactions (read here by
 writing, the cluster goes through: the broker that leads the data partition 0 killed
 ``-9`` and down 20 s; the same for the leader of the control topic ``__chkpt.<out>``; for
 the broker that leads the transactions' coordinator partition of ``__transaction_state``;
-for the active KRaft controller; then a rolling restart (each node stopped and started
+for the active KRaft controller; a partition reassignment of the data topic (each
+partition's replicas rotated and its preferred leader elected: every leader moves, no
+node down); then a rolling restart (each node stopped and started
 in turn, as a Kafka upgrade is done, the partitions in sync before the next). Every id
 is then in every output exactly once, and the longest pause between two commits of a
 query is measured (printed; bounded below).
@@ -49,6 +51,7 @@ pytestmark = pytest.mark.fault
 SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "cluster_job.py"
 PARTITIONS = 4
 DOWN_S = 20.0  # how long a killed broker stays down
+REASSIGNED_S = 10.0  # the query runs on after every leader of its data topic moved
 RATE = 100  # events per second the producer writes while the cluster is disturbed
 QUERIES = ("delta", "barriers", "aligned", "transactions", "counts")
 TXN_APP = "cluster-tx"  # the script's txnAppId
@@ -357,6 +360,9 @@ def test_a_pipeline_runs_through_broker_deaths_and_a_rolling_restart(
                 cluster.start(node)
                 cluster.wait_in_sync(topics)
             timeline[-1] += f" (node {node})"
+        with _phase(timeline, "reassignment"):
+            leaders = cluster.reassign(events)
+            job.hold(REASSIGNED_S, f"after {events}'s reassignment (leaders {leaders})")
         with _phase(timeline, "rolling restart"):
             for node in sorted(cluster.nodes):
                 cluster.stop(node)
