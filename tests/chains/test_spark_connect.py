@@ -2,11 +2,11 @@
 clusters run them: a client session (``remote("sc://...")``) of the session's local
 Connect server (``connect_server``), whose JVM and Python workers run the queries.
 
-One chain, to keep CI time small: Kafka -> Delta and Kafka -> Kafka with barriers run
-together until a ``kill -9`` of the server's whole process tree, then again on a
-restarted server with ``availableNow``, followed by an aligned read of the barrier
-topic; each id once in both tables; the reporters and ``spark-chkpt status`` on what the
-Connect queries wrote. (``DeltaUpsert`` over Connect: see ``_start_all``.)"""
+One chain, to keep CI time small: Kafka -> Delta, Kafka -> Kafka with barriers and a
+``DeltaUpsert`` run together until a ``kill -9`` of the server's whole process tree,
+then again on a restarted server with ``availableNow``, followed by an aligned read of
+the barrier topic; each id once in both tables, the upsert's counts exact; the reporters
+and ``spark-chkpt status`` on what the Connect queries wrote."""
 
 from __future__ import annotations
 
@@ -65,6 +65,19 @@ def _finish(query: Any, what: str) -> None:
     assert error is None, f"{what} failed: {error}"
 
 
+def _start(writer: Any) -> Any:
+    """``writer.start()``, again if Spark's foreachBatch worker did not connect back:
+    Spark waits a fixed 10 s for that new Python process, which a loaded machine can
+    miss (nothing ran: the query did not start)."""
+    for attempt in range(3):
+        try:
+            return writer.start()
+        except Exception as e:
+            if attempt == 2 or "failed to connect back" not in str(e):
+                raise
+    raise AssertionError("unreachable")
+
+
 def _source(spark: Any, servers: str, topic: str) -> Any:
     return (
         spark.readStream.format("chkpt-kafka")
@@ -79,15 +92,30 @@ def _source(spark: Any, servers: str, topic: str) -> Any:
 def _start_all(
     spark: Any, servers: str, topic: str, mid: str, work: Path, *, once: bool
 ) -> dict[str, Any]:
-    """Two queries of the chain, each on ``topic``: Kafka -> Delta and Kafka -> Kafka
-    (barriers). ``foreachBatch(DeltaUpsert(...))`` is not in this chain: over Connect,
-    pyspark's foreachBatch worker hung in 2 runs of 3 here, blocked in
-    ``CachedRemoteRelation.__del__``'s gRPC call to the server after a batch
-    (docs/how-to/spark-connect.md, known limits)."""
+    """The three queries of the chain, each on ``topic``: Kafka -> Delta, Kafka -> Kafka
+    (barriers), counts per app upserted by ``DeltaUpsert``."""
+    from spark_chkpt import DeltaUpsert
 
     def trigger(writer: Any) -> Any:
         return writer.trigger(availableNow=True) if once else writer
 
+    # The foreachBatch query first: Spark Connect gives its new Python worker a fixed
+    # 10 s to connect back, which the other queries' Python workers starting meanwhile
+    # made it miss on the loaded 2-core machine.
+    upsert = DeltaUpsert(
+        path=str(work / "counts"), keys=["app"], checkpoint_location=str(work / "chk" / "counts")
+    )
+    counts = _start(
+        trigger(
+            _source(spark, servers, topic)
+            .selectExpr("split(CAST(value AS STRING), '[|]')[1] AS app")
+            .groupBy("app")
+            .count()
+            .writeStream.outputMode("update")
+            .foreachBatch(upsert)
+            .option("checkpointLocation", str(work / "chk" / "counts"))
+        )
+    )
     delta = trigger(
         _source(spark, servers, topic)
         .selectExpr("CAST(value AS STRING) AS v")
@@ -103,7 +131,7 @@ def _start_all(
         .option("topic", mid)
         .option("checkpointLocation", str(work / "chk" / "mid"))
     ).start()
-    return {"delta": delta, "kafka": kafka}
+    return {"delta": delta, "kafka": kafka, "upsert": counts}
 
 
 def _versions(path: Path) -> int:
@@ -177,12 +205,15 @@ def test_chains_over_spark_connect_through_a_kill_of_the_server(
         _finish(aligned, "the aligned read of the barrier topic")
 
         # Each id once in the Delta table (killed at version killed_at) and through the
-        # barrier topic.
+        # barrier topic; the upsert's counts exact.
         for table in ("events", "aligned"):
             ids = _column(tmp_path / table, "v")
             doubled = [v for v, n in Counter(ids).items() if n > 1]
             assert not doubled, f"{table}: {len(doubled)} ids twice (killed at {killed_at})"
             assert set(ids) == expected_ids, f"{table}: {len(expected_ids - set(ids))} lost"
+        apps, totals = _column(tmp_path / "counts", "app"), _column(tmp_path / "counts", "count")
+        counts = dict(zip(apps, totals, strict=True))
+        assert counts == dict(Counter(_value(i).decode().split("|")[1] for i in range(RECORDS)))
 
         # The reporters, client-side listeners over Connect: the last batch's line.
         delta_id = str(queries["delta"].id)

@@ -184,7 +184,10 @@ class DeltaUpsert:
         """Complete snapshot ``batch_id`` with ``batch_df``'s rows (steps 1-6 of the
         module docstring); returns its record."""
         # Step 1
-        return self._coordinator(batch_df).commit(batch_id=batch_id, batch_df=batch_df)
+        try:
+            return self._coordinator(batch_df).commit(batch_id=batch_id, batch_df=batch_df)
+        finally:
+            _release_batch_plans(batch_df)
 
     # -- step 1 --------------------------------------------------------------------------
 
@@ -536,6 +539,26 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
         return figures or MergeFigures(
             source_rows=staged.source_rows, inserted=0, updated=0, deleted=0
         )
+
+
+def _release_batch_plans(batch_df: DataFrame) -> None:
+    """Over Spark Connect, the batch's DataFrame left for the server to drop.
+
+    The server caches each ``foreachBatch`` batch as a ``CachedRemoteRelation`` and
+    removes it itself once the function returns (``StreamingForeachBatchHelper``:
+    "Removing DataFrame with id ... from the cache"). pyspark's client also asks for
+    the removal, from the relation's ``__del__``: a gRPC call without deadline (pyspark
+    4.0-4.3; SPARK-58846) that pyspark's foreachBatch worker makes as soon as it drops
+    the batch, before it tells the server the batch is done. That call went unanswered,
+    the worker hung and the query with it (in this project's Connect chain: two runs of
+    three, and every run once the batch was freed there). With the relation's id
+    cleared, its ``__del__`` sends nothing; the server's own removal stays. Classic
+    PySpark, or a pyspark whose relation has no such id: nothing to do."""
+    from spark_chkpt.runtime.connect import is_connect
+
+    relation: Any = getattr(batch_df, "_plan", None)
+    if is_connect(batch_df.sparkSession) and hasattr(relation, "_relation_id"):
+        relation._relation_id = None
 
 
 def _running_query(spark: Any, expected: str | None) -> str | None:
