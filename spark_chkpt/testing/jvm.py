@@ -7,7 +7,7 @@ through ``SPARK_SUBMIT_OPTS``, which spark-submit adds to the driver's command l
 C1 only (``-XX:TieredStopAtLevel=1``), the serial collector, and a class-data sharing
 archive of the classes a session loads (:func:`ensure_archive`, recorded once per Java
 and pyspark under ``.cache/cds/``). Two kill tests of tests/chains/test_exactly_once.py
-took 106 CPU-seconds and 75 s with Java's defaults, 60 CPU-seconds and 51 s with them.
+took 106 CPU-seconds and 75 s with Java's defaults, 56 CPU-seconds and 49 s with them.
 They change how fast the JVM compiles and starts, not what Spark does; production keeps
 Java's defaults (a query runs for months: C2's code pays there). A JVM whose class path
 differs from the archive's (a test's own ``SPARK_CONF_DIR``) ignores it in silence.
@@ -34,14 +34,73 @@ FAST_START = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 QUIET_ARCHIVE = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 # What the recording session does: start with the project's jars, run a plan, make a
-# DataFrame, stop. Its JVM writes the classes it loaded at exit.
+# DataFrame, read and stream through a Python data source (the JVM side of every format of
+# the project), write and read a Delta table, then exit the JVM and wait for it: the
+# archive is written at the JVM's exit, which pyspark's own shutdown does not wait for.
 _RECORD = """
+import tempfile
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
+    InputPartition, WriterCommitMessage,
+)
 from spark_chkpt.session import build_session
+
+class Tiny(DataSource):
+    @classmethod
+    def name(cls):
+        return "cds_tiny"
+    def schema(self):
+        return "id int, v string"
+    def reader(self, schema):
+        return Reader()
+    def streamReader(self, schema):
+        return Stream()
+    def streamWriter(self, schema, overwrite):
+        return Writer()
+
+class Reader(DataSourceReader):
+    def read(self, partition):
+        yield (1, "a")
+
+class Stream(DataSourceStreamReader):
+    def initialOffset(self):
+        return {"o": 0}
+    def latestOffset(self):
+        return {"o": 2}
+    def partitions(self, start, end):
+        return [InputPartition(0)]
+    def read(self, partition):
+        yield (1, "a")
+
+class Writer(DataSourceStreamWriter):
+    def write(self, rows):
+        for _ in rows:
+            pass
+        return WriterCommitMessage()
+    def commit(self, messages, batchId):
+        pass
+
 spark = build_session(app_name="spark-chkpt-cds", master="local[2]", connectors=True,
                       conf={"spark.ui.enabled": "false"})
+spark.dataSource.register(Tiny)
 spark.range(1000).selectExpr("sum(id)").collect()
 spark.createDataFrame([(1, "a")], "a int, b string").collect()
+spark.read.format("cds_tiny").load().collect()
+work = tempfile.mkdtemp()
+query = (spark.readStream.format("cds_tiny").load().writeStream.format("cds_tiny")
+         .option("checkpointLocation", work + "/chk").trigger(availableNow=True).start())
+query.awaitTermination(120)
+spark.range(10).write.format("delta").save(work + "/t")
+spark.read.format("delta").load(work + "/t").count()
+gateway = spark.sparkContext._gateway
+jvm = getattr(gateway, "proc", None)
 spark.stop()
+try:
+    gateway.jvm.java.lang.System.exit(0)
+except Exception:
+    pass  # the JVM went away mid-call, as asked
+if jvm is not None:
+    jvm.wait(timeout=120)
 """
 
 
@@ -58,13 +117,13 @@ def archive_path(cache: Path, *, java: str = "java") -> Path:
 
     found = shutil.which(java) or java
     java_id = f"{Path(found).resolve()}:{Path(found).resolve().stat().st_mtime_ns}"
-    key = f"{_spark_home()}|{pyspark.__version__}|{java_id}"
+    key = f"{_spark_home()}|{pyspark.__version__}|{java_id}|{_RECORD}"  # a new recipe: anew
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache / f"spark-{pyspark.__version__}-{digest}.jsa"
 
 
 def ensure_archive(cache: Path, *, timeout_s: float = 300.0) -> Path | None:
-    """The archive for this pyspark and Java, recorded first if missing (about 20 s, once;
+    """The archive for this pyspark and Java, recorded first if missing (about 30 s, once;
     a lock keeps concurrent runs from recording it twice). ``None``, with a warning,
     when recording failed: the JVMs then start without it."""
     cache = cache.resolve()
