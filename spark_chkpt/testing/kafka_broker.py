@@ -400,41 +400,63 @@ class EmbeddedKafka(ServerProcess):
 
     def _wait_ready(self, deadline: Deadline) -> None:
         """Until a metadata request to this broker lists it (KRaft opens the client
-        listener once the node has caught up with the metadata log and is unfenced)."""
+        listener once the node has caught up with the metadata log and is unfenced).
+
+        Each metadata probe runs in a thread while the broker's process is watched: a
+        port taken by another process accepts and never answers, kafka-python then waits
+        about 17 s whatever its timeouts, and the broker (which cannot bind) has long
+        exited; its exit is the error, at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from kafka.errors import KafkaError
 
-        from spark_chkpt.kafka.client.factory import kafka_admin
-
         last: Exception | None = None
-        while not deadline.expired():
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise BrokerError(
-                    f"the Kafka broker exited with code {self._process.returncode} on "
-                    f"{self.bootstrap_servers}; log {self.log_path}:\n{self.log_tail()}"
-                )
-            if not self._port_open():
-                time.sleep(0.05)
-                continue
-            try:
-                admin = kafka_admin(
-                    bootstrap_servers=self.bootstrap_servers,
-                    settings=self.client_settings("admin"),
-                    request_timeout_ms=2000,
-                )
+        probes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-ready")
+        try:
+            while not deadline.expired():
+                self._raise_if_exited()
+                if not self._port_open():
+                    time.sleep(0.05)
+                    continue
+                probe = probes.submit(self._lists_itself)
+                while not probe.done():
+                    self._raise_if_exited()
+                    time.sleep(0.05)
                 try:
-                    brokers = admin.describe_cluster().get("brokers") or ()
-                    if any(b.get("broker_id") == self.node_id for b in brokers):
+                    if probe.result():
                         return
-                finally:
-                    admin.close()
-            except (KafkaError, OSError, ValueError) as e:
-                last = e
-            time.sleep(0.1)
+                except (KafkaError, OSError, ValueError) as e:
+                    last = e
+                time.sleep(0.1)
+        finally:
+            probes.shutdown(wait=False)
         raise BrokerError(
             f"the Kafka broker at {self.bootstrap_servers} did not answer metadata requests "
             f"within {self.startup_timeout_s}s ({last}); log {self.log_path}:\n{self.log_tail()}"
         )
+
+    def _raise_if_exited(self) -> None:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise BrokerError(
+                f"the Kafka broker exited with code {self._process.returncode} on "
+                f"{self.bootstrap_servers}; log {self.log_path}:\n{self.log_tail()}"
+            )
+
+    def _lists_itself(self) -> bool:
+        """Whether a metadata request to this broker lists this node."""
+        from spark_chkpt.kafka.client.factory import kafka_admin
+
+        admin = kafka_admin(
+            bootstrap_servers=self.bootstrap_servers,
+            settings=self.client_settings("admin"),
+            request_timeout_ms=2000,
+        )
+        try:
+            brokers = admin.describe_cluster().get("brokers") or ()
+            return any(b.get("broker_id") == self.node_id for b in brokers)
+        finally:
+            admin.close()
 
     def _port_open(self) -> bool:
         """Whether the client listener accepts connections (a cheap check before the
