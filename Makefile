@@ -91,6 +91,10 @@ TIMES := .cache/test-times
 # sharing archive of Spark's classes (tests/conftest.py, spark_chkpt/testing/jvm.py); a
 # line's pass starts too few JVMs to pay for recording its archive (about 23 s).
 SPARK_LINE_TESTS := -m 'unit or spark_lines' tests/chains/test_spark_lines.py tests/runtime tests/kafka/source
+# And on the newest line, the Spark Connect chain (marker newest_line): Kafka -> Delta, the
+# barrier sink and DeltaUpsert over a Connect server of that Spark, through its kill -9.
+NEWEST_PYSPARK_VERSION := $(lastword $(OTHER_PYSPARK_VERSIONS))
+NEWEST_LINE_TESTS := -m newest_line tests/chains/test_spark_connect.py
 SPARK_LINE_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
 
 test: setup spark-lines
@@ -103,6 +107,9 @@ test: setup spark-lines
 	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json SPARK_CHKPT_TEST_JVM=no-archive \
 	  .cache/spark-$${v%.*}/bin/python -m pytest $(SPARK_LINE_XDIST) $(SPARK_LINE_TESTS) $(PYTEST_ARGS); \
 	done
+	v=$(NEWEST_PYSPARK_VERSION); SPARK_CHKPT_TEST_TIMES=$(TIMES)/connect-$${v%.*}.json \
+	  SPARK_CHKPT_TEST_JVM=no-archive \
+	  .cache/spark-$${v%.*}/bin/python -m pytest $(NEWEST_LINE_TESTS) $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

@@ -23,7 +23,9 @@ import pytest
 
 from tests.helpers import chkpt_cli, ok, produce
 
-pytestmark = pytest.mark.fault
+# Also run on the newest Spark line (make test, NEWEST_LINE_TESTS): Connect on 4.2 here,
+# on 4.3 there.
+pytestmark = [pytest.mark.fault, pytest.mark.newest_line]
 
 RECORDS = 3000
 APPS = 7
