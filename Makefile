@@ -81,6 +81,7 @@ XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfil
 # them summed by kind and module; .ci/run keeps CI's copy (docs/contributing.md).
 TIMES := .cache/test-times
 
+# The first pass runs every test, tests/chains/test_spark_lines.py too (on .venv's line).
 # The second pass ends with each other Spark line (OTHER_PYSPARK_VERSIONS) in its own
 # venv: the kill -9 chains of tests/chains/test_spark_lines.py (marker spark_lines: the
 # README's Kafka -> Delta and Kafka -> Kafka, DeltaUpsert), spread over both workers one
@@ -99,7 +100,7 @@ SPARK_LINE_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --d
 
 test: setup spark-lines
 	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json \
-	  $(BIN)/python -m pytest $(XDIST) -m 'not spark_lines' $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 	SPARK_CHKPT_KAFKA_SOURCE_CLIENT=confluent SPARK_CHKPT_KAFKA_SINK_CLIENT=kafka-python \
 	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/second.json \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)

@@ -6,9 +6,9 @@ copied into a folder outside the repo and run with this interpreter, no
 :mod:`spark_chkpt.failpoints`) at its commit's worst step, then run again: every id
 once, the upsert's table exact.
 
-``make test``'s second pass runs this module (marker ``spark_lines``) in the venv of
-each other Spark line (``.cache/spark-<line>/``, docs/reference/spark-versions.md); the
-first pass, on ``.venv``'s Spark, leaves it to the rest of the suite.
+``make test`` runs this module in its first pass, on ``.venv``'s Spark, and again
+(marker ``spark_lines``) in the venv of each other Spark line (``.cache/spark-<line>/``,
+docs/reference/spark-versions.md).
 """
 
 from __future__ import annotations
