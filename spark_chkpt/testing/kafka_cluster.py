@@ -240,8 +240,9 @@ class KafkaCluster(ServerProcess):
         is led by its new first replica; returns each partition's (old, new) leader."""
         from kafka import TopicPartition
 
-        before = {p["partition_index"]: list(p["replica_nodes"]) for p in self.describe(topic)}
-        leaders = {p["partition_index"]: int(p["leader_id"]) for p in self.describe(topic)}
+        described = self.describe(topic)
+        before = {p["partition_index"]: list(p["replica_nodes"]) for p in described}
+        leaders = {p["partition_index"]: int(p["leader_id"]) for p in described}
         moved = {
             TopicPartition(topic, index): [*replicas[1:], replicas[0]]
             for index, replicas in before.items()

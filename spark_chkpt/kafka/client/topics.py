@@ -8,8 +8,8 @@ a refusal by the broker's ACLs leaves as the error naming the ACL to grant.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ChkptError, ConfigError
@@ -17,7 +17,6 @@ from spark_chkpt.kafka.client.access import access_checked
 from spark_chkpt.kafka.client.outage import retry_while_refused
 
 Settings = Mapping[str, Any] | None
-_R = TypeVar("_R")
 
 
 def _admin(bootstrap_servers: str, settings: Settings = None) -> Any:
@@ -54,14 +53,9 @@ def partition_count(*, bootstrap_servers: str, name: str, settings: Settings = N
         finally:
             consumer.close()
 
-    return _asked_while_refused(ask, settings, f"describing topic {name!r}")
-
-
-def _asked_while_refused(ask: Callable[[], _R], settings: Settings, doing: str) -> _R:
-    """A metadata question asked again while a broker refuses (a node of the cluster
-    killed but still in the metadata: kafka-python raises its ECONNREFUSED at once),
-    within the request timeout. A sink plans its writer, and asks, every micro-batch."""
-    return retry_while_refused(ask, settings=settings or {}, doing=doing)
+    # A killed node still in the cluster's metadata is refused at once by kafka-python;
+    # a sink plans its writer, and asks, every micro-batch.
+    return retry_while_refused(ask, settings=settings or {}, doing=f"describing topic {name!r}")
 
 
 def topic_configs(
@@ -182,7 +176,7 @@ def topic_names(*, bootstrap_servers: str, settings: Settings = None) -> set[str
         finally:
             consumer.close()
 
-    return _asked_while_refused(ask, settings, "listing topics")
+    return retry_while_refused(ask, settings=settings or {}, doing="listing topics")
 
 
 def _wait_for_partitions(
