@@ -18,7 +18,9 @@ SPARK_LINE_VENVS := $(foreach v,$(OTHER_PYSPARK_VERSIONS),.cache/spark-$(basenam
 .PHONY: setup test unit demo bench quix lint format broker connect-server clean docs docs-serve docs-shots wheel spark-lines
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
-# `make setup` finds them there and fetches nothing.
+# `make setup` finds them there and fetches nothing. Each venv's pyspark.zip gets its
+# bytecode (spark_chkpt/runtime/worker_bytecode.py): every Python process Spark starts
+# imports pyspark from that zip, and compiled it anew without (about 0.55 CPU-s each).
 setup: $(STAMP)
 	$(BIN)/python -m spark_chkpt.runtime.jars fetch
 
@@ -28,6 +30,7 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs]' 'pyspark==$(PYSPARK_VERSION)'
+	$(BIN)/python -m spark_chkpt.runtime.worker_bytecode
 	@touch $(STAMP)
 
 # One venv per other Spark line (OTHER_PYSPARK_VERSIONS), built once and kept in .cache:
@@ -52,6 +55,7 @@ spark-lines: $(SPARK_LINE_VENVS)
 	  chmod +x .cache/spark-$*/bin/$${script##*/}; \
 	done
 	.cache/spark-$*/bin/python -m spark_chkpt.runtime.jars fetch --set spark-connectors
+	.cache/spark-$*/bin/python -m spark_chkpt.runtime.worker_bytecode
 	@touch $@
 
 # The whole suite on each format's default client (the source on kafka-python, the
