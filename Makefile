@@ -85,22 +85,22 @@ XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfil
 # them summed by kind and module; .ci/run keeps CI's copy (docs/contributing.md).
 TIMES := .cache/test-times
 
-# The first pass runs every test, tests/chains/test_spark_lines.py too (on .venv's line).
-# The second pass ends with each other Spark line (OTHER_PYSPARK_VERSIONS) in its own
-# venv: the kill -9 chains of tests/chains/test_spark_lines.py (marker spark_lines: the
-# README's Kafka -> Delta and Kafka -> Kafka, DeltaUpsert), spread over both workers one
-# test at a time, and the unit tests of the code that asks which Spark runs (the runtime,
-# the source's planning and options). The rest of the unit suite imports no pyspark API
-# that differs between lines; it runs on .venv's line in the first pass.
+# The first pass runs every test, among them the kill -9 chains of each other Spark line
+# (OTHER_PYSPARK_VERSIONS): tests/chains/test_spark_lines.py runs the README's Kafka ->
+# Delta and Kafka -> Kafka scripts and a DeltaUpsert job with each line's interpreter
+# (.cache/spark-<line>/bin/python), each test a unit of work of its own beside the rest
+# (tests/conftest.py, SPLIT_BY_TEST). After the second pass, each line's venv runs the
+# unit tests of the code that asks which Spark runs (the runtime, the source's planning
+# and options), in one process: they start no JVM. The rest of the unit suite imports no
+# pyspark API that differs between lines; it runs on .venv's line in the first pass.
 # Every Spark JVM of the suite starts with C1 only, the serial collector and a class-data
-# sharing archive of Spark's classes (tests/conftest.py, spark_chkpt/testing/jvm.py); a
-# line's pass starts too few JVMs to pay for recording its archive (about 23 s).
-SPARK_LINE_TESTS := -m 'unit or spark_lines' tests/chains/test_spark_lines.py tests/runtime tests/kafka/source
+# sharing archive of .venv's Spark classes (tests/conftest.py, spark_chkpt/testing/jvm.py);
+# another line's JVM finds the archive not its own and starts without it.
+SPARK_LINE_TESTS := -m unit tests/runtime tests/kafka/source
 # And on the newest line, the Spark Connect chain (marker newest_line): Kafka -> Delta, the
 # barrier sink and DeltaUpsert over a Connect server of that Spark, through its kill -9.
 NEWEST_PYSPARK_VERSION := $(lastword $(OTHER_PYSPARK_VERSIONS))
 NEWEST_LINE_TESTS := -m newest_line tests/chains/test_spark_connect.py
-SPARK_LINE_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
 
 test: setup spark-lines
 	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json \
@@ -109,8 +109,8 @@ test: setup spark-lines
 	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/second.json \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)
 	set -e; for v in $(OTHER_PYSPARK_VERSIONS); do \
-	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json SPARK_CHKPT_TEST_JVM=no-archive \
-	  .cache/spark-$${v%.*}/bin/python -m pytest $(SPARK_LINE_XDIST) $(SPARK_LINE_TESTS) $(PYTEST_ARGS); \
+	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json \
+	  .cache/spark-$${v%.*}/bin/python -m pytest $(SPARK_LINE_TESTS) $(PYTEST_ARGS); \
 	done
 	v=$(NEWEST_PYSPARK_VERSION); SPARK_CHKPT_TEST_TIMES=$(TIMES)/connect-$${v%.*}.json \
 	  SPARK_CHKPT_TEST_JVM=no-archive \

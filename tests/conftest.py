@@ -32,6 +32,10 @@ DECLARED_KINDS = ("integration", "fault")
 # few long kill chains first, then the Spark and broker tests, then the unit tests, so no
 # worker is left alone with a long chain at the end.
 RUN_ORDER = {"fault": 0, "integration": 1}
+# Modules xdist hands out test by test instead of whole (loadfile): tests that share no
+# module-scoped fixture and each run processes of their own, so that a module of several
+# long tests does not hold one worker while the other sits idle.
+SPLIT_BY_TEST = ("tests/chains/test_spark_lines.py",)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,6 +53,21 @@ def pytest_configure(config: pytest.Config) -> None:
     options = submit_opts(Path(__file__).resolve().parents[1] / ".cache" / "cds")
     if options:
         os.environ["SPARK_SUBMIT_OPTS"] = options
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile``, with each test of :data:`SPLIT_BY_TEST` a unit of its own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SplitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in SPLIT_BY_TEST else module
+
+    return SplitScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.hookimpl(tryfirst=True)

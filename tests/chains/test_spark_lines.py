@@ -1,14 +1,17 @@
-"""Each format on the running Spark line, through kill -9, as a user runs it: the README's
+"""Each format on every other Spark line, through kill -9, as a user runs it: the README's
 Kafka → Delta and Kafka → Kafka (barrier sink, aligned read) scripts
 (``docs/examples/``) and a ``DeltaUpsert`` job (``tests/user_scripts/upsert_job.py``),
-copied into a folder outside the repo and run with this interpreter, no
-``PYSPARK_PYTHON``; each killed with SIGKILL (the whole process tree, from inside:
-:mod:`spark_chkpt.failpoints`) at its commit's worst step, then run again: every id
-once, the upsert's table exact.
+copied into a folder outside the repo and run with the line's interpreter
+(``.cache/spark-<line>/bin/python``, built by ``make spark-lines``: that pyspark, this
+project editable), no ``PYSPARK_PYTHON``; each killed with SIGKILL (the whole process
+tree, from inside: :mod:`spark_chkpt.failpoints`) at its commit's worst step, then run
+again: every id once, the upsert's table exact.
 
-``make test`` runs this module in its first pass, on ``.venv``'s Spark, and again
-(marker ``spark_lines``) in the venv of each other Spark line (``.cache/spark-<line>/``,
-docs/reference/spark-versions.md).
+``make test``'s first pass runs these beside the rest of the suite, each test a unit of
+work of its own (``tests/conftest.py``, ``SPLIT_BY_TEST``): a line costs its scripts'
+JVMs, not a pytest run with its own brokers. ``.venv``'s own line (4.2) is the whole
+suite's; its kill chains of the same steps are ``tests/chains/test_exactly_once.py``,
+``test_two_stage.py`` and ``test_delta_matrix.py`` (docs/reference/spark-versions.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,26 +27,46 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from spark_chkpt.runtime.spark_version import has_admission_control, running
+from spark_chkpt.runtime.spark_version import LINES, running_line, version_tuple
 from spark_chkpt.testing.generator import produce_page_views
 from tests.helpers import produce, user_env
 
-pytestmark = [pytest.mark.fault, pytest.mark.spark_lines]
+pytestmark = pytest.mark.fault
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 3_000
 KEYS = 300  # the upsert's first round: keys 0..299
+OTHER_LINES = [line.line for line in LINES if line != running_line()]
+
+
+@pytest.fixture(params=OTHER_LINES)
+def python(request: pytest.FixtureRequest) -> str:
+    """The interpreter of the Spark line the test runs on."""
+    path = ROOT / ".cache" / f"spark-{request.param}" / "bin" / "python"
+    if not path.exists():
+        pytest.fail(f"no venv of Spark {request.param} at {path.parent.parent}: make spark-lines")
+    return str(path)
+
+
+def line_of(python: str) -> str:
+    """``"4.0"`` of ``.cache/spark-4.0/bin/python``."""
+    return Path(python).parent.parent.name.removeprefix("spark-")
 
 
 def run_script(
-    folder: Path, source: Path, *args: str, kill_at: str | None = None, **env: str
+    python: str,
+    folder: Path,
+    source: Path,
+    *args: str,
+    kill_at: str | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """``source`` copied into ``folder`` and run there as its own session (a fail
-    point's kill takes the whole tree), with this interpreter."""
+    """``source`` copied into ``folder`` and run there with ``python`` as its own session
+    (a fail point's kill takes the whole tree)."""
     folder.mkdir(exist_ok=True)
     shutil.copy(source, folder / source.name)
     return subprocess.run(
-        [sys.executable, source.name, *args],
+        [python, source.name, *args],
         cwd=folder,
         env=user_env(**env, **({"SPARK_CHKPT_KILL_AT": kill_at} if kill_at else {})),
         start_new_session=True,
@@ -77,22 +99,25 @@ def page_views(bootstrap_servers: str, make_topic: Callable[..., str]) -> str:
 
 
 def test_readme_kafka_to_delta_through_kill_9(
-    tmp_path: Path, bootstrap_servers: str, page_views: str
+    tmp_path: Path, bootstrap_servers: str, page_views: str, python: str
 ) -> None:
     """Killed after its Delta commit, before the snapshot record and Spark's commit
     log: the rerun replays the batch and the table keeps it once."""
     env = {"BOOTSTRAP_SERVERS": bootstrap_servers, "TOPIC": page_views, "WORK": str(tmp_path)}
     script = ROOT / "docs" / "examples" / "kafka_to_delta.py"
     folder = tmp_path / "reader"
-    killed(run_script(folder, script, kill_at="after-delta-commit@0", **env), "after-delta-commit")
-    out = finished(run_script(folder, script, **env))
+    killed(
+        run_script(python, folder, script, kill_at="after-delta-commit@0", **env),
+        "after-delta-commit",
+    )
+    out = finished(run_script(python, folder, script, **env))
     assert f"rows {EVENTS} unique {EVENTS}" in out, out
     snapshots = [line for line in out.splitlines() if line.startswith("snapshot ")]
     assert snapshots and all(line.endswith("committed") for line in snapshots), out
 
 
 def test_readme_kafka_to_kafka_through_kill_9(
-    tmp_path: Path, bootstrap_servers: str, page_views: str
+    tmp_path: Path, bootstrap_servers: str, page_views: str, python: str
 ) -> None:
     """Job A killed after its barriers, before the control topic's complete entry: the
     rerun produces the batch again under a new attempt, and job B's aligned read keeps
@@ -100,8 +125,8 @@ def test_readme_kafka_to_kafka_through_kill_9(
     env = {"BOOTSTRAP_SERVERS": bootstrap_servers, "TOPIC": page_views, "WORK": str(tmp_path)}
     script = ROOT / "docs" / "examples" / "kafka_to_kafka.py"
     folder = tmp_path / "reader"
-    killed(run_script(folder, script, kill_at="after-barriers@0", **env), "after-barriers")
-    out = finished(run_script(folder, script, **env))
+    killed(run_script(python, folder, script, kill_at="after-barriers@0", **env), "after-barriers")
+    out = finished(run_script(python, folder, script, **env))
     assert f"rows {EVENTS} unique {EVENTS}" in out, out
 
 
@@ -112,7 +137,11 @@ def upsert_round(keys: range, version: str, deletes: range = range(0)) -> list[b
 
 
 def test_delta_upsert_exact_through_kill_9(
-    tmp_path: Path, bootstrap_servers: str, make_topic: Callable[..., str], producer: Any
+    tmp_path: Path,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    producer: Any,
+    python: str,
 ) -> None:
     """Round 1 (300 keys) with Trigger.AvailableNow and maxOffsetsPerTrigger 100: three
     batches where Spark has admission control, one batch of all 300 where it has not
@@ -124,19 +153,21 @@ def test_delta_upsert_exact_through_kill_9(
     args = (bootstrap_servers, topic, str(table), str(chk), "id BIGINT, v STRING, _delete BOOLEAN")
 
     produce(producer, topic, upsert_round(range(KEYS), "a"))
-    finished(run_script(tmp_path / "job", script, *args, "100"))
+    finished(run_script(python, tmp_path / "job", script, *args, "100"))
     first = DeltaTable(str(table))  # one commit per batch, the first creates the table
-    assert first.version() == (2 if has_admission_control() else 0), running()
+    line = line_of(python)
+    admission_control = version_tuple(line) >= (4, 2)  # spark_version.has_admission_control
+    assert first.version() == (2 if admission_control else 0), line
     assert first.to_pyarrow_table().num_rows == KEYS
 
     # round 2, each key once: 0..149 updated, 150..199 deleted, 300..399 new
     produce(producer, topic, upsert_round(range(150), "b", deletes=range(150, 200)))
     produce(producer, topic, upsert_round(range(KEYS, KEYS + 100), "b"))
     killed(
-        run_script(tmp_path / "job", script, *args, "1000", kill_at="after-delta-commit"),
+        run_script(python, tmp_path / "job", script, *args, "1000", kill_at="after-delta-commit"),
         "after-delta-commit",
     )
-    finished(run_script(tmp_path / "job", script, *args, "1000"))
+    finished(run_script(python, tmp_path / "job", script, *args, "1000"))
     rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
     got = sorted((r["id"], r["v"]) for r in rows)
     expected = sorted(
