@@ -179,3 +179,22 @@ def submit_opts(cache: Path, *, environ: Mapping[str, str] = os.environ) -> str 
         options += [*QUIET_ARCHIVE, f"-XX:SharedArchiveFile={archive}"]
     own = environ.get("SPARK_SUBMIT_OPTS")
     return " ".join([*options, *([own] if own else [])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spark_chkpt.testing.jvm CACHE``: record the archive under ``CACHE`` now
+    (``make test`` does, beside building the other Spark lines' venvs), so that the
+    suite's first process does not wait for it."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m spark_chkpt.testing.jvm CACHE", file=sys.stderr)
+        return 2
+    if os.environ.get("SPARK_CHKPT_TEST_JVM", "") in ("default", "no-archive"):
+        return 0
+    archive = ensure_archive(Path(args[0]))
+    print(f"[cds] {archive or 'not recorded: the JVMs start without it'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
