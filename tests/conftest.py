@@ -35,7 +35,10 @@ RUN_ORDER = {"fault": 0, "integration": 1}
 # Modules xdist hands out test by test instead of whole (loadfile): tests that share no
 # module-scoped fixture and each run processes of their own, so that a module of several
 # long tests does not hold one worker while the other sits idle.
-SPLIT_BY_TEST = ("tests/chains/test_spark_lines.py",)
+SPLIT_BY_TEST = (
+    "tests/chains/test_spark_lines.py",  # the other Spark lines' kill chains
+    "tests/alignment/test_alignment.py",  # the second pass's longest module (96 s)
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
