@@ -15,7 +15,7 @@ PYSPARK_VERSION := 4.2.0
 OTHER_PYSPARK_VERSIONS := 4.0.5 4.1.4 4.3.0
 SPARK_LINE_VENVS := $(foreach v,$(OTHER_PYSPARK_VERSIONS),.cache/spark-$(basename $(v))/.installed)
 
-.PHONY: setup test unit demo bench quix lint format broker connect-server clean docs docs-serve docs-shots wheel spark-lines test-ready cds-archive
+.PHONY: setup test unit demo bench quix lint format broker connect-server clean docs docs-serve docs-shots wheel spark-lines test-ready
 
 # The JVM artifacts (jvm/*/pom.xml) are fetched with mvn into .cache/jars once; a second
 # `make setup` finds them there and fetches nothing. Each venv's pyspark.zip gets its
@@ -103,14 +103,13 @@ NEWEST_PYSPARK_VERSION := $(lastword $(OTHER_PYSPARK_VERSIONS))
 NEWEST_LINE_TESTS := -m newest_line tests/chains/test_spark_connect.py
 
 # What the test passes need beyond setup: the other lines' venvs (mostly unpacking and
-# fetching) and the class archive of the suite's JVMs (a Spark session's start and exit,
-# about 35 s: spark_chkpt/testing/jvm.py), made side by side instead of the first pass
-# recording the archive while both its workers wait.
+# fetching, one line after the other: Maven's local repository takes no two fetches at
+# once) and, beside them, the class archive of the suite's JVMs (a Spark session's start
+# and exit, about 35 s: spark_chkpt/testing/jvm.py), instead of the first pass recording
+# the archive while both its workers wait.
 test-ready: setup
-	$(MAKE) -j2 spark-lines cds-archive
-
-cds-archive: setup
-	$(BIN)/python -m spark_chkpt.testing.jvm .cache/cds
+	set -e; $(BIN)/python -m spark_chkpt.testing.jvm .cache/cds & record=$$!; \
+	  $(MAKE) spark-lines; wait $$record
 
 test: test-ready
 	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json \
