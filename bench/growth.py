@@ -10,7 +10,8 @@ real Kafka broker of its own (a row fills topics another row's names would meet)
 this order: a table's age, the Kafka side's age, partitions, Spark's own ``kafka``
 source on the same rows (a process of its own: beside ours, it slowed ours), 1,000
 partitions planned, Kafka → Kafka by shape, the Quix Streams row split (with ours'
-steady rate). Each prints its own table as it ends; then :func:`summary_lines` sets
+steady rate), the scheduled ``availableNow`` job end to end (bench/scheduled.py). Each
+prints its own table as it ends; then :func:`summary_lines` sets
 each target beside its figure. A failing row is named with its exit code, the others
 still run, and the run then exits non-zero.
 
@@ -76,6 +77,7 @@ def plan(*, client: str, quix_python: str | None, repeat: int) -> list[Row]:
             "quix",
             ("-m", "bench.quix_row", "--ours", "--runs", str(max(3, repeat)), *quix),
         ),
+        Row("scheduled", ("-m", "bench.scheduled", "--records", "100000", "1000000")),
     ]
 
 
@@ -191,6 +193,15 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
         lines.append(f"  ours' steady exactly once: {_range(ours, '{:,.0f}')} records/s (no Quix)")
     elif missing("quix"):
         lines.append(f"  Quix Streams: {missing('quix')}")
+    scheduled = figures.get("scheduled", [])
+    for row in scheduled:
+        lines.append(
+            f"  scheduled availableNow job, Kafka -> {row['path'].title()} "
+            f"{row['records']:,} records, process start to exit: ours {row['ours_s']:.1f} s, "
+            f"Spark's {row['spark_s']:.1f} s, {row['ratio']:.2f}x (target >= 1.2)"
+        )
+    if not scheduled and missing("scheduled"):
+        lines.append(f"  the scheduled job: {missing('scheduled')}")
     if figures.get("seconds"):
         took = ", ".join(f"{k} {v:.0f} s" for k, v in figures["seconds"].items())
         lines.append(f"  each row's time: {took}")

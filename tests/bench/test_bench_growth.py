@@ -23,6 +23,7 @@ def test_the_plan_runs_every_row_on_the_client_and_quix_given() -> None:
         "planning",
         "k2k_shapes",
         "quix",
+        "scheduled",
     ]
     by_name = {r.name: " ".join(r.argv) for r in rows}
     assert "--aged-versions 1000,10000,100000 --aged-rewritten 10000" in by_name["aged_table"]
@@ -36,7 +37,9 @@ def test_the_plan_runs_every_row_on_the_client_and_quix_given() -> None:
     assert "--partitions 1000" in by_name["planning"]
     assert "--k2k-shapes-only --repeat 2" in by_name["k2k_shapes"]
     assert "--ours --runs 3 --quix-python /q/bin/python" in by_name["quix"]
-    assert "--quix-python" not in " ".join(plan(client="x", quix_python=None, repeat=1)[-1].argv)
+    no_quix = {r.name: " ".join(r.argv) for r in plan(client="x", quix_python=None, repeat=1)}
+    assert "--quix-python" not in no_quix["quix"]
+    assert "-m bench.scheduled --records 100000 1000000" in by_name["scheduled"]
 
 
 def test_each_rows_figures_come_back_and_a_failing_row_is_named(tmp_path: Path) -> None:
@@ -102,6 +105,10 @@ def test_the_summary_sets_each_target_beside_its_figure() -> None:
             "quix": [{"steady_rps": 40_000}, {"steady_rps": 44_000}],
             "ours": [{"steady_rps": 44_000}, {"steady_rps": 48_000}],
         },
+        "scheduled": [
+            {"path": "delta", "records": 100_000, "ours_s": 12.0, "spark_s": 18.0, "ratio": 1.5},
+            {"path": "kafka", "records": 100_000, "ours_s": 16.0, "spark_s": 12.0, "ratio": 0.75},
+        ],
     }
     text = "\n".join(summary_lines(figures))
     assert "table of 10,000 versions: 1.04x a fresh table's batch (target <= 1.1)" in text
@@ -115,6 +122,13 @@ def test_the_summary_sets_each_target_beside_its_figure() -> None:
     )
     assert "40,000-44,000 records/s, spread 10% (target <= 15%)" in text
     assert "ours 44,000-48,000, 1.00-1.20x (target >= 1.5)" in text
+    assert (
+        "scheduled availableNow job, Kafka -> Delta 100,000 records, process start to exit: "
+        "ours 12.0 s, Spark's 18.0 s, 1.50x (target >= 1.2)" in text
+    )
+    assert "Kafka -> Kafka 100,000 records, process start to exit: ours 16.0 s" in text
+    assert "the scheduled job: not run" not in text
+    assert "the scheduled job: not run" in "\n".join(summary_lines({"failed": {}}))
 
 
 def test_growth_only_runs_the_rows_alone_and_fails_when_a_row_fails(
