@@ -1,23 +1,17 @@
 """The scheduled job, end to end: a ``trigger(availableNow=True)`` job as Databricks jobs
-and Airflow run it, a new driver every few minutes that starts its session, drains the
-backlog and exits. The figure that matters to that user is the whole job, process start
-to exit.
+and Airflow run it, a new driver that starts its session, drains the backlog and exits;
+the whole job, process start to exit, is the figure.
 
     python -m bench.scheduled [--records 100000 1000000] [--per-trigger 100000]
 
-Each job is a new Python process (``python -m bench.scheduled job ...``) with a session
-of its own (``local[*]``), reading a topic of page-view JSON records (about 200 B, four
-partitions) from its start, ``maxOffsetsPerTrigger`` ``--per-trigger``:
-
-- Kafka → Delta: the JSON parsed into the page-view columns, into a new table: ours
-  (``chkpt-kafka`` → ``chkpt-delta``) and Spark's (``kafka`` → delta-spark);
-- Kafka → Kafka: the JSON projection of the Kafka → Kafka rows (``app``, ``user_id``,
-  ``ts`` re-encoded), into a new topic: ours (``chkpt-kafka`` → ``chkpt-kafka``, exactly
-  once by transactions) and Spark's (``kafka`` → ``kafka``, at least once).
-
-Each job prints its split (imports, session, the query's start, the batches, the stop);
-the parent adds the process's own start and exit. Two rounds, the order alternating, the
-faster of each kind; the target is Spark's time over ours at least 1.2 for each pair.
+Each job is a new Python process (``python -m bench.scheduled job ...``) with its own
+``local[*]`` session, reading a topic of page-view JSON records (about 200 B, four
+partitions) from its start: Kafka → Delta (JSON parsed into columns; ours ``chkpt-kafka``
+→ ``chkpt-delta``, Spark's ``kafka`` → delta-spark) and Kafka → Kafka (the JSON
+projection of the Kafka → Kafka rows; ours exactly once by transactions, Spark's
+``kafka`` → ``kafka`` at least once). Each job prints its split (imports, session, the
+query's start, the batches, the stop); the parent adds the exit. Two rounds, the order
+alternating, the faster of each; the target is Spark's time over ours at least 1.2.
 
 More: docs/performance/benchmarks.md (bench/scheduled.py).
 """
