@@ -6,7 +6,7 @@ sinks, every question that depends on the sink. A sink outside this package is a
 plugin: its distribution declares its kind in the entry point group
 :data:`ENTRY_POINT_GROUP` (``spark_chkpt.sinks``), loaded on the first question, or
 calls :func:`register_sink_kind`; ``spark_chkpt.register()`` registers its data source
-(docs/guides/write-a-sink.md). A record or savepoint without a sink (an earlier
+(docs/how-to/write-a-sink.md). A record or savepoint without a sink (an earlier
 release's) is a ``chkpt-delta`` one. No module outside a sink's package compares a
 kind's name (``tests/sinks/test_sink_registry.py``).
 """
