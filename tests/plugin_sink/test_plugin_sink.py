@@ -104,6 +104,7 @@ def test_every_id_once_after_a_kill(
     records = [SnapshotStore(checkpoint_location=str(checkpoint)).get(b) for b in range(3)]
     assert [r.sink if r else None for r in records] == ["chkpt-jsonl"] * 3
     assert all(r is not None and r.source_offsets for r in records)  # with source offsets
+    assert all(r is not None and "files" in r.sink_state for r in records)  # its own part
 
 
 def test_a_savepoint_rewound_and_forked(

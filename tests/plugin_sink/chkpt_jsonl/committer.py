@@ -10,7 +10,7 @@ attempt's files), makes it visible and writes the snapshot record to the store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chkpt_jsonl.folder import JsonLinesFolder
@@ -86,6 +86,7 @@ class JsonLinesCoordinator(SnapshotCoordinator[JsonLinesBatch]):
             files=len(files),
             table_version=batch.batch_id,  # the commit's number: what a rewind goes back to
         )
+        record = replace(record, sink_state={"files": files})  # the sink's own part
         doc = {
             "app_id": self.app_id,
             "generation": batch.epoch.generation,

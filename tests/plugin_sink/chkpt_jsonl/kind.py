@@ -32,10 +32,16 @@ class JsonLinesRewind:
     def plan(self) -> int:
         batch = self.point.batch_id
         doc = self.folder.commit_of(batch)
-        if doc is None or doc.get("app_id") != self.point.app_id:
+        recorded = self.point.record.sink_state.get("files") if self.point.record else None
+        if (
+            doc is None
+            or doc.get("app_id") != self.point.app_id
+            or (recorded is not None and doc.get("files") != recorded)
+        ):
             raise SavepointError(
                 f"{self.folder.path} holds no commit of batch {batch} of query "
-                f"{self.point.app_id}: it is not the folder the savepoint's query wrote"
+                f"{self.point.app_id} with the files snapshot {batch} recorded: it is not "
+                "the folder the savepoint's query wrote"
             )
         return (self.folder.generation(self.point.app_id) or 0) + 1
 
