@@ -18,10 +18,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Protocol
 
-from spark_chkpt.delta.sink.kind import CHKPT_DELTA
-from spark_chkpt.delta.upsert.kind import DELTA_UPSERT
 from spark_chkpt.errors import ChkptError, UnsupportedSinkError
-from spark_chkpt.kafka.sink.kind import CHKPT_KAFKA
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, SinkRewind
 from spark_chkpt.snapshot.tools import Tool
@@ -82,18 +79,41 @@ class SinkKind(Protocol):
         ...
 
 
-_BUILT_IN: tuple[SinkKind, ...] = (CHKPT_DELTA, DELTA_UPSERT, CHKPT_KAFKA)
-_KINDS: dict[str, SinkKind] = {kind.name: kind for kind in _BUILT_IN}
+_KINDS: dict[str, SinkKind] = {}  # the built-in kinds added on the first question
+_PLUGINS: list[SinkKind] = []  # the kinds registered from outside, in order
 _FAILED: dict[str, str] = {}  # plugins whose entry point failed to load: name -> why
 _plugins_loaded = False
-DEFAULT = CHKPT_DELTA.name  # a record or savepoint that names no sink
+
+
+def _built_in() -> tuple[SinkKind, ...]:
+    """The kinds of spark-chkpt's own sinks, imported on the first question (not by
+    ``register()`` of a session that has no sink plugin: about 60 ms of imports)."""
+    from spark_chkpt.delta.sink.kind import CHKPT_DELTA
+    from spark_chkpt.delta.upsert.kind import DELTA_UPSERT
+    from spark_chkpt.kafka.sink.kind import CHKPT_KAFKA
+
+    return (CHKPT_DELTA, DELTA_UPSERT, CHKPT_KAFKA)
+
+
+def _default() -> str:
+    """The kind of a record or savepoint that names no sink: ``chkpt-delta``."""
+    return _built_in()[0].name
+
+
+def _seed() -> dict[str, SinkKind]:
+    for kind in _built_in():
+        _KINDS.setdefault(kind.name, kind)
+    return _KINDS
 
 
 def register_sink_kind(kind: SinkKind) -> None:
     """Add ``kind`` (a sink outside the built-in ones); its name must be new."""
-    if kind.name in _KINDS and _KINDS[kind.name] is not kind:
+    kinds = _seed()
+    if kind.name in kinds and kinds[kind.name] is not kind:
         raise ChkptError(f"spark-chkpt: sink kind {kind.name!r} is registered already")
-    _KINDS[kind.name] = kind
+    kinds[kind.name] = kind
+    if kind not in _PLUGINS:
+        _PLUGINS.append(kind)
 
 
 def load_plugins() -> None:
@@ -116,13 +136,13 @@ def load_plugins() -> None:
 def sink_kinds() -> Mapping[str, SinkKind]:
     """Every sink kind by name, the plugins' included."""
     load_plugins()
-    return dict(_KINDS)
+    return dict(_seed())
 
 
 def find_sink_kind(name: str | None) -> SinkKind | None:
     """The kind named ``name`` (None names the default); None if unknown."""
     load_plugins()
-    return _KINDS.get(DEFAULT if name is None else name)
+    return _seed().get(_default() if name is None else name)
 
 
 def sink_kind(name: str | None) -> SinkKind:
@@ -132,7 +152,7 @@ def sink_kind(name: str | None) -> SinkKind:
         failed = "".join(f"; plugin {n!r} failed to load ({why})" for n, why in _FAILED.items())
         raise ChkptError(
             f"spark-chkpt: sink kind {name!r} is not one this release knows "
-            f"({', '.join(sorted(_KINDS))}){failed}"
+            f"({', '.join(sorted(_seed()))}){failed}"
         )
     return kind
 
@@ -150,9 +170,11 @@ def require_tool(name: str | None, *, tool: Tool, command: str) -> SinkKind:
 
 
 def _supporting(tool: Tool) -> list[str]:
-    return [name for name, kind in _KINDS.items() if tool in kind.tools]
+    return [name for name, kind in _seed().items() if tool in kind.tools]
 
 
 def plugin_data_sources() -> list[type[DataSource]]:
-    """The data sources of the registered kinds that bring their own (the plugins')."""
-    return [ds for kind in sink_kinds().values() if (ds := kind.data_source()) is not None]
+    """The data sources of the kinds registered from outside that bring their own."""
+    load_plugins()
+    kinds = [kind for kind in _PLUGINS if _KINDS.get(kind.name) is kind]  # not removed since
+    return [ds for kind in kinds if (ds := kind.data_source()) is not None]
