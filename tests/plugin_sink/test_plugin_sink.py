@@ -70,6 +70,19 @@ def folder_batches(path: Path) -> list[int]:
     return JsonLinesFolder(str(path)).batches()
 
 
+def refuse_migrate(checkpoint: Path, path: Path) -> None:
+    """``migrate`` asks the checkpoint's sink kind, which does not support it."""
+    from spark_chkpt.errors import UnsupportedSinkError
+    from spark_chkpt.migrate.options import MigrateOptions
+    from spark_chkpt.migrate.plan import plan_migration
+
+    options = MigrateOptions.from_values(
+        checkpoint=str(checkpoint), to="spark", table=str(path), watch_s=0
+    )
+    with pytest.raises(UnsupportedSinkError, match="sink kind 'chkpt-jsonl' does not support"):
+        plan_migration(options=options)
+
+
 @pytest.fixture(autouse=True)
 def _plugin_importable(site: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for entry in site:
@@ -114,6 +127,7 @@ def test_a_savepoint_rewound_and_forked(
     first = run_job(site, bootstrap_servers, events, path=path, checkpoint=checkpoint)
     assert first.returncode == 0, first.stderr[-3000:]
     assert folder_batches(path) == [0, 1, 2]
+    refuse_migrate(checkpoint, path)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return chkpt_cli(tmp_path, *args, PYTHONPATH=env_with(site, user_env())["PYTHONPATH"])
