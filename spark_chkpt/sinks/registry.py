@@ -79,6 +79,20 @@ class SinkKind(Protocol):
         ...
 
 
+# What a kind answers (SinkKind's members), checked when one is registered.
+_MEMBERS = (
+    "name",
+    "has_barriers",
+    "target_option",
+    "progress_hint",
+    "tools",
+    "rewind",
+    "check_fork",
+    "describe",
+    "barrier_topics",
+    "progress",
+    "data_source",
+)
 _KINDS: dict[str, SinkKind] = {}  # the built-in kinds added on the first question
 _PLUGINS: list[SinkKind] = []  # the kinds registered from outside, in order
 _FAILED: dict[str, str] = {}  # plugins whose entry point failed to load: name -> why
@@ -107,7 +121,14 @@ def _seed() -> dict[str, SinkKind]:
 
 
 def register_sink_kind(kind: SinkKind) -> None:
-    """Add ``kind`` (a sink outside the built-in ones); its name must be new."""
+    """Add ``kind`` (a sink outside the built-in ones); its name must be new, and it must
+    answer every question of :class:`SinkKind` (one error names those it lacks)."""
+    missing = [m for m in _MEMBERS if not hasattr(kind, m)]
+    if missing:
+        raise ChkptError(
+            f"spark-chkpt: sink kind {getattr(kind, 'name', kind)!r} lacks "
+            f"{', '.join(missing)} of spark_chkpt.sinks.SinkKind"
+        )
     kinds = _seed()
     if kind.name in kinds and kinds[kind.name] is not kind:
         raise ChkptError(f"spark-chkpt: sink kind {kind.name!r} is registered already")

@@ -100,3 +100,24 @@ def test_looking_for_plugins_imports_no_built_in_sink() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_kind_that_lacks_a_question_is_refused_naming_it(fresh_registry: None) -> None:
+    class Half:
+        name = "half"
+        has_barriers = False
+
+    from spark_chkpt.sinks import register_sink_kind
+
+    with pytest.raises(ChkptError, match="sink kind 'half' lacks target_option, progress_hint"):
+        register_sink_kind(Half())  # type: ignore[arg-type]
+    assert "half" not in sink_kinds()
+
+
+def test_nothing_outside_the_plugins_folder_names_it() -> None:
+    """The plugin changed no file of the engine, the connectors or the jobs."""
+    root = Path(__file__).resolve().parents[2]
+    for folder in ("spark_chkpt", "connectors", "jobs", "conf"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text()
+            assert "chkpt_jsonl" not in text and "chkpt-jsonl" not in text, path
