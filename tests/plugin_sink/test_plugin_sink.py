@@ -136,6 +136,8 @@ def test_a_savepoint_rewound_and_forked(
     [savepoint] = [p for p in (tmp_path / "sp").iterdir() if p.is_dir()]
     shown = ok(cli("savepoint", "show", str(savepoint)))
     assert "chkpt-jsonl" in shown and "commit 1 of " in shown
+    status = json.loads(ok(cli("status", str(checkpoint), "--json")))
+    assert status["last_snapshot"]["sink"] == "chkpt-jsonl", status
 
     # A fork into the savepoint's own folder is refused before anything is written.
     refused = cli(
