@@ -8,6 +8,7 @@ modules (about 90 ms of imports a worker, measured with ``python -X importtime``
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,20 +22,18 @@ if TYPE_CHECKING:
 __all__ = ["DATA_SOURCES", "DeltaDataSource", "KafkaDataSource"]
 
 
+# Each built-in format's DataSource class and its module, in registration order. A sink
+# plugin's format is not listed here: its kind brings it (spark_chkpt.sinks).
+_CLASSES = {
+    "KafkaDataSource": "spark_chkpt.connectors.kafka",
+    "DeltaDataSource": "spark_chkpt.connectors.delta",
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``DATA_SOURCES``, ``DeltaDataSource`` and ``KafkaDataSource``, imported when
-    first asked for."""
-    if name == "KafkaDataSource":
-        from spark_chkpt.connectors.kafka import KafkaDataSource
-
-        return KafkaDataSource
-    if name == "DeltaDataSource":
-        from spark_chkpt.connectors.delta import DeltaDataSource
-
-        return DeltaDataSource
+    """``DATA_SOURCES`` and the classes of :data:`_CLASSES`, imported when first asked for."""
+    if name in _CLASSES:
+        return getattr(import_module(_CLASSES[name]), name)
     if name == "DATA_SOURCES":
-        from spark_chkpt.connectors.delta import DeltaDataSource
-        from spark_chkpt.connectors.kafka import KafkaDataSource
-
-        return (KafkaDataSource, DeltaDataSource)
+        return tuple(getattr(import_module(module), cls) for cls, module in _CLASSES.items())
     raise AttributeError(f"module 'spark_chkpt.connectors' has no attribute {name!r}")

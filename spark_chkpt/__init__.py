@@ -58,7 +58,8 @@ def __getattr__(name: str) -> Any:
 
 
 def register(spark: SparkSession) -> list[str]:
-    """Register every spark-chkpt format with ``spark``; returns the format names.
+    """Register every spark-chkpt format with ``spark``, and the format of every sink
+    plugin (entry point group ``spark_chkpt.sinks``); returns the format names.
 
     Raises :class:`WorkerPythonError` when the interpreter Spark's Python workers would
     run cannot import this package, naming the interpreter, the setting and the fix. On
@@ -91,13 +92,16 @@ def register(spark: SparkSession) -> list[str]:
     # before Spark 4.2: Trigger.AvailableNow's one batch takes everything
     install_available_now_handoff(source=KafkaDataSource.name())
 
+    from spark_chkpt.sinks import plugin_data_sources
+
     slots = None if connect else _task_slots(spark)
     speculation = False if connect else _speculation(spark)
-    for source in DATA_SOURCES:
+    sources = [*DATA_SOURCES, *plugin_data_sources()]  # the sink plugins' formats too
+    for source in sources:
         if source is KafkaDataSource:
             source = KafkaDataSource.for_session(task_slots=slots, speculation=speculation)
         spark.dataSource.register(source)
-    return [source.name() for source in DATA_SOURCES]
+    return [source.name() for source in sources]
 
 
 def _speculation(spark: SparkSession) -> bool:

@@ -381,3 +381,10 @@ class IdentityConflictError(ChkptError):
     between a batch's planning and its commit: the values the tasks generated could
     overlap the other writer's, so nothing is committed; Spark's retry of the batch plans
     and stages it again above the new mark (:mod:`spark_chkpt.delta.features.identity`)."""
+
+
+class UnsupportedSinkError(ChkptError):
+    """A command asked a sink kind for something it does not do (``recover`` of a sink
+    that records no snapshots in its target, ``diff`` of two non-Delta targets, ...), or
+    a sink plugin (entry point group ``spark_chkpt.sinks``) failed to load; the message
+    names the kind and the command."""

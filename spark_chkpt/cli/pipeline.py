@@ -85,6 +85,11 @@ def pipeline_restore(args: argparse.Namespace) -> int:
             "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
             "restored into <dir>/<job>), no savepoint or --checkpoint"
         )
+    if args.sink_option:
+        raise SystemExit(
+            "savepoint restore --pipeline: --sink-option gives one job's sink its inputs; "
+            "restore that job's savepoint on its own to pass them"
+        )
     from spark_chkpt.savepoint.pipeline.fork import load_fork, pairs
 
     for result in restore_pipeline(

@@ -238,6 +238,7 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         shadow=args.shadow,
         kafka_bootstrap_servers=args.bootstrap_servers,
         control_topic=args.control_topic,
+        sink_options=_sink_options(args.sink_option),
     )
     if result.shadow:
         print("shadow fork: production's checkpoint and table are left alone")
@@ -341,6 +342,17 @@ def _add_check(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.set_defaults(run=_savepoint_check)
 
 
+def _sink_options(given: Sequence[str]) -> dict[str, str]:
+    """``--sink-option name=value``, each once, as a plugin sink's kind takes them."""
+    options: dict[str, str] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"savepoint restore: --sink-option {item!r}: give name=value")
+        options[name.strip()] = value
+    return options
+
+
 def _add_restore(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``savepoint restore``: rewind or fork, its options in the order ``--help`` shows."""
     restore = sp.add_parser(
@@ -390,6 +402,14 @@ def _add_restore_target(restore: argparse.ArgumentParser) -> None:
         default=None,
         help="the sink's dead-letter table (deadLetterPath), only for a savepoint of an "
         "earlier release that does not name it: a rewind rolls it back too",
+    )
+    restore.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an input of a sink plugin's own rewind or fork, by the name its docs give "
+        "(repeat for several)",
     )
 
 

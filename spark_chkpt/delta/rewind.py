@@ -25,7 +25,13 @@ from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.fs import qualify, same_table
 from spark_chkpt.snapshot.record import SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, Rewound
+from spark_chkpt.snapshot.rewind import (
+    RewindPoint,
+    RewindRequest,
+    Rewound,
+    check_fork_targets,
+)
+from spark_chkpt.snapshot.tools import Tool
 
 
 class DeltaRewind:
@@ -92,6 +98,7 @@ class DeltaTableKind:
     has_barriers = False
     target_option = "path"
     progress_hint = ""
+    tools: frozenset[Tool] = frozenset({"recover", "diff", "lineage", "migrate"})
 
     def __init__(self, *, name: str) -> None:
         self.name = name
@@ -104,6 +111,12 @@ class DeltaTableKind:
             storage_options=request.storage_options,
             discard_other_writers=request.discard_other_writers,
         )
+
+    def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
+        check_fork_targets(point=point, request=request)
+
+    def data_source(self) -> None:
+        return None  # chkpt-delta's format is spark_chkpt.connectors'
 
     def describe(
         self, *, target: str | None, app_id: str, batch_id: int, version: int | None

@@ -133,6 +133,7 @@ def pair_versions(
     for snap in history_a:
         match = newest_b.get(_offsets_key(snap))
         if match is not None:
+            _require_diff(snap, match)
             return VersionPair(
                 version_a=snap.table_version,
                 version_b=match.table_version,
@@ -260,6 +261,14 @@ def _hashable(value: Any) -> Any:
 
 def _sort_key(columns: list[str]) -> Any:
     return lambda row: [json.dumps(row.get(c), sort_keys=True, default=str) for c in columns]
+
+
+def _require_diff(*snaps: TableSnapshot) -> None:
+    """Each paired record's sink kind compares its target (the registry says)."""
+    from spark_chkpt.sinks import require_tool
+
+    for snap in snaps:
+        require_tool(snap.record.sink or None, tool="diff", command="diff")
 
 
 def _offsets_key(snap: TableSnapshot) -> str:

@@ -114,6 +114,9 @@ def _table_node(
             "snapshot record: no spark-chkpt sink wrote it"
         )
     record = SnapshotRecord.from_json(text)
+    from spark_chkpt.sinks import require_tool
+
+    require_tool(record.sink or None, tool="lineage", command="lineage")
     previous = _previous_record(history, version=version, record=record)
     reads, others = reads_of(
         record.source_offsets, previous=previous.source_offsets if previous else None

@@ -120,6 +120,7 @@ def plan_migration(
     except ChkptError as e:
         raise MigrationError(f"{e}; {NOTHING}") from e
     planned, committed = _open_batch(location, before)
+    _require_migrate(location)
     # Step 2: the sources.
     sources = _kafka_sources(spark, planned, options)
     # Step 3: the sink.
@@ -152,6 +153,20 @@ def plan_migration(
         writes=tuple(writes),
         notes=notes,
     )
+
+
+def _require_migrate(location: str) -> None:
+    """Step 1's end: a checkpoint a chkpt sink wrote names its kind in its newest
+    snapshot record, and the kind must support a migration (the registry says)."""
+    from spark_chkpt.sinks import require_tool
+    from spark_chkpt.snapshot.store import SnapshotStore
+
+    try:
+        record = SnapshotStore(checkpoint_location=location).latest()
+    except ChkptError:  # an unreadable record: the store is a copy, the logs decide
+        return
+    if record is not None:
+        require_tool(record.sink or None, tool="migrate", command="migrate")
 
 
 def _open_batch(

@@ -122,8 +122,11 @@ def recover_checkpoint(
 ) -> TableSnapshot:
     """Write a checkpoint at ``checkpoint_location`` (which must not hold one) from which
     the query resumes at the batch after the table's last snapshot."""
+    from spark_chkpt.sinks import require_tool
+
     snapshot = last_snapshot(table_uri=table_uri, app_id=app_id, storage_options=storage_options)
     record = snapshot.record
+    require_tool(record.sink or None, tool="recover", command="recover")
     batch = record.batch_id
     entry = offset_log_entry(sources=record.source_offsets)
     target = DeltaTarget(uri=table_uri, storage_options=storage_options)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from spark_chkpt.errors import ChkptError
-from spark_chkpt.fs import Location, qualify, resolve, same_table
+from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.manifest import (
     Savepoint,
@@ -31,10 +31,10 @@ from spark_chkpt.savepoint.manifest import (
     verify_files,
 )
 from spark_chkpt.savepoint.plan import JobPlan
-from spark_chkpt.savepoint.rewind import sink_rewind
+from spark_chkpt.savepoint.rewind import rewind_point, savepoint_kind, sink_rewind
 from spark_chkpt.savepoint.shadow import check_shadow
 from spark_chkpt.snapshot.checkpoint import checkpoint_in_use, write_checkpoint
-from spark_chkpt.snapshot.rewind import SinkRewind
+from spark_chkpt.snapshot.rewind import RewindRequest, SinkRewind
 from spark_chkpt.snapshot.store import STORE_DIR
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def restore_savepoint(
     shadow: bool = False,
     kafka_bootstrap_servers: str | None = None,
     control_topic: str | None = None,
+    sink_options: Mapping[str, str] | None = None,
     check_only: bool = False,
     source_rewrite: Callable[[Any], Any] | None = None,
 ) -> RestoreResult:
@@ -92,6 +93,7 @@ def restore_savepoint(
     an earlier release whose table does not name it (a rewind rolls it back; a fork
     checks that its new one differs). ``kafka_bootstrap_servers`` (and ``control_topic``
     if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``.
+    ``sink_options``: a sink plugin's own inputs by name, handed to its kind.
     ``check_only``: steps 1 to 3 only (every check), nothing written (a pipeline checks
     all its jobs before restoring any). ``source_rewrite``: applied to each source's
     offsets (Spark's offset log of N and N - 1, and the snapshot record's) as the fork
@@ -123,20 +125,21 @@ def restore_savepoint(
             savepoint=point, checkpoint_location=checkpoint_location, table=table, job=job
         )
     # Step 2
+    request = RewindRequest(
+        table=table,
+        storage_options=storage_options,
+        discard_other_writers=discard_other_writers,
+        dead_letter_table=dead_letter_table,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        control_topic=control_topic,
+        sink_options=dict(sink_options or {}),
+    )
     rewind: SinkRewind | None = None
     if mode == "rewind":
-        rewind = sink_rewind(
-            point,
-            table=table,
-            storage_options=storage_options,
-            discard_other_writers=discard_other_writers,
-            dead_letter_table=dead_letter_table,
-            kafka_bootstrap_servers=kafka_bootstrap_servers,
-            control_topic=control_topic,
-        )
+        rewind = sink_rewind(point, request=request)
         query_id, generation = manifest.query_id, rewind.plan()
     else:
-        _check_fork(point, table=table, dead_letter_table=dead_letter_table)
+        savepoint_kind(point).check_fork(point=rewind_point(point), request=request)
         query_id, generation = str(uuid.uuid4()), 1
     # Steps 3 and 4
     location = qualify(checkpoint_location)
@@ -184,25 +187,6 @@ def restore_savepoint(
         result.resumes_at,
     )
     return result
-
-
-def _check_fork(point: Savepoint, *, table: str | None, dead_letter_table: str | None) -> None:
-    """Step 2 of a fork: it writes a new table and a new dead-letter table."""
-    sink = point.manifest.sink
-    if table is not None and sink is not None and same_table(table, sink.target):
-        raise SavepointError(
-            f"--table {table} is the table the savepoint's query writes: a fork writes a "
-            "new table (or restore with mode rewind to roll that table back)"
-        )
-    if (
-        dead_letter_table is not None
-        and sink is not None
-        and same_table(dead_letter_table, sink.dead_letters)
-    ):
-        raise SavepointError(
-            f"--dead-letter-table {dead_letter_table} is the dead-letter table the "
-            "savepoint's query writes: a fork writes a new one"
-        )
 
 
 def _previous_of(

@@ -7,10 +7,8 @@ hands the rewind of the savepoint's sink kind (:mod:`spark_chkpt.sinks`) a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from spark_chkpt.savepoint.manifest import Savepoint
-from spark_chkpt.sinks import sink_kind
+from spark_chkpt.sinks import SinkKind, sink_kind
 from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, SinkRewind
 
 
@@ -31,27 +29,13 @@ def rewind_point(point: Savepoint) -> RewindPoint:
     )
 
 
-def sink_rewind(
-    point: Savepoint,
-    *,
-    table: str | None,
-    storage_options: Mapping[str, str] | None,
-    discard_other_writers: Sequence[str],
-    dead_letter_table: str | None,
-    kafka_bootstrap_servers: str | None,
-    control_topic: str | None,
-) -> SinkRewind:
-    """The rewind of the savepoint's sink (a Kafka sink's revocation, a Delta table's
-    rollback and its dead-letter table's)."""
+def savepoint_kind(point: Savepoint) -> SinkKind:
+    """The kind of the savepoint's sink (an earlier release's savepoint: ``chkpt-delta``)."""
     sink = point.manifest.sink
-    return sink_kind(sink.kind if sink is not None else None).rewind(
-        point=rewind_point(point),
-        request=RewindRequest(
-            table=table,
-            storage_options=storage_options,
-            discard_other_writers=discard_other_writers,
-            dead_letter_table=dead_letter_table,
-            kafka_bootstrap_servers=kafka_bootstrap_servers,
-            control_topic=control_topic,
-        ),
-    )
+    return sink_kind(sink.kind if sink is not None else None)
+
+
+def sink_rewind(point: Savepoint, *, request: RewindRequest) -> SinkRewind:
+    """The rewind of the savepoint's sink (a Kafka sink's revocation, a Delta table's
+    rollback and its dead-letter table's, a plugin's own) for ``request``."""
+    return savepoint_kind(point).rewind(point=rewind_point(point), request=request)

@@ -66,11 +66,16 @@ class SnapshotRecord:
     # (spark_chkpt.kafka.sink.control_read); empty in older records: it reads it all.
     control_read: dict[str, dict[str, Any]] = field(default_factory=dict)
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    # A sink plugin's own part of the record (JSON values, by its own names): what its
+    # rewind needs of snapshot N travels in the store, the savepoint's manifest and the
+    # RewindPoint's record with no change here. Empty for the built-in sinks.
+    sink_state: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         doc = asdict(self)
-        if not doc["control_read"]:  # a chkpt-kafka field: other sinks' records stay as they were
-            del doc["control_read"]
+        for own in ("control_read", "sink_state"):  # one sink's: others' records stay as they were
+            if not doc[own]:
+                del doc[own]
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @classmethod

@@ -13,9 +13,11 @@ revoked (:mod:`spark_chkpt.kafka.sink.rewind`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from spark_chkpt.errors import SavepointError
+from spark_chkpt.fs import same_table
 from spark_chkpt.snapshot.record import SnapshotRecord
 
 
@@ -44,7 +46,9 @@ class RewindRequest:
     ``storage_options``, the other writers whose commits after N may be undone
     (``discard_other_writers``), the ``dead_letter_table`` of a savepoint of an earlier
     release; a Kafka sink's brokers (``kafka_bootstrap_servers``) and ``control_topic``
-    (if the sink set ``controlTopic``)."""
+    (if the sink set ``controlTopic``); ``sink_options``, a sink plugin's own inputs
+    by name (``--sink-option name=value``), which its kind parses into its own typed
+    request."""
 
     table: str | None = None
     storage_options: Mapping[str, str] | None = None
@@ -52,6 +56,7 @@ class RewindRequest:
     dead_letter_table: str | None = None
     kafka_bootstrap_servers: str | None = None
     control_topic: str | None = None
+    sink_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,3 +89,20 @@ class SinkRewind(Protocol):
         interrupted restore recorded), after the checkpoint at ``checkpoint_location``
         is written; run again, it finishes what an interrupted one left."""
         ...
+
+
+def check_fork_targets(*, point: RewindPoint, request: RewindRequest) -> None:
+    """A fork's check for a sink writing a table (and a dead-letter table): it writes
+    new ones, never the savepoint's."""
+    if request.table is not None and same_table(request.table, point.target):
+        raise SavepointError(
+            f"--table {request.table} is the table the savepoint's query writes: a fork "
+            "writes a new table (or restore with mode rewind to roll that table back)"
+        )
+    if request.dead_letter_table is not None and same_table(
+        request.dead_letter_table, point.dead_letters
+    ):
+        raise SavepointError(
+            f"--dead-letter-table {request.dead_letter_table} is the dead-letter table the "
+            "savepoint's query writes: a fork writes a new one"
+        )

@@ -51,7 +51,7 @@ LAYERS = {
     "spark_chkpt.kafka.client": set(),
     "spark_chkpt.snapshot": {"spark_chkpt.state"},
     # A recover reads the table's records and starts a new generation in it.
-    "spark_chkpt.recovery": {"spark_chkpt.snapshot", "spark_chkpt.delta"},
+    "spark_chkpt.recovery": {"spark_chkpt.snapshot", "spark_chkpt.delta", "spark_chkpt.sinks"},
     # The control topic: the barrier index sinks write and readers read (shared types).
     "spark_chkpt.kafka.control": {"spark_chkpt.alignment", "spark_chkpt.kafka.client"},
     "spark_chkpt.kafka.sink": {
@@ -99,7 +99,7 @@ LAYERS = {
         "spark_chkpt.kafka.client",
     },
     # Two tables paired by their snapshot records' offsets, read through delta/.
-    "spark_chkpt.diff": {"spark_chkpt.delta", "spark_chkpt.recovery"},
+    "spark_chkpt.diff": {"spark_chkpt.delta", "spark_chkpt.recovery", "spark_chkpt.sinks"},
     # A migration reads Spark's logs and the table's txn, writes the chkpt side's files,
     # and keeps keyed state through savepoint check.
     "spark_chkpt.migrate": {
@@ -107,6 +107,7 @@ LAYERS = {
         "spark_chkpt.delta",
         "spark_chkpt.state",
         "spark_chkpt.savepoint",
+        "spark_chkpt.sinks",
     },
     "spark_chkpt.metrics": {"spark_chkpt.snapshot"},
     # The supervisor counts failures and restarts into the metrics' RestartMetrics.
@@ -115,6 +116,7 @@ LAYERS = {
     # topics the sinks write.
     "spark_chkpt.lineage": {
         "spark_chkpt.delta",
+        "spark_chkpt.sinks",
         "spark_chkpt.snapshot",
         "spark_chkpt.alignment",
         "spark_chkpt.kafka.control",

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = DOCS / "examples"
-SNIPPET_BASES = (EXAMPLES, ROOT / "conf", ROOT / "databricks")  # mkdocs.yml base_path
+SNIPPET_BASES = (EXAMPLES, ROOT / "conf", ROOT / "databricks", ROOT)  # mkdocs.yml base_path
 COPYABLE = {"python", "bash", "sh", "shell"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')

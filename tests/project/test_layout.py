@@ -15,6 +15,7 @@ OWN_FOLDERS = {
     "chains/simulation": "the protocol simulation (hypothesis profiles in its conftest.py)",
     "project": "the repository as a whole: import rules, docs, wheel, Databricks bundle",
     "user_scripts": "scripts the tests start as a user would (no tests)",
+    "plugin_sink": "a sink written as a user's plugin (chkpt_jsonl), and its chains",
 }
 # Source trees outside spark_chkpt/ whose tests sit at tests/<name>/.
 OTHER_SOURCES = ("jobs", "bench")

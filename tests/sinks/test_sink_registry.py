@@ -104,6 +104,14 @@ class ToySink:
         self.rewinds.append(ToyRewind(point, request))
         return self.rewinds[-1]
 
+    tools: frozenset[str] = frozenset()
+
+    def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
+        pass
+
+    def data_source(self) -> None:
+        return None
+
     def describe(
         self, *, target: str | None, app_id: str, batch_id: int, version: int | None
     ) -> str:

@@ -9,7 +9,8 @@ from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.kafka.sink.rewind import KafkaRewind
 from spark_chkpt.snapshot.record import SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, check_fork_targets
+from spark_chkpt.snapshot.tools import Tool
 
 
 class KafkaSinkKind:
@@ -19,6 +20,7 @@ class KafkaSinkKind:
     has_barriers = True
     target_option = "topic"
     progress_hint = "(--bootstrap-servers for its barrier offsets)"
+    tools: frozenset[Tool] = frozenset({"lineage", "migrate"})
 
     def rewind(self, *, point: RewindPoint, request: RewindRequest) -> KafkaRewind:
         if request.table is not None:
@@ -31,6 +33,12 @@ class KafkaSinkKind:
             bootstrap_servers=request.kafka_bootstrap_servers,
             control_topic=request.control_topic,
         )
+
+    def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
+        check_fork_targets(point=point, request=request)
+
+    def data_source(self) -> None:
+        return None  # chkpt-kafka's format is spark_chkpt.connectors'
 
     def describe(
         self, *, target: str | None, app_id: str, batch_id: int, version: int | None
