@@ -26,7 +26,9 @@ from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.log.commit import needs_own_commit
 from spark_chkpt.delta.log.commit_safety import commit_storage_options
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
-from spark_chkpt.delta.table.target import DeltaTarget, TxnCommit, committing
+from spark_chkpt.delta.table.actions import committing
+from spark_chkpt.delta.table.reader import TxnCommit
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures, without_column
 from spark_chkpt.delta.upsert.spark_merge import has_delta_spark, merge_through_delta_spark
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
@@ -217,7 +219,7 @@ class DeltaUpsert:
         partition columns are found in it and its columns and types are the table's (if
         there is one; ``spark``: the query's session, whose delta-spark commits a MERGE
         into a table delta-rs refuses). Raises :class:`ConfigError` or
-        :class:`~spark_chkpt.delta.table.target.SchemaMismatchError` naming the column."""
+        :class:`~spark_chkpt.errors.SchemaMismatchError` naming the column."""
         from pyspark.sql.types import BooleanType
 
         from spark_chkpt.runtime.spark_version import arrow_schema
