@@ -473,7 +473,8 @@ class _Record:
 
 def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, Barrier
-    from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec, ReadStats, _Channel
+    from spark_chkpt.kafka.source.fetcher import RangeFetcher
+    from spark_chkpt.kafka.source.intake import Channel, ReadSpec, ReadStats
     from spark_chkpt.offsets import OffsetRange
 
     def tagged(offset: int, tag: str) -> _Record:
@@ -505,7 +506,7 @@ def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     fetcher._resize = False
     fetcher.stats = ReadStats()
     spec = ReadSpec(range=OffsetRange(P0, 3, 12), markers=True, fan_in=judge)
-    channel = _Channel(spec, 3)
+    channel = Channel(spec, 3)
     fetcher._take(channel, records, None, {P0: channel})
     assert [r.value for r in channel.pending] == [b"a2-s1", b"a1-s1", b"plain"]
     assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (1, {"dead"})

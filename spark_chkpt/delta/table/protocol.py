@@ -189,6 +189,7 @@ class ProtocolChecks(TableReader):
         fields = Schema.from_arrow(wanted).fields
         new = [Field(f.name, f.type, nullable=True) for f in fields if f.name in set(names)]
         table.alter.add_columns(new)
+        log.info("Delta table %s: added column(s) %s (mergeSchema)", self.uri, ", ".join(names))
 
 
 def _add_columns_commit(table: Any, mapping: ColumnMapping) -> tuple[int, str]:

@@ -154,7 +154,9 @@ class TableReader:
 
     @staticmethod
     def arrow_schema(table: Any) -> pa.Schema:
-        pass
+        import pyarrow as pa
+
+        return pa.schema(table.schema().to_arrow())
 
     def rows(self, table: Any) -> pa.Table:
         """Every row of ``table`` (an opened version) through delta-rs's DataFusion
