@@ -8,7 +8,7 @@ leader is known (the others are missing from the answer, ``KeyError``), a fetch 
 and the producer refuses an explicit one (``ValueError: Unrecognized partition``). The
 project's long-lived kafka-python clients go through here before they name partitions:
 the source's pooled read consumers and the driver's offset probe. (The barrier producer
-refreshes on its own before each snapshot: ``kafka.sink.committer.fresh_partitions``; the
+refreshes on its own before each snapshot: ``kafka.sink.barriers.fresh_partitions``; the
 control topic has one partition; librdkafka consumers are retired by the pool.)
 """
 
