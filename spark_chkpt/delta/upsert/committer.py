@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_chkpt.delta.features.protocol import read_protocol
+from spark_chkpt.delta.features.constraints import GeneratedColumns, TableRules
+from spark_chkpt.delta.features.protocol import Operation, read_protocol
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.log.commit import needs_own_commit
 from spark_chkpt.delta.staging import STAGED_NAME, app_tag
 from spark_chkpt.delta.table.actions import committing
 from spark_chkpt.delta.table.reader import TxnCommit
-from spark_chkpt.delta.upsert.merge import STAGING_DIR, MergeFigures, without_column
+from spark_chkpt.delta.table.target import DeltaTarget
+from spark_chkpt.delta.upsert.merge import STAGING_DIR, KeyedMerge, MergeFigures, without_column
 from spark_chkpt.delta.upsert.spark_merge import merge_through_delta_spark
 from spark_chkpt.delta.upsert.staging import StagedBatch, StagingTask, stage_batch
 from spark_chkpt.errors import TableFeatureError
@@ -28,16 +30,39 @@ from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Committed, elapsed_ms
 from spark_chkpt.snapshot.record import CommitOutcome, SnapshotRecord
+from spark_chkpt.snapshot.settings import SnapshotSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
-
-    from spark_chkpt.delta.upsert.front import DeltaUpsert
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
 WRITER = "DeltaUpsert"
+
+
+class UpsertArguments(Protocol):
+    """What the committer reads of its :class:`~spark_chkpt.delta.upsert.front.DeltaUpsert`:
+    the arguments, and what step 2 found of the batch's table and session."""
+
+    path: str
+    storage_options: dict[str, str]
+    delete_column: str
+    partition_by: tuple[str, ...]
+    batch_size: int
+    max_records_per_file: int
+    target_file_bytes: int
+    target: DeltaTarget
+    merger: KeyedMerge
+    rules: TableRules | None
+    generated: GeneratedColumns | None
+    spark: Any
+    operation: Operation
+
+    def snapshot_settings(self, *, app_id: str) -> SnapshotSettings: ...
+
+    def check(self, batch_schema: StructType, *, spark: Any = None) -> pa.Schema: ...
 
 
 @dataclass
@@ -59,7 +84,7 @@ class UpsertCommitter(DeltaHooks[UpsertBatch]):
     writer = WRITER
     visible_point = FaultPoint.AFTER_DELTA_COMMIT
 
-    def __init__(self, *, upsert: DeltaUpsert, app_id: str) -> None:
+    def __init__(self, *, upsert: UpsertArguments, app_id: str) -> None:
         super().__init__(snapshot=upsert.snapshot_settings(app_id=app_id), target=upsert.path)
         self.upsert = upsert
         self.target = upsert.target

@@ -9,10 +9,21 @@ More: docs/concepts/kafka-internals.md (spark_chkpt/kafka/client/columnar.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from spark_chkpt.kafka.client.columnar import ColumnsBuilder
+
+class ColumnLists(Protocol):
+    """The lists :func:`decode_records` appends a record's fields to (a
+    ``ColumnsBuilder`` of :mod:`spark_chkpt.kafka.client.columnar`)."""
+
+    offsets: list[int]
+    timestamps: list[int]
+    key_pos: list[int]
+    key_len: list[int]
+    value_pos: list[int]
+    value_len: list[int]
+    header_index: list[int]
+    header_len: list[int]
 
 
 def _varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
@@ -39,7 +50,7 @@ def decode_records(
     base_offset: int,
     first_timestamp: int,
     append_time: int | None,
-    cols: ColumnsBuilder,
+    cols: ColumnLists,
 ) -> int:
     """Append ``count`` v2 records of ``buf`` from ``pos`` to ``cols``; the end position.
 
@@ -123,7 +134,7 @@ def decode_records(
 
 
 def _index_headers(
-    cols: ColumnsBuilder, buf: bytes | bytearray, *, base: int, first: int, first_header: int
+    cols: ColumnLists, buf: bytes | bytearray, *, base: int, first: int, first_header: int
 ) -> None:
     """Extend ``header_index`` with the records of one record batch, from ``first``, that
     have headers: the decoder appended only their ``header_len`` (from ``first_header``).
