@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.commands import command
+
 
 def run(args: argparse.Namespace) -> int:
     import shlex
@@ -85,10 +87,12 @@ def stop_planning_session() -> None:
 
 
 def add_parser(sub: Any) -> None:
-    migrate = sub.add_parser(
+    migrate = command(
+        sub,
         "migrate",
         help="move a stopped query between Spark's own kafka/delta formats and the chkpt "
         "ones on its checkpoint, with no record lost or repeated",
+        run=run,
     )
     migrate.add_argument("checkpoint", help="the stopped query's checkpointLocation")
     migrate.add_argument("--to", required=True, choices=("chkpt", "spark"))
@@ -121,4 +125,3 @@ def add_parser(sub: Any) -> None:
         help="how long the checkpoint's logs must stay unchanged (a running query writes them): 5",
     )
     migrate.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    migrate.set_defaults(run=run)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.commands import add_json, command
+
 
 def run(args: argparse.Namespace) -> int:
     import json
@@ -108,9 +110,11 @@ def reader_session(name: str) -> Any:
 
 
 def add_parser(sub: Any) -> None:
-    state = sub.add_parser(
+    state = command(
+        sub,
         "state",
         help="print the keyed state of a snapshot (Spark's statestore reader), one line per key",
+        run=run,
     )
     state.add_argument("checkpoint", help="the query's checkpointLocation")
     state.add_argument(
@@ -121,5 +125,4 @@ def add_parser(sub: Any) -> None:
         "--store-name", default="default", help="state store (stream-stream joins have several)"
     )
     state.add_argument("--limit", type=int, default=None, help="print at most L keys")
-    state.add_argument("--json", action="store_true", help="print JSON")
-    state.set_defaults(run=run)
+    add_json(state)
