@@ -80,18 +80,18 @@ class DeltaUpsert:
         snapshot_timeout: str | None = None,
         min_pause_between_snapshots: str | None = None,
     ) -> None:
-        path = _checked_arguments(
-            path=path,
-            table=table,
-            keys=keys,
-            checkpoint_location=checkpoint_location,
-            delete_column=delete_column,
-            counts={
+        _require_pandas()
+        _check_keys(keys)
+        path = _checked_path(path, table=table, checkpoint_location=checkpoint_location)
+        if delete_column in keys:
+            raise ConfigError("delete_column", delete_column, "a column that is not a key")
+        _check_counts(
+            {
                 "retained_snapshots": retained_snapshots,
                 "batch_size": batch_size,
                 "max_records_per_file": max_records_per_file,
                 "target_file_bytes": target_file_bytes,
-            },
+            }
         )
         self.path = qualify(path)  # on the driver: executors have another working folder
         self.keys = tuple(keys)
@@ -230,28 +230,25 @@ class DeltaUpsert:
         return schema
 
 
-def _checked_arguments(
-    *,
-    path: str | None,
-    table: str | None,
-    keys: Sequence[str],
-    checkpoint_location: str,
-    delete_column: str,
-    counts: Mapping[str, int],
-) -> str:
-    """The table's path (``table``: a catalog table's location), once pandas is there and
-    the keys, the paths, the delete column and the ``counts`` are valid; else the
-    :class:`ConfigError` naming the argument."""
+def _require_pandas() -> None:
     if importlib.util.find_spec("pandas") is None:
         raise ChkptError(
             f"{WRITER} stages each batch with DataFrame.mapInArrow, which PySpark only "
             "runs with pandas installed (no row passes through pandas). spark-chkpt "
             "depends on it: reinstall the package, or pip install 'pandas>=2.2,<3'"
         )
+
+
+def _check_keys(keys: Sequence[str]) -> None:
     if isinstance(keys, str) or not keys or not all(isinstance(k, str) and k for k in keys):
         raise ConfigError("keys", keys, "name one or more key columns, e.g. keys=['app']")
     if len(set(keys)) != len(keys):
         raise ConfigError("keys", list(keys), "each key column once")
+
+
+def _checked_path(path: str | None, *, table: str | None, checkpoint_location: str) -> str:
+    """The table's path (``table``: a catalog table's location), once it and the
+    checkpoint's are given."""
     if table is not None:
         path = _table_location(table, path)
     if not path:
@@ -262,12 +259,13 @@ def _checked_arguments(
         raise ConfigError(
             "checkpoint_location", checkpoint_location, "the query's checkpointLocation"
         )
-    if delete_column in keys:
-        raise ConfigError("delete_column", delete_column, "a column that is not a key")
+    return path
+
+
+def _check_counts(counts: Mapping[str, int]) -> None:
     for option, value in counts.items():
         if value < (0 if option == "retained_snapshots" else 1):
             raise ConfigError(option, value, "a positive number")
-    return path
 
 
 def _release_batch_plans(batch_df: DataFrame) -> None:

@@ -237,28 +237,12 @@ class ConfluentTransactionalProducer(ConfluentProducer):
 
 
 def transactional_producer(
-    *,
-    config: KafkaSinkConfig,
-    app_id: str,
-    batch_id: int | None,
-    task: int,
-    attempt_number: int,
+    attempt: TaskAttempt,
 ) -> KafkaPythonTransactionalProducer | ConfluentTransactionalProducer:
-    """The write task's transactional producer on the sink's client."""
-    kind = (
-        ConfluentTransactionalProducer
-        if config.client == "confluent"
-        else KafkaPythonTransactionalProducer
-    )
-    return kind(
-        attempt=TaskAttempt(
-            config=config,
-            app_id=app_id,
-            batch_id=batch_id,
-            task=task,
-            attempt_number=attempt_number,
-        )
-    )
+    """The write task's transactional producer, for its ``attempt``, on the sink's client."""
+    if attempt.config.client == "confluent":
+        return ConfluentTransactionalProducer(attempt=attempt)
+    return KafkaPythonTransactionalProducer(attempt=attempt)
 
 
 def _topic_of(config: KafkaSinkConfig) -> str:
