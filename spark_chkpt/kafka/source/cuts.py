@@ -12,10 +12,11 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
-from spark_chkpt.alignment.cut import TopicCut, plan_topic
+from spark_chkpt.alignment.cut import AlignmentMode, TopicCut, plan_topic
 from spark_chkpt.alignment.fanin import (
     app_ids,
     is_fan_in,
@@ -30,6 +31,33 @@ from spark_chkpt.offsets import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicRead:
+    """What one topic's cut is planned from: its partitions' offsets where the batch
+    begins and where the log ends, its live and its ``revoke`` index entries, the read
+    limit."""
+
+    topic: str
+    begin: PartitionOffsets
+    latest: PartitionOffsets
+    entries: Sequence[IndexEntry]
+    revocations: Sequence[IndexEntry]
+    max_rows: int | None
+
+    def plan(self, *, mode: AlignmentMode, force_unaligned: bool = False) -> TopicCut:
+        """The topic's cut in ``mode`` (:func:`spark_chkpt.alignment.cut.plan_topic`)."""
+        return plan_topic(
+            topic=self.topic,
+            mode=mode,
+            start=self.begin,
+            latest=self.latest,
+            entries=self.entries,
+            max_records=self.max_rows,
+            force_unaligned=force_unaligned,
+            revocations=self.revocations,
+        )
 
 
 class BarrierCuts:
@@ -121,9 +149,14 @@ class BarrierCuts:
             if entries is None:
                 continue
             tps = [tp for tp in latest if tp.topic == topic]
-            t_begin = {tp: begin[tp] for tp in tps}
-            t_latest = {tp: latest[tp] for tp in tps}
-            revocations = self.revocations(topic)
+            read = TopicRead(
+                topic=topic,
+                begin={tp: begin[tp] for tp in tps},
+                latest={tp: latest[tp] for tp in tps},
+                entries=entries,
+                revocations=self.revocations(topic),
+                max_rows=max_rows,
+            )
             before = previous.get(topic)
             if self.config.alignment != "none" and is_fan_in(
                 entries,
@@ -131,61 +164,17 @@ class BarrierCuts:
                 self.config.upstream_apps,
             ):
                 report[topic] = self._align_fan_in(
-                    topic=topic,
-                    begin=t_begin,
-                    latest=t_latest,
-                    entries=entries,
-                    max_rows=max_rows,
-                    previous=before if isinstance(before, Mapping) else None,
-                    revocations=revocations,
-                    end=end,
+                    read, previous=before if isinstance(before, Mapping) else None, end=end
                 )
                 continue
-            report[topic] = self._align_topic(
-                topic,
-                begin=t_begin,
-                latest=t_latest,
-                entries=entries,
-                revocations=revocations,
-                max_rows=max_rows,
-                now=now,
-                end=end,
-            )
+            report[topic] = self._align_topic(read, now=now, end=end)
         return end, ({"topics": report} if report else {})
 
-    def _align_topic(
-        self,
-        topic: str,
-        *,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        entries: Sequence[IndexEntry],
-        revocations: Sequence[IndexEntry],
-        max_rows: int | None,
-        now: float,
-        end: PartitionOffsets,
-    ) -> dict[str, Any]:
+    def _align_topic(self, read: TopicRead, *, now: float, end: PartitionOffsets) -> dict[str, Any]:
         """One topic's cut (of one upstream query; ``end`` updated with it) and its report
         in the offset log."""
-        cut = plan_topic(
-            topic=topic,
-            mode=self.config.alignment,
-            start=begin,
-            latest=latest,
-            entries=entries,
-            max_records=max_rows,
-            revocations=revocations,
-        )
-        cut, waited = self._timed_out(
-            cut,
-            topic=topic,
-            begin=begin,
-            latest=latest,
-            entries=entries,
-            revocations=revocations,
-            max_rows=max_rows,
-            now=now,
-        )
+        topic, begin = read.topic, read.begin
+        cut, waited = self._timed_out(read.plan(mode=self.config.alignment), read, now=now)
         index_from = self._keep_index(topic, begin=begin, end=cut.end)
         if not cut.waiting:
             since = self._waiting_since.pop(topic, now)
@@ -206,45 +195,25 @@ class BarrierCuts:
             **(self._index_report(topic, index_from) if index_from is not None else {}),
         }
         if cut.revoked:
-            _log_revoked(topic, cut, revocations)
+            _log_revoked(topic, cut, read.revocations)
         return report
 
-    def _timed_out(
-        self,
-        cut: TopicCut,
-        *,
-        topic: str,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        entries: Sequence[IndexEntry],
-        revocations: Sequence[IndexEntry],
-        max_rows: int | None,
-        now: float,
-    ) -> tuple[TopicCut, float]:
+    def _timed_out(self, cut: TopicCut, read: TopicRead, *, now: float) -> tuple[TopicCut, float]:
         """An aligned cut still waiting for its snapshot, with data to read: planned again
         unaligned once it has waited ``alignmentTimeout``; with how long it has waited."""
-        has_data = any(latest[tp] > begin[tp] for tp in begin)
+        has_data = any(read.latest[tp] > read.begin[tp] for tp in read.begin)
         waited = 0.0
         if cut.waiting and has_data:
-            since = self._waiting_since.setdefault(topic, now)
+            since = self._waiting_since.setdefault(read.topic, now)
             waited = (now - since) * 1000
             timeout = self.config.alignment_timeout_ms
             if timeout is not None and waited >= timeout:
-                cut = plan_topic(
-                    topic=topic,
-                    mode="aligned",
-                    start=begin,
-                    latest=latest,
-                    entries=entries,
-                    max_records=max_rows,
-                    force_unaligned=True,
-                    revocations=revocations,
-                )
+                cut = read.plan(mode="aligned", force_unaligned=True)
                 log.warning(
                     "chkpt-kafka: no consistent cut of %s after %.0f ms "
                     "(alignmentTimeout); reading this batch unaligned (each partition up to "
                     "its own newest barrier)",
-                    topic,
+                    read.topic,
                     waited,
                 )
         return cut, waited
@@ -280,22 +249,14 @@ class BarrierCuts:
         return {"index_from": index_from, **({"index_id": known} if known else {})}
 
     def _align_fan_in(
-        self,
-        *,
-        topic: str,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        entries: Sequence[IndexEntry],
-        max_rows: int | None,
-        previous: Mapping[str, Any] | None,
-        revocations: Sequence[IndexEntry],
-        end: PartitionOffsets,
+        self, read: TopicRead, *, previous: Mapping[str, Any] | None, end: PartitionOffsets
     ) -> dict[str, Any]:
         """The cut of a topic several upstream apps write (fan-in): each app up to its own
         newest complete snapshot, the records of the others kept pending (see
         :mod:`spark_chkpt.alignment.fanin`). Updates ``end``; returns the topic's report."""
+        topic = read.topic
         apps = sorted(
-            set(app_ids(entries))
+            set(app_ids(read.entries))
             | set((previous or {}).get("apps") or {})
             | set(self.config.upstream_apps)
         )
@@ -312,12 +273,12 @@ class BarrierCuts:
             )
         cut = plan_fan_in(
             topic=topic,
-            start=begin,
-            latest=latest,
-            entries=entries,
-            max_records=max_rows,
+            start=read.begin,
+            latest=read.latest,
+            entries=read.entries,
+            max_records=read.max_rows,
             previous=previous,
-            revocations=revocations,
+            revocations=read.revocations,
             expected=self.config.upstream_apps,
         )
         end.update(cut.end)
