@@ -251,10 +251,25 @@ KAFKA_CLIENTS = {"KafkaConsumer", "KafkaProducer", "KafkaAdminClient", "KafkaCli
 CONFLUENT_CLIENTS = {"Consumer", "Producer", "AdminClient"}
 
 
+CLIENT_DOOR = "spark_chkpt.kafka.client.factory"
+
+
+def test_the_door_to_the_kafka_clients_is_the_one_architecture_md_names() -> None:
+    """ARCHITECTURE.md's "Never" names the one module that builds kafka-python and
+    librdkafka clients: the module the test below lets build them."""
+    rule = next(b for b in _never_section().split("\n- ") if "constructs a kafka-python" in b)
+    named = {
+        "spark_chkpt." + p.removesuffix(".py").replace("/", ".")
+        for p in re.findall(r"`([a-z_/]+\.py)`", rule)
+    }
+    assert named == {CLIENT_DOOR}, named
+    assert CLIENT_DOOR in MODULES
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_only_the_factory_builds_kafka_clients(name: str) -> None:
     """Every kafka-python and librdkafka client is built by ``kafka/client/factory.py``."""
-    if name == "spark_chkpt.kafka.client.factory" or under(name, "bench"):
+    if name == CLIENT_DOOR or under(name, "bench"):
         return
     built = []
     for node in ast.walk(ast.parse(modules()[name].read_text())):
