@@ -10,6 +10,7 @@ from spark_chkpt.cli.commands import add_listen, command, serve
 
 
 def run(args: argparse.Namespace) -> int:
+    """run the embedded broker in the foreground and print its bootstrap address"""
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.testing.embedded_broker import EmbeddedBroker
     from spark_chkpt.testing.kafka_broker import EmbeddedKafka
@@ -45,12 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    broker = command(
-        sub,
-        "broker",
-        help="run the embedded broker in the foreground and print its bootstrap address",
-        run=run,
-    )
+    broker = command(sub, "broker", run=run)
     add_listen(broker)
     broker.add_argument(
         "--kafka",

@@ -5,6 +5,7 @@ the arguments several commands take (the brokers with a secured cluster's settin
 from __future__ import annotations
 
 import argparse
+import inspect
 import signal
 import sys
 import threading
@@ -18,10 +19,12 @@ Run = Callable[[argparse.Namespace], int]
 
 
 def command(
-    sub: Any, name: str, *, help: str, run: Run, description: str | None = None
+    sub: Any, name: str, *, run: Run, description: str | None = None
 ) -> argparse.ArgumentParser:
     """The parser of command ``name`` under ``sub`` (argparse's subparsers), which runs
-    ``run(args)`` (``description``: its ``--help`` text, if more than ``help``)."""
+    ``run(args)``; its one-line help is ``run``'s docstring (``description``: its
+    ``--help`` text, if more than that)."""
+    help = " ".join(inspect.cleandoc(run.__doc__ or "").split())
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
     parser.set_defaults(run=run)
     return parser

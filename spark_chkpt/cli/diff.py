@@ -10,6 +10,8 @@ from spark_chkpt.cli.commands import add_json, command
 
 
 def run(args: argparse.Namespace) -> int:
+    """compare two chkpt-delta tables at equal source offsets (exit 0: equal, 1: they
+    differ, 2: no such versions)"""
     import json
 
     from spark_chkpt.diff.tables import diff_tables
@@ -27,8 +29,6 @@ def add_parser(sub: Any) -> None:
     diff = command(
         sub,
         "diff",
-        help="compare two chkpt-delta tables at equal source offsets (exit 0: equal, "
-        "1: they differ, 2: no such versions)",
         description="Pair a version of each table whose snapshot records have equal "
         "source offsets (the newest such pair), read both there and print the rows only "
         "in A, only in B and changed (by --key), with counts: production against a "

@@ -30,6 +30,8 @@ def bootstrap_servers(given: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """from a Delta version to the snapshot that wrote it, its source offsets and, through
+    the barriers, every upstream query's snapshot and its offsets"""
     from spark_chkpt.fs import qualify
     from spark_chkpt.lineage import trace
 
@@ -44,13 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    lineage = command(
-        sub,
-        "lineage",
-        help="from a Delta version to the snapshot that wrote it, its source offsets and, "
-        "through the barriers, every upstream query's snapshot and its offsets",
-        run=run,
-    )
+    lineage = command(sub, "lineage", run=run)
     lineage.add_argument("table", help="the chkpt-delta (or DeltaUpsert) table's path")
     lineage.add_argument("--version", type=int, required=True, help="the Delta version")
     add_brokers(

@@ -10,6 +10,8 @@ from spark_chkpt.cli.commands import command
 
 
 def run(args: argparse.Namespace) -> int:
+    """move a stopped query between Spark's own kafka/delta formats and the chkpt ones on
+    its checkpoint, with no record lost or repeated"""
     import shlex
 
     from spark_chkpt.cli.paths import require_folder
@@ -87,13 +89,7 @@ def stop_planning_session() -> None:
 
 
 def add_parser(sub: Any) -> None:
-    migrate = command(
-        sub,
-        "migrate",
-        help="move a stopped query between Spark's own kafka/delta formats and the chkpt "
-        "ones on its checkpoint, with no record lost or repeated",
-        run=run,
-    )
+    migrate = command(sub, "migrate", run=run)
     migrate.add_argument("checkpoint", help="the stopped query's checkpointLocation")
     migrate.add_argument("--to", required=True, choices=("chkpt", "spark"))
     migrate.add_argument(

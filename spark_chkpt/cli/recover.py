@@ -9,6 +9,8 @@ from spark_chkpt.cli.commands import command
 
 
 def run(args: argparse.Namespace) -> int:
+    """the checkpoint folder is lost: write a new one from the Delta table's last snapshot,
+    so the query resumes exactly where the table ends (stateless queries)"""
     import json
 
     from spark_chkpt.cli.paths import require_folder
@@ -30,13 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    recover = command(
-        sub,
-        "recover",
-        help="the checkpoint folder is lost: write a new one from the Delta table's last "
-        "snapshot, so the query resumes exactly where the table ends (stateless queries)",
-        run=run,
-    )
+    recover = command(sub, "recover", run=run)
     recover.add_argument("--table", required=True, help="the chkpt-delta table's path")
     recover.add_argument("--checkpoint", required=True, help="an empty folder to write")
     recover.add_argument(

@@ -9,6 +9,7 @@ from spark_chkpt.cli.commands import add_listen, command, serve
 
 
 def run(args: argparse.Namespace) -> int:
+    """run the S3-compatible test server (moto) and print its endpoint"""
     from spark_chkpt.testing.s3_server import S3Server
 
     server = S3Server(host=args.host, port=args.port)
@@ -29,8 +30,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    s3 = command(
-        sub, "s3", help="run the S3-compatible test server (moto) and print its endpoint", run=run
-    )
+    s3 = command(sub, "s3", run=run)
     add_listen(s3)
     s3.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")

@@ -11,6 +11,7 @@ from spark_chkpt.cli.state import or_dash
 
 
 def run(args: argparse.Namespace) -> int:
+    """list the snapshot records of a query"""
     import json
 
     from spark_chkpt.metrics.reporter import as_table, store_records, summarize
@@ -61,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    snaps = command(sub, "snapshots", help="list the snapshot records of a query", run=run)
+    snaps = command(sub, "snapshots", run=run)
     snaps.add_argument("checkpoint", help="the query's checkpointLocation")
     add_json(snaps, help="print JSON with a summary")

@@ -9,6 +9,7 @@ from spark_chkpt.cli.commands import add_json, command
 
 
 def run(args: argparse.Namespace) -> int:
+    """print the keyed state of a snapshot (Spark's statestore reader), one line per key"""
     import json
 
     from spark_chkpt.cli.paths import require_folder
@@ -110,12 +111,7 @@ def reader_session(name: str) -> Any:
 
 
 def add_parser(sub: Any) -> None:
-    state = command(
-        sub,
-        "state",
-        help="print the keyed state of a snapshot (Spark's statestore reader), one line per key",
-        run=run,
-    )
+    state = command(sub, "state", run=run)
     state.add_argument("checkpoint", help="the query's checkpointLocation")
     state.add_argument(
         "--batch", type=int, default=None, help="snapshot N (default: the newest committed)"

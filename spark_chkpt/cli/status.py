@@ -157,6 +157,8 @@ def _barriers(record: Any, servers: str | None) -> dict[str, dict[str, int]] | N
 
 
 def run(args: argparse.Namespace) -> int:
+    """where a query stands, from its files (never starts Spark): generation, last
+    snapshot, committed offsets against each partition's end and the lag, savepoints"""
     watch = getattr(args, "watch", None)
     if watch is None:
         return _show(args)
@@ -239,13 +241,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    status = command(
-        sub,
-        "status",
-        help="where a query stands, from its files (never starts Spark): generation, last "
-        "snapshot, committed offsets against each partition's end and the lag, savepoints",
-        run=run,
-    )
+    status = command(sub, "status", run=run)
     status.add_argument("checkpoint", help="the query's checkpointLocation")
     add_brokers(
         status,
