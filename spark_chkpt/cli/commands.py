@@ -37,6 +37,15 @@ def add_brokers(parser: argparse.ArgumentParser, *, help: str) -> None:
     parser.add_argument("--bootstrap-servers", default=None, help=help)
 
 
+def add_job(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """``--job`` (``help``: what the command checks it against) and ``--job-args``, a
+    script job's command line."""
+    parser.add_argument("--job", default=None, help=help)
+    parser.add_argument(
+        "--job-args", default="", metavar="'ARGS'", help="a script job's command line, quoted"
+    )
+
+
 def add_json(parser: argparse.ArgumentParser, *, help: str = "print JSON") -> None:
     parser.add_argument("--json", action="store_true", help=help)
 

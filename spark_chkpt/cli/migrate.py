@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from spark_chkpt.cli.commands import command
+from spark_chkpt.cli.commands import add_job, command
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,14 +104,10 @@ def add_parser(sub: Any) -> None:
         help="an option the job gives its source or sink (txnAppId, ...): one the other "
         "side cannot honour is refused, named",
     )
-    migrate.add_argument(
-        "--job",
-        default=None,
+    add_job(
+        migrate,
         help="a stateful query: the job it moves to (as for savepoint check), compared "
         "with the state's operators before anything is written",
-    )
-    migrate.add_argument(
-        "--job-args", default="", metavar="'ARGS'", help="a script job's command line, quoted"
     )
     migrate.add_argument(
         "--watch",
