@@ -29,16 +29,6 @@ _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
-_RETRIED = (
-    "ConcurrentTransactionsError",
-    "CoordinatorLoadInProgressError",
-    "CoordinatorNotAvailableError",
-    "NotCoordinatorError",
-    "RequestTimedOutError",
-    "KafkaConnectionError",
-    "KafkaTimeoutError",
-    "NodeNotReadyError",
-)
 # Answers after which the coordinator is looked up again: it moved, or its broker died
 # (refused, unanswered, in reconnect backoff), and its transaction log's new leader
 # becomes the coordinator.
@@ -50,6 +40,9 @@ _MOVED = (
     "KafkaTimeoutError",
     "NodeNotReadyError",
 )
+# Answers asked again: the coordinator moved, still loads its log, or still writes the
+# markers of the id's previous transaction.
+_RETRIED = ("ConcurrentTransactionsError", "CoordinatorLoadInProgressError", *_MOVED)
 
 
 # The pause between two tries: a coordinator still writing the markers of the id's
