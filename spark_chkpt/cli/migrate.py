@@ -4,9 +4,13 @@ Spark's own ``kafka`` and ``delta`` (:mod:`spark_chkpt.migrate`)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.cli.commands import add_job, command
+
+if TYPE_CHECKING:
+    from spark_chkpt.migrate.options import MigrateOptions
+    from spark_chkpt.migrate.plan import MigrationPlan
 
 
 def run(args: argparse.Namespace) -> int:
@@ -15,7 +19,6 @@ def run(args: argparse.Namespace) -> int:
     import shlex
 
     from spark_chkpt.cli.paths import require_folder
-    from spark_chkpt.migrate.apply import apply_migration
     from spark_chkpt.migrate.options import MigrateOptions
     from spark_chkpt.migrate.plan import plan_migration
     from spark_chkpt.migrate.state import state_checker
@@ -42,6 +45,14 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_migration(options=options, check_state=check)
     if args.job:
         stop_planning_session()
+    return _report(plan, options)
+
+
+def _report(plan: MigrationPlan, options: MigrateOptions) -> int:
+    """Print what ``plan`` found and, unless a dry run, write it (``apply_migration``)
+    and say how the query starts on the checkpoint; exit status 0."""
+    from spark_chkpt.migrate.apply import apply_migration
+
     print("found:")
     for line in plan.found():
         print(f"  {line}")
