@@ -137,7 +137,7 @@ def measure(
 ) -> dict[str, Any]:
     """Records per CPU-second (and per wall-second) of each run, the best of ``rounds``."""
     from spark_chkpt.alignment.cut import plan_topic
-    from spark_chkpt.kafka.source.fetcher import ReadSpec
+    from spark_chkpt.kafka.source.intake import ReadSpec
     from spark_chkpt.offsets import OffsetRange
 
     marked_topic = next(iter(marked_ends)).topic

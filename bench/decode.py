@@ -86,7 +86,8 @@ def _raw_confluent(servers: str, topic: str, ends: dict[Any, int]) -> int:
 
 def _source(servers: str, topic: str, ends: dict[Any, int], decode: str) -> int:
     from spark_chkpt.kafka.client.pool import ConsumerPool
-    from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec
+    from spark_chkpt.kafka.source.fetcher import RangeFetcher
+    from spark_chkpt.kafka.source.intake import ReadSpec
     from spark_chkpt.kafka.source.options import SourceConfig
     from spark_chkpt.offsets import OffsetRange
 

@@ -104,7 +104,7 @@ OPTIONS: tuple[OptionsRef, ...] = (
 )
 
 # Keyword arguments rendered as a table (name, type, default from the signature).
-ARGUMENTS: dict[str, str] = {"DeltaUpsert": "spark_chkpt.delta.upsert.committer:DeltaUpsert"}
+ARGUMENTS: dict[str, str] = {"DeltaUpsert": "spark_chkpt.delta.upsert.front:DeltaUpsert"}
 
 # Command-line programs: name -> the ``main(argv)`` that builds its argparse parser.
 CLI: dict[str, str] = {
@@ -126,7 +126,7 @@ API: dict[str, tuple[str, ...]] = {
         "spark_chkpt.session.build_session",
         "spark_chkpt.session.connector_settings",
     ),
-    "Upserts from foreachBatch": ("spark_chkpt.delta.upsert.committer.DeltaUpsert",),
+    "Upserts from foreachBatch": ("spark_chkpt.delta.upsert.front.DeltaUpsert",),
     "Watching snapshots": (
         "spark_chkpt.metrics.reporter.SnapshotReporter",
         "spark_chkpt.snapshot.record.SnapshotRecord",

@@ -8,7 +8,7 @@ pyarrow's thread pools finish before the interpreter finalizes (see
 :mod:`spark_chkpt.runtime.teardown`), so scripts that read tables exit 0.
 
 ``spark_chkpt.DeltaUpsert`` (exactly-once upserts from ``foreachBatch``, see
-:mod:`spark_chkpt.delta.upsert.committer`) is imported on first use, so importing the package
+:mod:`spark_chkpt.delta.upsert.front`) is imported on first use, so importing the package
 stays light (no pyspark, pyarrow or deltalake). So are ``spark_chkpt.run_supervised``,
 ``RestartConfig`` and ``ExitCode``: a query restarted from its checkpoint by a Flink-style
 restart strategy (see :mod:`spark_chkpt.restart`).
@@ -25,7 +25,7 @@ from spark_chkpt.version import __version__
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_chkpt.delta.upsert.committer import DeltaUpsert
+    from spark_chkpt.delta.upsert.front import DeltaUpsert
     from spark_chkpt.restart import ExitCode, RestartConfig, run_supervised
 
 __all__ = [
@@ -47,7 +47,7 @@ teardown.install()
 def __getattr__(name: str) -> Any:
     """``spark_chkpt.DeltaUpsert`` and the supervisor's names, imported when first used."""
     if name == "DeltaUpsert":
-        from spark_chkpt.delta.upsert.committer import DeltaUpsert
+        from spark_chkpt.delta.upsert.front import DeltaUpsert
 
         return DeltaUpsert
     if name in ("run_supervised", "RestartConfig", "ExitCode"):

@@ -114,7 +114,7 @@ def test_delta_upsert_refuses_unsafe_commit_options_and_remembers_its_checkpoint
 ) -> None:
     # DeltaUpsert took storage_options as given: no put-if-absent default, unsafe
     # settings accepted, and its s3a:// checkpoint read with other options (or none).
-    from spark_chkpt.delta.upsert.committer import DeltaUpsert
+    from spark_chkpt.delta.upsert.front import DeltaUpsert
     from spark_chkpt.errors import UnsafeCommitError
 
     with pytest.raises(UnsafeCommitError, match=r"storage_options\['AWS_S3_ALLOW_UNSAFE_RENAME'\]"):

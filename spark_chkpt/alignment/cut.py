@@ -102,70 +102,33 @@ def plan_topic(
     ahead = entries_ahead(entries, begin, topic)
     done = completed_below(ahead, begin, latest)
 
-    if mode == "aligned" and not force_unaligned:
-        return _plan_aligned(
-            topic=topic,
-            begin=begin,
-            done=done,
-            entries=entries,
-            ahead=ahead,
-            revocations=revocations,
-            app_id=app_id,
-            max_records=max_records,
-        )
-
-    if mode in ("unaligned", "aligned"):
-        return _plan_unaligned(
-            topic=topic,
-            begin=begin,
-            latest=latest,
-            limited_end=_limited(begin, latest, max_records),
-            entries=entries,
-            ahead=ahead,
-            app_id=app_id,
-            note="alignment timeout: read unaligned" if force_unaligned else None,
-            revocations=revocations,
-        )
-
-    return _plan_at_least_once(
+    at = _BatchStart(
         topic=topic,
         begin=begin,
-        end=_limited(begin, latest, max_records),
-        done=done,
         entries=entries,
         ahead=ahead,
         revocations=revocations,
         app_id=app_id,
     )
+    if mode == "aligned" and not force_unaligned:
+        return _plan_aligned(at, done=done, max_records=max_records)
+    if mode in ("unaligned", "aligned"):
+        note = "alignment timeout: read unaligned" if force_unaligned else None
+        return _plan_unaligned(
+            at, latest=latest, limited_end=_limited(begin, latest, max_records), note=note
+        )
+    return _plan_at_least_once(at, end=_limited(begin, latest, max_records), done=done)
 
 
 def _plan_at_least_once(
-    *,
-    topic: str,
-    begin: Mapping[TopicPartition, int],
-    end: dict[TopicPartition, int],
-    done: Sequence[IndexEntry],
-    entries: Sequence[IndexEntry],
-    ahead: Sequence[IndexEntry],
-    revocations: Sequence[IndexEntry],
-    app_id: str | None,
+    at: _BatchStart, *, end: dict[TopicPartition, int], done: Sequence[IndexEntry]
 ) -> TopicCut:
     """Up to the read limit, past the barriers: the snapshots the range holds whole are
     the ones it covers."""
     covered = tuple(
         e.snapshot_id for e in done if all(e.positions[tp.partition] < end[tp] for tp in end)
     )
-    return _read_cut(
-        topic=topic,
-        mode="at-least-once",
-        begin=begin,
-        end=end,
-        entries=entries,
-        ahead=ahead,
-        revocations=revocations,
-        app_id=app_id,
-        snapshots=covered,
-    )
+    return at.read_cut("at-least-once", end, snapshots=covered)
 
 
 def _limited(
@@ -182,22 +145,15 @@ def _limited(
 
 
 def _plan_aligned(
-    *,
-    topic: str,
-    begin: Mapping[TopicPartition, int],
-    done: Sequence[IndexEntry],
-    entries: Sequence[IndexEntry],
-    ahead: Sequence[IndexEntry],
-    revocations: Sequence[IndexEntry],
-    app_id: str | None,
-    max_records: int | None,
+    at: _BatchStart, *, done: Sequence[IndexEntry], max_records: int | None
 ) -> TopicCut:
     """Every partition ends right after the barrier of the newest completed snapshot
     that keeps the batch within ``max_records`` (the first one read whole if it alone
     spans more); none completed: the batch reads nothing."""
+    begin = at.begin
     partitions = sorted(begin)
     if not done:
-        return TopicCut(topic=topic, mode="aligned", end=dict(begin), app_id=app_id)
+        return TopicCut(topic=at.topic, mode="aligned", end=dict(begin), app_id=at.app_id)
     chosen, note = [done[0]], None
     for entry in done[1:]:
         span = sum(max(0, entry.positions[tp.partition] + 1 - begin[tp]) for tp in partitions)
@@ -213,62 +169,61 @@ def _plan_aligned(
             f"snapshot {last.snapshot_id} alone spans {span} offsets, more than "
             f"maxOffsetsPerTrigger={max_records}: read whole to keep the cut consistent"
         )
-    return _read_cut(
-        topic=topic,
-        mode="aligned",
-        begin=begin,
-        end=end,
-        entries=entries,
-        ahead=ahead,
-        revocations=revocations,
-        app_id=app_id,
-        snapshots=tuple(e.snapshot_id for e in chosen),
-        note=note,
-    )
+    return at.read_cut("aligned", end, snapshots=tuple(e.snapshot_id for e in chosen), note=note)
 
 
-def _read_cut(
-    *,
-    topic: str,
-    mode: Literal["aligned", "unaligned", "at-least-once"],
-    begin: Mapping[TopicPartition, int],
-    end: dict[TopicPartition, int],
-    entries: Sequence[IndexEntry],
-    ahead: Sequence[IndexEntry],
-    revocations: Sequence[IndexEntry],
-    **cut: Any,
-) -> TopicCut:
-    """The cut of a mode that reads ``[begin, end)``: with the record filters of that
-    mode, the barriers inside the range and the revoked offsets it skips, all derived
-    from the range; ``cut`` holds the rest of the :class:`TopicCut`."""
-    return TopicCut(
-        topic=topic,
-        mode=mode,
-        end=end,
-        filters=record_filters(
-            topic=topic, mode=mode, begin=begin, end=end, entries=entries, revocations=revocations
-        ),
-        barriers=barriers_in(ahead, begin, end, topic),
-        revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
-        **cut,
-    )
+@dataclass(frozen=True)
+class _BatchStart:
+    """What one app's index says of a topic where its batch begins: the entries, those
+    ahead of the start, the ``revoke`` entries, the app."""
+
+    topic: str
+    begin: Mapping[TopicPartition, int]
+    entries: Sequence[IndexEntry]
+    ahead: Sequence[IndexEntry]
+    revocations: Sequence[IndexEntry]
+    app_id: str | None
+
+    def read_cut(
+        self,
+        mode: Literal["aligned", "unaligned", "at-least-once"],
+        end: dict[TopicPartition, int],
+        **cut: Any,
+    ) -> TopicCut:
+        """The cut of a mode that reads ``[begin, end)``: with the record filters of
+        that mode, the barriers inside the range and the revoked offsets it skips, all
+        derived from the range; ``cut`` holds the rest of the :class:`TopicCut`."""
+        topic, begin, revocations = self.topic, self.begin, self.revocations
+        return TopicCut(
+            topic=topic,
+            mode=mode,
+            end=end,
+            filters=record_filters(
+                topic=topic,
+                mode=mode,
+                begin=begin,
+                end=end,
+                entries=self.entries,
+                revocations=revocations,
+            ),
+            barriers=barriers_in(self.ahead, begin, end, topic),
+            revoked=revoked_span(topic=topic, begin=begin, end=end, revocations=revocations),
+            app_id=self.app_id,
+            **cut,
+        )
 
 
 def _plan_unaligned(
+    at: _BatchStart,
     *,
-    topic: str,
-    begin: Mapping[TopicPartition, int],
     latest: Mapping[TopicPartition, int],
     limited_end: Mapping[TopicPartition, int],
-    entries: Sequence[IndexEntry],
-    ahead: Sequence[IndexEntry],
-    app_id: str | None,
     note: str | None,
-    revocations: Sequence[IndexEntry] = (),
 ) -> TopicCut:
     """Each partition ends right after its newest barrier within the read limit. If no
     partition has a barrier within it, each reads up to its first barrier (a snapshot is
     read whole rather than not at all)."""
+    begin, ahead = at.begin, at.ahead
     barriers: dict[TopicPartition, list[tuple[int, int]]] = {}
     for tp in sorted(latest):
         barriers[tp] = sorted(
@@ -283,7 +238,7 @@ def _plan_unaligned(
     if all(b is None for b in chosen.values()):
         chosen = {tp: (found[0] if found else None) for tp, found in barriers.items()}
     end = {tp: (b[0] + 1 if b is not None else begin[tp]) for tp, b in chosen.items()}
-    reached = _reached(chosen, end, begin, entries)
+    reached = _reached(chosen, end, begin, at.entries)
     covered = tuple(
         sorted(
             e.snapshot_id
@@ -294,19 +249,7 @@ def _plan_unaligned(
             )
         )
     )
-    return _read_cut(
-        topic=topic,
-        mode="unaligned",
-        begin=begin,
-        end=end,
-        entries=entries,
-        ahead=ahead,
-        revocations=revocations,
-        app_id=app_id,
-        snapshots=covered,
-        note=note,
-        reached=reached,
-    )
+    return at.read_cut("unaligned", end, snapshots=covered, note=note, reached=reached)
 
 
 def _reached(

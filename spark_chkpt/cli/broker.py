@@ -4,20 +4,17 @@ foreground."""
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-import threading
 from typing import Any
+
+from spark_chkpt.cli.commands import add_listen, command, serve
 
 
 def run(args: argparse.Namespace) -> int:
+    """run the embedded broker in the foreground and print its bootstrap address"""
     from spark_chkpt.kafka.client.topics import create_topic
     from spark_chkpt.testing.embedded_broker import EmbeddedBroker
     from spark_chkpt.testing.kafka_broker import EmbeddedKafka
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     if args.data_dir and not args.kafka:
         print("spark-chkpt broker: --data-dir needs --kafka (Tansu keeps topics in memory)")
         return 2
@@ -31,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(broker, EmbeddedKafka)
         else "Kafka-protocol broker Tansu (in memory)"
     )
-    with broker:
+
+    def ready() -> tuple[str, str]:
         for spec in args.topic:
             name, _, parts = spec.partition(":")
             create_topic(
@@ -40,22 +38,16 @@ def run(args: argparse.Namespace) -> int:
                 partitions=int(parts or 1),
                 exist_ok=True,
             )
-        print(broker.bootstrap_servers, flush=True)
-        print(
-            f"# embedded {kind}; log: {broker.log_path}; Ctrl-C stops it",
-            file=sys.stderr,
-            flush=True,
+        return broker.bootstrap_servers, (
+            f"# embedded {kind}; log: {broker.log_path}; Ctrl-C stops it"
         )
-        stop.wait()
-    return 0
+
+    return serve(broker, ready=ready)
 
 
 def add_parser(sub: Any) -> None:
-    broker = sub.add_parser(
-        "broker", help="run the embedded broker in the foreground and print its bootstrap address"
-    )
-    broker.add_argument("--host", default="127.0.0.1")
-    broker.add_argument("--port", type=int, default=None, help="default: a free port")
+    broker = command(sub, "broker", run=run)
+    add_listen(broker)
     broker.add_argument(
         "--kafka",
         action="store_true",
@@ -70,4 +62,3 @@ def add_parser(sub: Any) -> None:
         default=[],
         help="create NAME[:PARTITIONS] once the broker is up (repeatable)",
     )
-    broker.set_defaults(run=run)

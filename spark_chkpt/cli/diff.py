@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.commands import add_json, command
+
 
 def run(args: argparse.Namespace) -> int:
+    """compare two chkpt-delta tables at equal source offsets (exit 0: equal, 1: they
+    differ, 2: no such versions)"""
     import json
 
     from spark_chkpt.diff.tables import diff_tables
@@ -22,14 +26,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    diff = sub.add_parser(
+    diff = command(
+        sub,
         "diff",
-        help="compare two chkpt-delta tables at equal source offsets (exit 0: equal, "
-        "1: they differ, 2: no such versions)",
         description="Pair a version of each table whose snapshot records have equal "
         "source offsets (the newest such pair), read both there and print the rows only "
         "in A, only in B and changed (by --key), with counts: production against a "
         "shadow fork of a new version of its job.",
+        run=run,
     )
     diff.add_argument("table_a", help="table A (production)")
     diff.add_argument("table_b", help="table B (the shadow)")
@@ -40,5 +44,4 @@ def add_parser(sub: Any) -> None:
         help="the columns that identify a row (default: whole rows are compared)",
     )
     diff.add_argument("--limit", type=int, default=20, help="rows printed per kind (20)")
-    diff.add_argument("--json", action="store_true", help="print JSON (every row)")
-    diff.set_defaults(run=run)
+    add_json(diff, help="print JSON (every row)")

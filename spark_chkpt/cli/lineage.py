@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
+from spark_chkpt.cli.commands import add_brokers, add_json, command
 
 ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -30,6 +30,8 @@ def bootstrap_servers(given: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """from a Delta version to the snapshot that wrote it, its source offsets and, through
+    the barriers, every upstream query's snapshot and its offsets"""
     from spark_chkpt.fs import qualify
     from spark_chkpt.lineage import trace
 
@@ -44,17 +46,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    lineage = sub.add_parser(
-        "lineage",
-        help="from a Delta version to the snapshot that wrote it, its source offsets and, "
-        "through the barriers, every upstream query's snapshot and its offsets",
-    )
+    lineage = command(sub, "lineage", run=run)
     lineage.add_argument("table", help="the chkpt-delta (or DeltaUpsert) table's path")
     lineage.add_argument("--version", type=int, required=True, help="the Delta version")
-    add_kafka_config(lineage)
-    lineage.add_argument(
-        "--bootstrap-servers",
-        default=None,
+    add_brokers(
+        lineage,
         help="the Kafka broker of the barrier topics, to follow upstream queries through "
         "their control topics (default: $KAFKA_BOOTSTRAP_SERVERS; without it the walk "
         "stops at the table's writer)",
@@ -67,5 +63,4 @@ def add_parser(sub: Any) -> None:
         help="an upstream query's checkpointLocation: adds the snapshot records it holds "
         "(repeat for several queries)",
     )
-    lineage.add_argument("--json", action="store_true", help="print JSON")
-    lineage.set_defaults(run=run)
+    add_json(lineage)

@@ -4,14 +4,21 @@ Spark's own ``kafka`` and ``delta`` (:mod:`spark_chkpt.migrate`)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.cli.commands import add_job, command
+
+if TYPE_CHECKING:
+    from spark_chkpt.migrate.options import MigrateOptions
+    from spark_chkpt.migrate.plan import MigrationPlan
 
 
 def run(args: argparse.Namespace) -> int:
+    """move a stopped query between Spark's own kafka/delta formats and the chkpt ones on
+    its checkpoint, with no record lost or repeated"""
     import shlex
 
     from spark_chkpt.cli.paths import require_folder
-    from spark_chkpt.migrate.apply import apply_migration
     from spark_chkpt.migrate.options import MigrateOptions
     from spark_chkpt.migrate.plan import plan_migration
     from spark_chkpt.migrate.state import state_checker
@@ -38,6 +45,14 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_migration(options=options, check_state=check)
     if args.job:
         stop_planning_session()
+    return _report(plan, options)
+
+
+def _report(plan: MigrationPlan, options: MigrateOptions) -> int:
+    """Print what ``plan`` found and, unless a dry run, write it (``apply_migration``)
+    and say how the query starts on the checkpoint; exit status 0."""
+    from spark_chkpt.migrate.apply import apply_migration
+
     print("found:")
     for line in plan.found():
         print(f"  {line}")
@@ -85,11 +100,7 @@ def stop_planning_session() -> None:
 
 
 def add_parser(sub: Any) -> None:
-    migrate = sub.add_parser(
-        "migrate",
-        help="move a stopped query between Spark's own kafka/delta formats and the chkpt "
-        "ones on its checkpoint, with no record lost or repeated",
-    )
+    migrate = command(sub, "migrate", run=run)
     migrate.add_argument("checkpoint", help="the stopped query's checkpointLocation")
     migrate.add_argument("--to", required=True, choices=("chkpt", "spark"))
     migrate.add_argument(
@@ -104,14 +115,10 @@ def add_parser(sub: Any) -> None:
         help="an option the job gives its source or sink (txnAppId, ...): one the other "
         "side cannot honour is refused, named",
     )
-    migrate.add_argument(
-        "--job",
-        default=None,
+    add_job(
+        migrate,
         help="a stateful query: the job it moves to (as for savepoint check), compared "
         "with the state's operators before anything is written",
-    )
-    migrate.add_argument(
-        "--job-args", default="", metavar="'ARGS'", help="a script job's command line, quoted"
     )
     migrate.add_argument(
         "--watch",
@@ -121,4 +128,3 @@ def add_parser(sub: Any) -> None:
         help="how long the checkpoint's logs must stay unchanged (a running query writes them): 5",
     )
     migrate.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    migrate.set_defaults(run=run)

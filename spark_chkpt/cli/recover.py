@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.commands import command
+
 
 def run(args: argparse.Namespace) -> int:
+    """the checkpoint folder is lost: write a new one from the Delta table's last snapshot,
+    so the query resumes exactly where the table ends (stateless queries)"""
     import json
 
     from spark_chkpt.cli.paths import require_folder
@@ -28,14 +32,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    recover = sub.add_parser(
-        "recover",
-        help="the checkpoint folder is lost: write a new one from the Delta table's last "
-        "snapshot, so the query resumes exactly where the table ends (stateless queries)",
-    )
+    recover = command(sub, "recover", run=run)
     recover.add_argument("--table", required=True, help="the chkpt-delta table's path")
     recover.add_argument("--checkpoint", required=True, help="an empty folder to write")
     recover.add_argument(
         "--app-id", default=None, help="the query id to recover, if the table holds several"
     )
-    recover.set_defaults(run=run)

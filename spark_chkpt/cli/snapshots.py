@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spark_chkpt.cli.commands import add_json, command
 from spark_chkpt.cli.paths import require_folder
 from spark_chkpt.cli.state import or_dash
 
 
 def run(args: argparse.Namespace) -> int:
+    """list the snapshot records of a query"""
     import json
 
     from spark_chkpt.metrics.reporter import as_table, store_records, summarize
@@ -60,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    snaps = sub.add_parser("snapshots", help="list the snapshot records of a query")
+    snaps = command(sub, "snapshots", run=run)
     snaps.add_argument("checkpoint", help="the query's checkpointLocation")
-    snaps.add_argument("--json", action="store_true", help="print JSON with a summary")
-    snaps.set_defaults(run=run)
+    add_json(snaps, help="print JSON with a summary")

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from spark_chkpt.cli.commands import add_json, command
+
+if TYPE_CHECKING:
+    from spark_chkpt.state.reader import StateSnapshot
 
 
 def run(args: argparse.Namespace) -> int:
+    """print the keyed state of a snapshot (Spark's statestore reader), one line per key"""
     import json
 
     from spark_chkpt.cli.paths import require_folder
@@ -34,25 +40,31 @@ def run(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "checkpoint": snap.checkpoint_location,
-                    "batch": snap.batch_id,
-                    "operator": snap.operator_id,
-                    "operator_name": snap.operator_name,
-                    "store": snap.store_name,
-                    "state_version": snap.version,
-                    "keys": snap.keys,
-                    "key_columns": snap.key_columns,
-                    "value_columns": snap.value_columns,
-                    "rows": snap.rows,
-                },
-                indent=2,
-                default=str,
-            )
-        )
-        return 0
+        print(json.dumps(_as_json(snap), indent=2, default=str))
+    else:
+        _print_table(snap)
+    return 0
+
+
+def _as_json(snap: StateSnapshot) -> dict[str, Any]:
+    """A snapshot's state (:func:`spark_chkpt.state.reader.read_state`) as ``--json``
+    prints it."""
+    return {
+        "checkpoint": snap.checkpoint_location,
+        "batch": snap.batch_id,
+        "operator": snap.operator_id,
+        "operator_name": snap.operator_name,
+        "store": snap.store_name,
+        "state_version": snap.version,
+        "keys": snap.keys,
+        "key_columns": snap.key_columns,
+        "value_columns": snap.value_columns,
+        "rows": snap.rows,
+    }
+
+
+def _print_table(snap: StateSnapshot) -> None:
+    """A snapshot's state as a heading and one aligned line per key."""
     shown = "" if len(snap.rows) == snap.keys else f", {len(snap.rows)} shown"
     print(
         f"# snapshot {snap.batch_id} of {snap.checkpoint_location}: operator "
@@ -65,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
-    return 0
 
 
 def _require_operator(location: str, operator: int) -> None:
@@ -108,10 +119,7 @@ def reader_session(name: str) -> Any:
 
 
 def add_parser(sub: Any) -> None:
-    state = sub.add_parser(
-        "state",
-        help="print the keyed state of a snapshot (Spark's statestore reader), one line per key",
-    )
+    state = command(sub, "state", run=run)
     state.add_argument("checkpoint", help="the query's checkpointLocation")
     state.add_argument(
         "--batch", type=int, default=None, help="snapshot N (default: the newest committed)"
@@ -121,5 +129,4 @@ def add_parser(sub: Any) -> None:
         "--store-name", default="default", help="state store (stream-stream joins have several)"
     )
     state.add_argument("--limit", type=int, default=None, help="print at most L keys")
-    state.add_argument("--json", action="store_true", help="print JSON")
-    state.set_defaults(run=run)
+    add_json(state)

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
+from spark_chkpt.cli.commands import add_brokers, add_json, command
 from spark_chkpt.cli.paths import require_folder
 
 if TYPE_CHECKING:
@@ -157,6 +157,8 @@ def _barriers(record: Any, servers: str | None) -> dict[str, dict[str, int]] | N
 
 
 def run(args: argparse.Namespace) -> int:
+    """where a query stands, from its files (never starts Spark): generation, last
+    snapshot, committed offsets against each partition's end and the lag, savepoints"""
     watch = getattr(args, "watch", None)
     if watch is None:
         return _show(args)
@@ -239,23 +241,17 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    status = sub.add_parser(
-        "status",
-        help="where a query stands, from its files (never starts Spark): generation, last "
-        "snapshot, committed offsets against each partition's end and the lag, savepoints",
-    )
+    status = command(sub, "status", run=run)
     status.add_argument("checkpoint", help="the query's checkpointLocation")
-    add_kafka_config(status)
-    status.add_argument(
-        "--bootstrap-servers",
-        default=None,
+    add_brokers(
+        status,
         help="the source's brokers: each partition's end and the lag (and a chkpt-kafka "
         "sink's barrier offsets)",
     )
     status.add_argument(
         "--savepoint-dir", default=None, help="the folder that keeps savepoints: list this query's"
     )
-    status.add_argument("--json", action="store_true", help="print JSON")
+    add_json(status)
     status.add_argument(
         "--watch",
         type=float,
@@ -263,4 +259,3 @@ def add_parser(sub: Any) -> None:
         help="show it again every SECONDS until Ctrl-C (the terminal cleared each time)",
     )
     status.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
-    status.set_defaults(run=run)

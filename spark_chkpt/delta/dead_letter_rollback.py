@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_chkpt.delta.rollback import REWIND_KEY, TableState, refuse_other_writers
-from spark_chkpt.delta.table.target import DeltaTarget, commit_properties
+from spark_chkpt.delta.table.actions import commit_properties
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.fs import qualify, same_table
 from spark_chkpt.snapshot.rewind import RewindPoint

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spark_chkpt.delta.replay import check_replay, refuse_overlap
-from spark_chkpt.delta.table.target import DeltaTarget, TxnCommit
+from spark_chkpt.delta.table.reader import TxnCommit
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.snapshot.checkpoint import BatchPlan
 from spark_chkpt.snapshot.coordinator import Batch, SnapshotCoordinator
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord

@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from spark_chkpt.delta.table.history import snapshot_records
-from spark_chkpt.delta.table.target import DeltaTarget, TxnCommit
+from spark_chkpt.delta.table.reader import TxnCommit
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import ChkptError, QueryIdentityError
 from spark_chkpt.offsets import META_KEY, from_json
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord

@@ -15,8 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_chkpt.delta.replay import describe_offsets, positions
+from spark_chkpt.delta.table.actions import commit_properties
 from spark_chkpt.delta.table.history import commits_after
-from spark_chkpt.delta.table.target import DeltaTarget, TxnCommit, commit_properties
+from spark_chkpt.delta.table.reader import TxnCommit
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 from spark_chkpt.snapshot.rewind import RewindPoint, Rewound

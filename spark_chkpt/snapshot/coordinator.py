@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from spark_chkpt.deadline import Deadline
+from spark_chkpt.deadline import Deadline, retry
 from spark_chkpt.errors import (
     ChkptError,
     CommitConflictError,
@@ -311,22 +311,29 @@ class SnapshotCoordinator(Generic[B]):
 
 def retry_conflicts(step: Callable[[int], T], *, what: str, retries: int = CONFLICT_RETRIES) -> T:
     """``step(retry)`` until it does not raise :class:`CommitConflictError`, at most
-    ``retries`` times, backing off; the project's one retry loop for commit conflicts.
-    The last conflict fails with :class:`CommitError` (``TOO_MANY_CONFLICTS``)."""
-    for retry in range(retries):
-        try:
-            return step(retry)
-        except CommitConflictError as e:
-            if retry == retries - 1:
-                raise CommitError(str(e), reason=CommitFailureReason.TOO_MANY_CONFLICTS) from (
-                    e.__cause__ or e
-                )
-            log.warning("%s: commit conflict (%s); retrying", what, e.__cause__ or e)
-            time.sleep(min(2.0, 0.05 * 2**retry))
-    raise CommitError(
-        f"{what}: gave up after {retries} commit conflicts",
-        reason=CommitFailureReason.TOO_MANY_CONFLICTS,
-    )
+    ``retries`` times, backing off (through :func:`spark_chkpt.deadline.retry`, the one
+    retry loop). The last conflict fails with :class:`CommitError`
+    (``TOO_MANY_CONFLICTS``)."""
+
+    def conflict(error: BaseException) -> bool:
+        return isinstance(error, CommitConflictError)
+
+    def warn(error: BaseException) -> None:
+        log.warning("%s: commit conflict (%s); retrying", what, error.__cause__ or error)
+
+    try:
+        return retry(
+            step,
+            deadline=Deadline.never(),
+            retriable=conflict,
+            pause_s=lambda n: min(2.0, 0.05 * 2**n),
+            tries=retries,
+            before_retry=warn,
+        )
+    except CommitConflictError as e:
+        raise CommitError(str(e), reason=CommitFailureReason.TOO_MANY_CONFLICTS) from (
+            e.__cause__ or e
+        )
 
 
 def elapsed_ms(started: float) -> float:

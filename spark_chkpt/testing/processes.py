@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 LOG_TAIL = 3000  # characters of a server's log an error quotes
 
-_Server = TypeVar("_Server", bound="ServerProcess")
+_Started = TypeVar("_Started", bound="Started")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -127,25 +127,17 @@ def kill_tree(pid: int) -> None:
         os.kill(me, signal.SIGKILL)
 
 
-class ServerProcess:
-    """What every server here shares: used as a context manager (``start()`` on entry,
-    ``stop()`` on exit), and the end of its log quoted when it fails to start."""
+class Started:
+    """Something started and stopped, used as a context manager: ``start()`` on entry,
+    ``stop()`` on exit."""
 
-    log_path: Path
-
-    def start(self: _Server) -> _Server:
+    def start(self: _Started) -> _Started:
         raise NotImplementedError
 
     def stop(self) -> None:
         raise NotImplementedError
 
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-LOG_TAIL:]
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self: _Server) -> _Server:
+    def __enter__(self: _Started) -> _Started:
         return self.start()
 
     def __exit__(
@@ -155,3 +147,16 @@ class ServerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class ServerProcess(Started):
+    """What every server here shares: a :class:`Started`, and the end of its log quoted
+    when it fails to start."""
+
+    log_path: Path
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL:]
+        except OSError:
+            return "(no log)"

@@ -28,9 +28,8 @@ import threading
 import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 
-from spark_chkpt.testing.processes import free_port
+from spark_chkpt.testing.processes import Started, free_port
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 _CHECKSUM_HEADERS = ("x-amz-checksum-", "x-amz-sdk-checksum-algorithm", "x-amz-trailer")
@@ -55,7 +54,7 @@ def checksum_header(headers: dict[str, str]) -> str | None:
     return None
 
 
-class StoreProxy:
+class StoreProxy(Started):
     """The proxy on a free loopback port, forwarding to ``upstream`` (``http://h:p``)."""
 
     def __init__(self, *, upstream: str, mode: ProxyMode, host: str = "127.0.0.1") -> None:
@@ -176,14 +175,3 @@ class StoreProxy:
             server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
-
-    def __enter__(self) -> StoreProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

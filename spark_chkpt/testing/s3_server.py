@@ -67,12 +67,7 @@ class S3Server(ServerProcess):
     @property
     def env(self) -> dict[str, str]:
         """Environment for the AWS SDKs (pyarrow, boto3): the endpoint and the key."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-        }
+        return {k: v for k, v in self.storage_options.items() if k != "AWS_ALLOW_HTTP"}
 
     def hadoop_settings(self) -> dict[str, str]:
         """``spark.hadoop.fs.s3a.*`` for a SparkSession that reads and writes ``s3a://``

@@ -26,6 +26,7 @@ from spark_chkpt.alignment.fanin import (
     refuse_mode,
 )
 from spark_chkpt.errors import AlignmentError, ConfigError, RevokedSnapshotError
+from spark_chkpt.kafka.source.cuts import TopicRead
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.planner import SourcePlanner, _fan_in_moved
 from spark_chkpt.offsets import TopicPartition, from_json, meta_of, to_json
@@ -386,16 +387,15 @@ def test_the_source_refuses_fan_in_in_other_modes_naming_topic_apps_and_option(
     log.barrier("a1", 0, ["a1-s0"])
     log.barrier("a2", 0, [])
     with pytest.raises(AlignmentError, match="a1, a2") as info:
-        _planner(**options)._align_fan_in(
+        read = TopicRead(
             topic=T,
             begin={P0: 0, P1: 0},
             latest=log.latest(),
             entries=log.entries,
-            max_rows=None,
-            previous=None,
             revocations=[],
-            end={},
+            max_rows=None,
         )
+        _planner(**options)._align_fan_in(read, previous=None, end={})
     assert named in str(info.value) and T in str(info.value)
 
 
@@ -473,7 +473,8 @@ class _Record:
 
 def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     from spark_chkpt.alignment.barrier import ATTEMPT_HEADER, Barrier
-    from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec, ReadStats, _Channel
+    from spark_chkpt.kafka.source.fetcher import RangeFetcher
+    from spark_chkpt.kafka.source.intake import Channel, ReadSpec, ReadStats
     from spark_chkpt.offsets import OffsetRange
 
     def tagged(offset: int, tag: str) -> _Record:
@@ -505,7 +506,7 @@ def test_a_read_task_judges_a_fan_in_partitions_records_by_the_filter() -> None:
     fetcher._resize = False
     fetcher.stats = ReadStats()
     spec = ReadSpec(range=OffsetRange(P0, 3, 12), markers=True, fan_in=judge)
-    channel = _Channel(spec, 3)
+    channel = Channel(spec, 3)
     fetcher._take(channel, records, None, {P0: channel})
     assert [r.value for r in channel.pending] == [b"a2-s1", b"a1-s1", b"plain"]
     assert (fetcher.stats.dropped, fetcher.stats.dropped_attempts) == (1, {"dead"})

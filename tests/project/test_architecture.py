@@ -206,18 +206,72 @@ def test_the_doors_to_delta_rs_are_the_ones_architecture_md_names() -> None:
         and "deltalake" in {m.split(".")[0] for m in GRAPH[name]}
     }
     assert importing <= named, f"deltalake imported outside the named doors: {importing - named}"
-    readers = {"spark_chkpt.delta.table.history"}  # reads through target.py, not a door
+    # history reads through target.py, whose DeltaTarget is made of the doors: neither is one
+    readers = {"spark_chkpt.delta.table.history", "spark_chkpt.delta.table.target"}
     assert named - readers <= importing, f"named as doors, import no deltalake: {named - importing}"
+
+
+def _retries_by_hand(path: Path) -> bool:
+    """Whether a loop of the module at ``path`` both catches an error and sleeps: a call
+    retried by hand."""
+    for loop in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(loop, (ast.While, ast.For)):
+            continue
+        inside = list(ast.walk(loop))
+        sleeps = any(
+            isinstance(n, ast.Call)
+            and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "sleep"
+            for n in inside
+        )
+        if sleeps and any(isinstance(n, ast.Try) for n in inside):
+            return True
+    return False
+
+
+def test_the_one_retry_loop_is_the_one_architecture_md_names() -> None:
+    """ARCHITECTURE.md's "Never" names ``deadline.py``'s ``retry`` as the one retry loop
+    and the modules whose loops that sleep and catch are no request retried."""
+    rule = next(b for b in _never_section().split("\n- ") if "retries a call by hand" in b)
+    named = {
+        "spark_chkpt." + p.removesuffix(".py").replace("/", ".")
+        for p in re.findall(r"`([a-z_/]+\.py)`", rule)
+    }
+    by_hand = {
+        name
+        for name, path in modules().items()
+        if under(name, "spark_chkpt")
+        and not under(name, "spark_chkpt.testing")
+        and _retries_by_hand(path)
+    }
+    assert "spark_chkpt.deadline" in by_hand, "the scan no longer sees deadline.retry's loop"
+    assert by_hand == named, (
+        f"retry loops by hand: {by_hand - named}; named, none: {named - by_hand}"
+    )
 
 
 KAFKA_CLIENTS = {"KafkaConsumer", "KafkaProducer", "KafkaAdminClient", "KafkaClient"}
 CONFLUENT_CLIENTS = {"Consumer", "Producer", "AdminClient"}
 
 
+CLIENT_DOOR = "spark_chkpt.kafka.client.factory"
+
+
+def test_the_door_to_the_kafka_clients_is_the_one_architecture_md_names() -> None:
+    """ARCHITECTURE.md's "Never" names the one module that builds kafka-python and
+    librdkafka clients: the module the test below lets build them."""
+    rule = next(b for b in _never_section().split("\n- ") if "constructs a kafka-python" in b)
+    named = {
+        "spark_chkpt." + p.removesuffix(".py").replace("/", ".")
+        for p in re.findall(r"`([a-z_/]+\.py)`", rule)
+    }
+    assert named == {CLIENT_DOOR}, named
+    assert CLIENT_DOOR in MODULES
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_only_the_factory_builds_kafka_clients(name: str) -> None:
     """Every kafka-python and librdkafka client is built by ``kafka/client/factory.py``."""
-    if name == "spark_chkpt.kafka.client.factory" or under(name, "bench"):
+    if name == CLIENT_DOOR or under(name, "bench"):
         return
     built = []
     for node in ast.walk(ast.parse(modules()[name].read_text())):
@@ -327,7 +381,8 @@ def test_setup_cfg_lists_every_package() -> None:
     assert not any(under(p, "bench") for p in listed)  # run from a checkout, not shipped
 
 
-MAX_LINES = 400
+MAX_LINES = 400  # the guide: a module past it says why under "Long modules"
+SPLIT_LINES = 500  # past it, a module is split by role: no row keeps it
 MAX_DOC_LINES = 20
 
 
@@ -353,6 +408,16 @@ def test_module_size(name: str) -> None:
     assert why, (
         f"{path.relative_to(ROOT)}: {lines} lines, no row under ARCHITECTURE.md's Long modules"
     )
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_past_the_split_line(name: str) -> None:
+    """Past 500 lines a module is due a split by role, with or without a row."""
+    path = modules()[name]
+    if under(name, "bench"):
+        return
+    lines = len(path.read_text().splitlines())
+    assert lines <= SPLIT_LINES, f"{path.relative_to(ROOT)}: {lines} lines, past {SPLIT_LINES}"
 
 
 def test_long_modules_table_names_files_of_the_tree() -> None:

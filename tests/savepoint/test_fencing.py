@@ -292,7 +292,8 @@ class Frame:
 def test_upsert_from_a_new_query_id_on_a_table_of_the_same_partitions_is_refused(
     run: Run, tmp_path: Path
 ) -> None:
-    from spark_chkpt.delta.upsert.committer import DeltaUpsert, UpsertCommitter
+    from spark_chkpt.delta.upsert.committer import UpsertCommitter
+    from spark_chkpt.delta.upsert.front import DeltaUpsert
 
     for b in range(2):
         run.step(b, ids_of(b))

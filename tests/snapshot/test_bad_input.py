@@ -193,7 +193,7 @@ def test_upsert_key_missing_from_the_batch_names_it_and_the_columns(tmp_path: Pa
 
 def test_upsert_key_type_change_names_the_column_and_both_types(tmp_path: Path) -> None:
     from spark_chkpt import DeltaUpsert
-    from spark_chkpt.delta.table.target import SchemaMismatchError
+    from spark_chkpt.errors import SchemaMismatchError
 
     table, version = _counts_table(tmp_path)
     upsert = DeltaUpsert(path=str(table), keys=["app"], checkpoint_location=str(tmp_path / "chk"))

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_chkpt import failpoints
-from spark_chkpt.delta.upsert.committer import DeltaUpsert
+from spark_chkpt.delta.upsert.front import DeltaUpsert
 from spark_chkpt.failpoints import FaultPoint
 from spark_chkpt.metrics.restarts import RestartMetrics
 from spark_chkpt.restart import ExitCode, run_supervised

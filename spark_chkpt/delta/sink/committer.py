@@ -26,7 +26,8 @@ from spark_chkpt.delta.replay import other_writers
 from spark_chkpt.delta.sink.dead_letters import DeadLetters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
-from spark_chkpt.delta.table.target import DeltaTarget, committing
+from spark_chkpt.delta.table.actions import committing
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import QueryIdentityError, TableFeatureError
 from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.snapshot.checkpoint import BatchPlan

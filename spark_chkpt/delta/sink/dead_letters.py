@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.delta.features.column_mapping import ColumnMapping
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
-from spark_chkpt.delta.table.target import DeltaTarget, committing
+from spark_chkpt.delta.table.actions import committing
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.snapshot.coordinator import retry_conflicts
 

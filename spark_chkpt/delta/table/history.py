@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_chkpt.delta.table.target import DeltaTarget, project_info
+from spark_chkpt.delta.table.reader import project_info
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.snapshot.epoch import writer_of
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.log.state import delta_rs
 from spark_chkpt.delta.log.upkeep import no_hooks, upkeep
-from spark_chkpt.delta.table.target import DeltaTarget, commit_properties
+from spark_chkpt.delta.table.actions import commit_properties
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import DuplicateKeyError, SchemaMismatchError
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ DML session confs ``spark.databricks.delta.write.txnAppId`` / ``txnVersion``
 (``MergeIntoCommand``: ``hasBeenExecuted`` skips a MERGE whose txn the table already
 holds, ``createSetTransaction`` adds the txn to its commit), and the snapshot record
 in commitInfo's ``userMetadata`` (``spark.databricks.delta.commitInfo.userMetadata``, a
-JSON object of the project's keys; :func:`~spark_chkpt.delta.table.target.project_info` reads
+JSON object of the project's keys; :func:`~spark_chkpt.delta.table.reader.project_info` reads
 it back). The confs are set for the MERGE only and restored, on the session of the
 batch's DataFrame: Spark runs each streaming query on a clone of the user's session, so
 no other query's writes see them.

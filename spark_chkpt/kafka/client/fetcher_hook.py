@@ -18,8 +18,8 @@ from spark_chkpt.kafka.client.columnar import (
     LOG_APPEND_TIME,
     ColumnsBuilder,
     RecordColumns,
-    decode_records,
 )
+from spark_chkpt.kafka.client.record_format import decode_records
 
 
 class _Chunk(list):

@@ -8,7 +8,7 @@ leader is known (the others are missing from the answer, ``KeyError``), a fetch 
 and the producer refuses an explicit one (``ValueError: Unrecognized partition``). The
 project's long-lived kafka-python clients go through here before they name partitions:
 the source's pooled read consumers and the driver's offset probe. (The barrier producer
-refreshes on its own before each snapshot: ``kafka.sink.committer.fresh_partitions``; the
+refreshes on its own before each snapshot: ``kafka.sink.barriers.fresh_partitions``; the
 control topic has one partition; librdkafka consumers are retired by the pool.)
 """
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from spark_chkpt.deadline import Deadline
+from spark_chkpt.deadline import Deadline, retry
 from spark_chkpt.errors import KafkaReadError
 from spark_chkpt.kafka.client.outage import (
     lookup_tries,
@@ -63,14 +63,13 @@ def know_leaders(
     if deadline is None:
         deadline = request_deadline(consumer.config)
     started = time.monotonic()
-    while True:
+
+    def refreshed(_: int) -> None:
         # A restarting broker refuses connections, which kafka-python raises at once
         # where the Java client retries: asked again until the deadline.
         retry_within(consumer.topics, deadline=deadline, doing="refreshing metadata")
         missing = unknown()
-        if not missing:
-            return
-        if deadline.expired():
+        if missing:
             named = ", ".join(f"{ktp.topic}-{ktp.partition}" for ktp in missing)
             timeout_ms = consumer.config.get("request_timeout_ms", 30_000)
             raise KafkaReadError(
@@ -79,7 +78,13 @@ def know_leaders(
                 f"(kafka.request.timeout.ms={timeout_ms}): the partition was deleted, or its "
                 "broker is down"
             )
-        time.sleep(0.1)
+
+    retry(
+        refreshed,
+        deadline=deadline,
+        retriable=lambda error: isinstance(error, KafkaReadError),
+        pause_s=lambda _: 0.1,
+    )
 
 
 def partitions_of(consumer: Any, topic: str) -> list[Any]:

@@ -13,12 +13,11 @@ early (a refused connection, a request sent again and again to a leader that mov
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from spark_chkpt.deadline import Deadline
+from spark_chkpt.deadline import Deadline, retry
 from spark_chkpt.errors import (
     BrokerUnavailableError,
     KafkaAuthenticationError,
@@ -158,21 +157,24 @@ def retry_within(
 ) -> _R:
     """``call()``, asked again every ``pause_s`` (default :data:`RETRY_PAUSE_S`) while
     it raises an error ``retriable`` accepts (by default a refused connection) until
-    ``deadline``; then that error leaves. ``before_retry(error)`` runs before each new
-    try (a metadata refresh that finds a moved leader); each retry is logged as a warning
-    unless ``quiet`` (a caller whose retries are routine). ``call`` must be safe to
-    repeat."""
-    while True:
-        try:
-            return call()
-        except Exception as e:
-            if not retriable(e) or deadline.expired():
-                raise
-            if not quiet:
-                log.warning("Kafka broker did not answer while %s (%s): retrying", doing, e)
-            time.sleep(min(RETRY_PAUSE_S if pause_s is None else pause_s, deadline.remaining()))
-            if before_retry is not None:
-                before_retry(e)
+    ``deadline``; then that error leaves: :func:`spark_chkpt.deadline.retry` with a Kafka
+    client's defaults. ``before_retry(error)`` runs before each new try (a metadata
+    refresh that finds a moved leader); each retry is logged as a warning unless
+    ``quiet`` (a caller whose retries are routine). ``call`` must be safe to repeat."""
+
+    def again(error: BaseException) -> None:
+        if not quiet:
+            log.warning("Kafka broker did not answer while %s (%s): retrying", doing, error)
+        if before_retry is not None:
+            before_retry(error)
+
+    return retry(
+        lambda _: call(),
+        deadline=deadline,
+        retriable=retriable,
+        pause_s=lambda _: RETRY_PAUSE_S if pause_s is None else pause_s,
+        before_retry=again,
+    )
 
 
 def retry_while_refused(call: Callable[[], _R], *, settings: Mapping[str, Any], doing: str) -> _R:

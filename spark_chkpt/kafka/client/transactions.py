@@ -16,27 +16,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError, CoordinatorRetryError
 from spark_chkpt.kafka.client.outage import retry_within
 
+_T = TypeVar("_T")
+
 log = logging.getLogger(__name__)
 
-_RETRIED = (
-    "ConcurrentTransactionsError",
-    "CoordinatorLoadInProgressError",
-    "CoordinatorNotAvailableError",
-    "NotCoordinatorError",
-    "RequestTimedOutError",
-    "KafkaConnectionError",
-    "KafkaTimeoutError",
-    "NodeNotReadyError",
-)
 # Answers after which the coordinator is looked up again: it moved, or its broker died
 # (refused, unanswered, in reconnect backoff), and its transaction log's new leader
 # becomes the coordinator.
@@ -48,6 +40,9 @@ _MOVED = (
     "KafkaTimeoutError",
     "NodeNotReadyError",
 )
+# Answers asked again: the coordinator moved, still loads its log, or still writes the
+# markers of the id's previous transaction.
+_RETRIED = ("ConcurrentTransactionsError", "CoordinatorLoadInProgressError", *_MOVED)
 
 
 # The pause between two tries: a coordinator still writing the markers of the id's
@@ -111,25 +106,48 @@ class TransactionClient:
                 raise CoordinatorRetryError(name)
             return name, response
 
-        def before_retry(error: BaseException) -> None:
-            if str(error) in _MOVED:
-                self._forget_coordinator(transactional_id)
-
         try:
-            return retry_within(
+            return self._ask_coordinator(
+                transactional_id,
                 one_try,
-                deadline=Deadline.after(seconds=timeout_s),
                 doing=f"ending a transaction of transactional id {transactional_id!r}",
                 retriable=lambda e: isinstance(e, CoordinatorRetryError),
-                before_retry=before_retry,
-                pause_s=_RETRY_PAUSE_S,
-                quiet=True,
+                error_name=str,  # CoordinatorRetryError carries the broker's error's name
+                timeout_s=timeout_s,
             )
         except CoordinatorRetryError as e:
             raise BrokerError(
                 f"transaction coordinator of transactional id {transactional_id!r} "
                 f"still answers {e} after {timeout_s:.0f}s"
             ) from None
+
+    def _ask_coordinator(
+        self,
+        transactional_id: str,
+        one_try: Callable[[], _T],
+        *,
+        doing: str,
+        retriable: Callable[[BaseException], bool],
+        error_name: Callable[[BaseException], str],
+        timeout_s: float,
+    ) -> _T:
+        """``one_try()`` asked of ``transactional_id``'s coordinator again while it
+        raises an error ``retriable`` accepts, within ``timeout_s``; the coordinator is
+        looked up again after an error whose name (``error_name``) says it moved."""
+
+        def before_retry(error: BaseException) -> None:
+            if error_name(error) in _MOVED:
+                self._forget_coordinator(transactional_id)
+
+        return retry_within(
+            one_try,
+            deadline=Deadline.after(seconds=timeout_s),
+            doing=doing,
+            retriable=retriable,
+            before_retry=before_retry,
+            pause_s=_RETRY_PAUSE_S,
+            quiet=True,
+        )
 
     def _forget_coordinator(self, transactional_id: str) -> None:
         """Drop the cached coordinator of ``transactional_id`` (it moved)."""
@@ -188,19 +206,14 @@ class TransactionClient:
         def again(error: BaseException) -> bool:
             return isinstance(error, errors.KafkaError) and type(error).__name__ in _RETRIED
 
-        def before_retry(error: BaseException) -> None:
-            if type(error).__name__ in _MOVED:
-                self._forget_coordinator(transactional_id)
-
         try:
-            return retry_within(
+            return self._ask_coordinator(
+                transactional_id,
                 one_try,
-                deadline=Deadline.after(seconds=timeout_s),
                 doing=f"describing transactional id {transactional_id!r}",
                 retriable=again,
-                before_retry=before_retry,
-                pause_s=_RETRY_PAUSE_S,
-                quiet=True,
+                error_name=lambda error: type(error).__name__,
+                timeout_s=timeout_s,
             )
         except (errors.KafkaError, OSError) as e:
             raise BrokerError(

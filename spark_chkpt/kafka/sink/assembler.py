@@ -28,7 +28,7 @@ from spark_chkpt.kafka.control.topic import ensure_control_topic
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.committer import KafkaCoordinator
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig, check_sink_schema
-from spark_chkpt.kafka.sink.transactional import transactional_producer
+from spark_chkpt.kafka.sink.transactional import TaskAttempt, transactional_producer
 from spark_chkpt.kafka.sink.writer import RecordProducer, build_producer, produce_all
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings
@@ -112,11 +112,13 @@ class KafkaSink:
         ``delivery=exactly-once-transactions``, else the ``kafka.client`` one."""
         if self.config.transactional:
             return transactional_producer(
-                config=self.config,
-                app_id=self.snapshot.app_id,
-                batch_id=batch_id,
-                task=task,
-                attempt_number=attempt_number,
+                TaskAttempt(
+                    config=self.config,
+                    app_id=self.snapshot.app_id,
+                    batch_id=batch_id,
+                    task=task,
+                    attempt_number=attempt_number,
+                )
             )
         return build_producer(config=self.config, batch_id=batch_id, task=task)
 

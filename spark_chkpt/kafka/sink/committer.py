@@ -23,14 +23,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from spark_chkpt.alignment.barrier import BARRIER_KEY, Barrier, IndexEntry, control_topic_for
-from spark_chkpt.deadline import Deadline
-from spark_chkpt.errors import ChkptError, FencedError, QueryIdentityError
-from spark_chkpt.failpoints import FaultPoint, armed, failpoint
+from spark_chkpt.alignment.barrier import Barrier, IndexEntry, control_topic_for
+from spark_chkpt.errors import FencedError, QueryIdentityError
+from spark_chkpt.failpoints import FaultPoint, failpoint
 from spark_chkpt.kafka.client.factory import connection_settings
-from spark_chkpt.kafka.client.outage import delivery_timeout_s, flush_within
 from spark_chkpt.kafka.client.pool import ClientCache
 from spark_chkpt.kafka.control.topic import ControlTopic, ensure_control_topic, write_entry
+from spark_chkpt.kafka.sink.barriers import (
+    BARRIER_PRODUCERS,
+    barrier_producer,
+    barrier_producer_key,
+    write_barriers,
+)
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.control_read import ReadPoint, doubt, read_point, recorded_point
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
@@ -51,9 +55,6 @@ log = logging.getLogger(__name__)
 # Spark builds a new writer per batch, and re-reading a control topic from its start on
 # every commit would cost O(history).
 _INDEXES: ClientCache[ControlTopic] = ClientCache(close=lambda index: index.close())
-# One barrier producer per cluster and producer settings (two sinks with other
-# credentials or TLS settings never share one).
-_BARRIER_PRODUCERS: ClientCache[Any] = ClientCache(close=lambda p: p.close(timeout=0))
 
 
 # A commit held this long between finding its batch not committed and its barriers reads
@@ -103,16 +104,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         )
 
     def _producer(self) -> Any:
-        def build() -> Any:
-            from spark_chkpt.kafka.client.factory import kafka_producer
-
-            return kafka_producer(
-                bootstrap_servers=self.config.bootstrap_servers,
-                settings=self.config.producer_settings,
-                client_id=f"spark-chkpt-barriers-{self.app_id[:8]}",
-            )
-
-        return _BARRIER_PRODUCERS.get(barrier_producer_key(self.config), build=build)
+        return barrier_producer(self.config, app_id=self.app_id)
 
     def _index(self, topic: str, batch: KafkaBatch | None = None) -> ControlTopic:
         """``topic``'s control topic, read to its end. Within one commit (``batch``) the
@@ -139,30 +131,9 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         seeked: list[ReadPoint] = []
 
         def build(*, from_start: bool = False) -> ControlTopic:
-            # A new process (a restarted driver): read from the point the last snapshot
-            # record before this batch holds, not from offset 0 (control_read).
-            point = None
-            if not from_start:
-                point = recorded_point(
-                    self.store,
-                    app_id=self.app_id,
-                    sink=self.sink,
-                    topic=topic,
-                    control_topic=control,
-                    before=batch.batch_id if batch is not None else None,
-                )
-            index = ControlTopic(
-                bootstrap_servers=self.config.bootstrap_servers,
-                control_topic=control,
-                data_topic=topic,
-                client_settings=connection_settings(self.config.producer_settings),
-                start_at=point.offset if point is not None else 0,
-                start_id=point.id if point is not None else None,
+            return self._read_index(
+                topic=topic, control=control, batch=batch, from_start=from_start, seeked=seeked
             )
-            index.topic_id = index.current_topic_id()
-            if point is not None:
-                seeked.append(point)
-            return index
 
         # A data topic deleted and created again: entries of the old one don't count. A
         # reader trimmed after a later batch than this one (another query of this app id
@@ -188,6 +159,41 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             index.refresh(metadata_fresh=True)
         if batch is not None:
             batch.indexes[topic] = index
+        return index
+
+    def _read_index(
+        self,
+        *,
+        topic: str,
+        control: str,
+        batch: KafkaBatch | None,
+        from_start: bool,
+        seeked: list[ReadPoint],
+    ) -> ControlTopic:
+        """A new reader of ``control``. In a new process (a restarted driver) it reads
+        from the point the last snapshot record before this batch holds, not from offset
+        0 (control_read), and that point joins ``seeked``; ``from_start``: from offset 0."""
+        point = None
+        if not from_start:
+            point = recorded_point(
+                self.store,
+                app_id=self.app_id,
+                sink=self.sink,
+                topic=topic,
+                control_topic=control,
+                before=batch.batch_id if batch is not None else None,
+            )
+        index = ControlTopic(
+            bootstrap_servers=self.config.bootstrap_servers,
+            control_topic=control,
+            data_topic=topic,
+            client_settings=connection_settings(self.config.producer_settings),
+            start_at=point.offset if point is not None else 0,
+            start_id=point.id if point is not None else None,
+        )
+        index.topic_id = index.current_topic_id()
+        if point is not None:
+            seeked.append(point)
         return index
 
     # -- the hooks of SnapshotCoordinator.commit -------------------------------------------
@@ -283,8 +289,12 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
                     app_id=self.app_id, snapshot_id=batch.batch_id, attempts=intent.attempts
                 )
                 written = set(intent.counts) | set(_counts(batch.outputs, topic))
-                positions = self._write_barriers(
-                    batch.producer, topic=topic, barrier=barrier, written=written
+                positions = write_barriers(
+                    batch.producer,
+                    config=self.config,
+                    topic=topic,
+                    barrier=barrier,
+                    written=written,
                 )
             failpoint(FaultPoint.AFTER_BARRIERS, batch.batch_id)
             batch.completed[topic] = self._entry(
@@ -339,7 +349,7 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
             batch.transactions.close()
             batch.transactions = None
         if failed:
-            _BARRIER_PRODUCERS.retire(barrier_producer_key(self.config))
+            BARRIER_PRODUCERS.retire(barrier_producer_key(self.config))
             return
         # A driver that runs for months: each reader keeps what a coordinator restarted
         # from this commit's recorded point would read (control_read), and every
@@ -400,32 +410,6 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         )
         return entry
 
-    def _write_barriers(
-        self, producer: Any, *, topic: str, barrier: Barrier, written: set[int]
-    ) -> dict[int, int]:
-        """Step 4: barrier ``barrier`` into every partition of ``topic``, acknowledged;
-        returns each partition's barrier offset. The partitions come from metadata read
-        now (the producer is cached per process and its metadata may predate partitions
-        added to the topic) and from the write tasks' acknowledged counts (``written``):
-        a partition a task wrote to always gets its barrier. With ``between-barriers``
-        armed, each barrier is flushed on its own and the kill comes after the first one."""
-        split = armed(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
-        futures = {}
-        wait = delivery_timeout_s(self.config.producer_settings)
-        for partition in sorted(fresh_partitions(producer, topic, written, timeout_s=wait)):
-            futures[partition] = producer.send(
-                topic,
-                key=BARRIER_KEY,
-                value=barrier.value(),
-                partition=partition,
-                headers=Barrier.headers(),
-            )
-            if split:
-                flush_within(producer, settings=self.config.producer_settings)
-                failpoint(FaultPoint.BETWEEN_BARRIERS, barrier.snapshot_id)
-        flush_within(producer, settings=self.config.producer_settings)
-        return {p: int(f.get(timeout=wait).offset) for p, f in futures.items()}
-
     def _record_of(self, batch: KafkaBatch, sources: Sequence[Any]) -> SnapshotRecord:
         """The snapshot record the ``complete`` entries of one batch describe: the rows and
         attempts they confirm, whichever commit call wrote them."""
@@ -481,13 +465,6 @@ class KafkaCoordinator(SnapshotCoordinator[KafkaBatch]):
         )
 
 
-def barrier_producer_key(config: KafkaSinkConfig) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """What makes two sinks' barrier producers interchangeable: the cluster and every
-    producer setting (security, TLS, timeouts)."""
-    items = tuple(sorted((k, repr(v)) for k, v in config.producer_settings.items()))
-    return config.bootstrap_servers, items
-
-
 def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:
     """The batch's source offsets as the index entries record them: each source's
     topic-partition offsets, without the alignment report (``__chkpt__``), which may
@@ -501,33 +478,6 @@ def source_offsets(sources: Sequence[Any]) -> tuple[Any, ...]:
         )
         for s in sources
     )
-
-
-def fresh_partitions(producer: Any, topic: str, written: set[int], *, timeout_s: float) -> set[int]:
-    """``topic``'s partitions from a metadata request sent now by the kafka-python
-    ``producer`` (its own ``partitions_for`` answers from metadata up to
-    ``metadata.max.age.ms`` old), asked again until they include ``written``; raises
-    :class:`ChkptError` if they still do not after ``timeout_s``."""
-    import threading
-
-    deadline = Deadline.after(seconds=timeout_s)
-    while True:
-        done = threading.Event()
-        future = producer._metadata.request_update()
-        future.add_both(lambda *_, event=done: event.set())
-        producer._sender.wakeup()
-        done.wait(max(0.0, deadline.remaining()))
-        known = set(producer.partitions_for(topic))
-        if written <= known:
-            return known
-        if deadline.expired():
-            raise ChkptError(
-                f"chkpt-kafka: write tasks wrote to partition(s) "
-                f"{sorted(written - known)} of topic {topic}, which its metadata does not list "
-                f"after {timeout_s:.0f}s; no barrier can confirm their records. Nothing was "
-                "committed: Spark retries the batch."
-            )
-        time.sleep(0.1)
 
 
 def _counts(outputs: Sequence[ProducedOutput], topic: str) -> dict[int, int]:

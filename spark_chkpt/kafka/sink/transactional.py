@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from spark_chkpt.errors import ChkptError, ConfigError
 from spark_chkpt.failpoints import (
@@ -85,6 +85,15 @@ def fence_earlier_attempts(
         client.close()
 
 
+class ProducerArgs(TypedDict):
+    """What a task's producer is built from, on either client (its ``__init__``'s)."""
+
+    config: KafkaSinkConfig
+    batch_id: int | None
+    task: int
+    extra: dict[str, Any]
+
+
 class TaskAttempt:
     """What a transactional write task is on either client: its transactional id (the
     attempts before it fenced, when it is a retry) and fail point ``in-write``."""
@@ -98,6 +107,9 @@ class TaskAttempt:
         task: int,
         attempt_number: int,
     ) -> None:
+        self.config = config
+        self.batch_id = batch_id
+        self.task = task
         self.transactional_id = transactional_id(
             app_id=app_id, topic=_topic_of(config), partition=task, attempt=attempt_number
         )
@@ -106,6 +118,16 @@ class TaskAttempt:
         self._batch_id = batch_id
         self._first_attempt = task == 0 and attempt_number == 0
         self._sent = 0
+
+    def producer_args(self, *, id_setting: str) -> ProducerArgs:
+        """The arguments of this attempt's producer on a client whose setting of the
+        transactional id is named ``id_setting``."""
+        return ProducerArgs(
+            config=self.config,
+            batch_id=self.batch_id,
+            task=self.task,
+            extra={id_setting: self.transactional_id},
+        )
 
     def sent(self, *, flush: Callable[[], object]) -> None:
         """One Arrow batch produced. Fail point ``in-write``, after the first: when armed,
@@ -125,29 +147,10 @@ class KafkaPythonTransactionalProducer(KafkaPythonProducer):
     """:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` that produces one task
     attempt's records inside an open Kafka transaction, with kafka-python."""
 
-    def __init__(
-        self,
-        *,
-        config: KafkaSinkConfig,
-        app_id: str,
-        batch_id: int | None,
-        task: int,
-        attempt_number: int,
-    ) -> None:
-        self._attempt = TaskAttempt(
-            config=config,
-            app_id=app_id,
-            batch_id=batch_id,
-            task=task,
-            attempt_number=attempt_number,
-        )
-        self.transactional_id = self._attempt.transactional_id
-        super().__init__(
-            config=config,
-            batch_id=batch_id,
-            task=task,
-            extra={"transactional_id": self.transactional_id},
-        )
+    def __init__(self, *, attempt: TaskAttempt) -> None:
+        self._attempt = attempt
+        self.transactional_id = attempt.transactional_id
+        super().__init__(**attempt.producer_args(id_setting="transactional_id"))
         self._producer.init_transactions()
         self._producer.begin_transaction()
 
@@ -171,31 +174,12 @@ class ConfluentTransactionalProducer(ConfluentProducer):
     """:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` that produces one task
     attempt's records inside an open Kafka transaction, with librdkafka."""
 
-    def __init__(
-        self,
-        *,
-        config: KafkaSinkConfig,
-        app_id: str,
-        batch_id: int | None,
-        task: int,
-        attempt_number: int,
-    ) -> None:
-        self._attempt = TaskAttempt(
-            config=config,
-            app_id=app_id,
-            batch_id=batch_id,
-            task=task,
-            attempt_number=attempt_number,
-        )
-        self.transactional_id = self._attempt.transactional_id
-        super().__init__(
-            config=config,
-            batch_id=batch_id,
-            task=task,
-            extra={"transactional.id": self.transactional_id},
-        )
-        topic = _topic_of(config)
-        seconds = delivery_timeout_s(config.producer_settings)
+    def __init__(self, *, attempt: TaskAttempt) -> None:
+        self._attempt = attempt
+        self.transactional_id = attempt.transactional_id
+        super().__init__(**attempt.producer_args(id_setting="transactional.id"))
+        topic = _topic_of(attempt.config)
+        seconds = delivery_timeout_s(attempt.config.producer_settings)
         try:
             # A broker connection up first: init_transactions called while librdkafka
             # has none finds "No brokers available for Transactions" and waits for its
@@ -253,26 +237,12 @@ class ConfluentTransactionalProducer(ConfluentProducer):
 
 
 def transactional_producer(
-    *,
-    config: KafkaSinkConfig,
-    app_id: str,
-    batch_id: int | None,
-    task: int,
-    attempt_number: int,
+    attempt: TaskAttempt,
 ) -> KafkaPythonTransactionalProducer | ConfluentTransactionalProducer:
-    """The write task's transactional producer on the sink's client."""
-    kind = (
-        ConfluentTransactionalProducer
-        if config.client == "confluent"
-        else KafkaPythonTransactionalProducer
-    )
-    return kind(
-        config=config,
-        app_id=app_id,
-        batch_id=batch_id,
-        task=task,
-        attempt_number=attempt_number,
-    )
+    """The write task's transactional producer, for its ``attempt``, on the sink's client."""
+    if attempt.config.client == "confluent":
+        return ConfluentTransactionalProducer(attempt=attempt)
+    return KafkaPythonTransactionalProducer(attempt=attempt)
 
 
 def _topic_of(config: KafkaSinkConfig) -> str:

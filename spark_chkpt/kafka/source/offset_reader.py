@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from spark_chkpt.deadline import Deadline
@@ -154,13 +154,22 @@ class OffsetReader:
         return listed
 
     def _listed_earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self._listed(
+            tps, lambda ktps, ms: self.consumer.beginning_offsets(ktps, timeout_ms=ms)
+        )
+
+    def _listed(
+        self,
+        tps: Iterable[TopicPartition],
+        ask: Callable[[list[Any], int], Mapping[Any, int]],
+    ) -> PartitionOffsets:
+        """``tps``' offsets as ``ask(ktps, timeout_ms)`` (a ListOffsets call of the
+        consumer) answers them, through :func:`list_offsets`."""
         tps = list(tps)
         if not tps:
             return {}
         ktps = [_ktp(tp) for tp in tps]
-        got = list_offsets(
-            self.consumer, ktps, lambda ms: self.consumer.beginning_offsets(ktps, timeout_ms=ms)
-        )
+        got = list_offsets(self.consumer, ktps, lambda ms: ask(ktps, ms))
         return {tp: int(got[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
 
     def _first_records(self, listed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -212,13 +221,9 @@ class OffsetReader:
         """Log end offsets (last stable offsets under read_committed), corrected by the
         fetch high watermark under read_uncommitted (see module docstring)."""
         tps = list(tps)
-        if not tps:
+        ends = self._listed(tps, lambda ktps, ms: self.consumer.end_offsets(ktps, timeout_ms=ms))
+        if not ends:
             return {}
-        ktps = [_ktp(tp) for tp in tps]
-        listed = list_offsets(
-            self.consumer, ktps, lambda ms: self.consumer.end_offsets(ktps, timeout_ms=ms)
-        )
-        ends = {tp: int(listed[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
         if self.consumer.config.get("isolation_level") == "read_committed":
             return ends  # the last stable offsets (see the module docstring)
         # A partition whose listed end has not moved since it was probed has no new record

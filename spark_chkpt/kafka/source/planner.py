@@ -15,26 +15,21 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
-from spark_chkpt.alignment.cut import RecordFilter, TopicCut, plan_topic, record_filters
+from spark_chkpt.alignment.barrier import control_topic_for
+from spark_chkpt.alignment.cut import RecordFilter, record_filters
 from spark_chkpt.alignment.fanin import (
     FanInFilter,
-    app_ids,
     fan_in_filters,
-    is_fan_in,
-    plan_fan_in,
     read_from_report,
-    refuse_mode,
 )
 from spark_chkpt.errors import DataLossError
 from spark_chkpt.kafka.client.outage import broker_calls, retry_while_refused
-from spark_chkpt.kafka.control.topic import ControlTopic, topic_id_of
-from spark_chkpt.kafka.source.fetcher import ReadSpec
-from spark_chkpt.kafka.source.offset_reader import OffsetReader, require_topics
+from spark_chkpt.kafka.source.cuts import BarrierCuts
+from spark_chkpt.kafka.source.intake import ReadSpec
+from spark_chkpt.kafka.source.offset_reader import require_topics
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.offsets import (
     OffsetRange,
@@ -109,35 +104,16 @@ def _group(pieces: Sequence[OffsetRange], per_task: int) -> list[list[OffsetRang
     return groups
 
 
-class SourcePlanner:
-    """The driver side of one ``chkpt-kafka`` reader: offsets, cuts and read tasks."""
+class SourcePlanner(BarrierCuts):
+    """The driver side of one ``chkpt-kafka`` reader: offsets, cuts (:class:`BarrierCuts`)
+    and read tasks."""
 
     def __init__(self, *, config: SourceConfig) -> None:
-        self.config = config
-        self._run_id = uuid.uuid4().hex[:12]
-        self._offsets: OffsetReader | None = None
-        self._indexes: dict[str, ControlTopic] = {}
+        super().__init__(config=config)
         self._available_now: PartitionOffsets | None = None
         self._last_trigger = time.monotonic()
         self._latest: PartitionOffsets = {}
-        self._waiting_since: dict[str, float] = {}
         self._group_at: PartitionOffsets | None = None  # what the group was last committed to
-        # Per topic, the control-topic offset the offset log's report says a reader
-        # starting there needs the index from (``index_from``): a restarted reader seeks
-        # there instead of reading the control topic from its beginning; with the control
-        # topic's Kafka id then (``index_id``): a control topic created again since is
-        # read from its beginning.
-        self._index_from: dict[str, tuple[int, str | None]] = {}
-
-    @property
-    def client_id(self) -> str:
-        return f"{self.config.group_id_prefix}-{self._run_id}"
-
-    @property
-    def offsets(self) -> OffsetReader:
-        if self._offsets is None:
-            self._offsets = OffsetReader(config=self.config, client_id=self.client_id + "-driver")
-        return self._offsets
 
     def __getstate__(self) -> dict[str, Any]:
         # The reader is pickled to executors for read(): leave the driver's consumer behind.
@@ -145,46 +121,6 @@ class SourcePlanner:
         state["_offsets"] = None
         state["_indexes"] = {}
         return state
-
-    def barrier_entries(self, topic: str, *, refresh: bool = True) -> list[IndexEntry] | None:
-        """The topic's complete barrier index entries; None for a topic without barriers
-        (no control topic), read like Spark's source reads any topic (its read tasks
-        refuse the sink's records if they meet any: see ``ReadSpec.missing_control``).
-        ``refresh=False`` reuses what this reader already read, if it has read the index
-        at all."""
-        index = self._indexes.get(topic)
-        if index is not None and not refresh:
-            return index.complete()
-        topic_id = topic_id_of(self.offsets.consumer, topic)
-        if index is not None and topic_id != index.topic_id:
-            index.close()  # the topic was deleted and created again: read the index anew
-            index = None
-        if index is None:
-            control = self.config.control_topic or control_topic_for(topic)
-            seen = self.offsets.topics_seen or set(self.offsets.consumer.topics())
-            if control not in seen:  # metadata partitions() just fetched: no extra request
-                return None
-            index = ControlTopic(
-                bootstrap_servers=self.config.bootstrap_servers,
-                control_topic=control,
-                data_topic=topic,
-                client_settings=self.config.client_settings,
-                client_id=self.client_id + "-index",
-                topic_id=topic_id,
-                start_at=self._index_from.get(topic, (0, None))[0],
-                start_id=self._index_from.get(topic, (0, None))[1],
-            )
-            self._indexes[topic] = index
-        # partitions() fetched every topic's metadata for this planning call: whether
-        # the control topic still exists is read from it, not asked again.
-        index.refresh(topics=self.offsets.topics_seen or None)
-        return index.complete()
-
-    def revocations(self, topic: str) -> list[IndexEntry]:
-        """The topic's ``revoke`` entries as last read by :meth:`barrier_entries` (a
-        savepoint rewind of the upstream query: its snapshots after N are revoked)."""
-        index = self._indexes.get(topic)
-        return index.revocations() if index is not None else []
 
     def plan(
         self,
@@ -371,239 +307,6 @@ class SourcePlanner:
         self._last_trigger = time.monotonic()
         return to_json(end, meta=meta)
 
-    def _align(
-        self,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        end: PartitionOffsets,
-        max_rows: int | None,
-        *,
-        previous: Mapping[str, Any] | None = None,
-    ) -> tuple[PartitionOffsets, dict[str, Any]]:
-        """Cut topics that carry barriers at a consistent snapshot (see spark_chkpt.alignment.cut);
-        returns the end offsets and the report written with them to Spark's offset log.
-        ``previous``: the reports in the batch's start offset (a fan-in topic's pending
-        offsets, :mod:`spark_chkpt.alignment.fanin`)."""
-        end = dict(end)
-        report: dict[str, Any] = {}
-        now = time.monotonic()
-        previous = previous or {}
-        for topic in sorted({tp.topic for tp in latest}):
-            entries = self.barrier_entries(topic)
-            if entries is None:
-                continue
-            tps = [tp for tp in latest if tp.topic == topic]
-            t_begin = {tp: begin[tp] for tp in tps}
-            t_latest = {tp: latest[tp] for tp in tps}
-            revocations = self.revocations(topic)
-            before = previous.get(topic)
-            if self.config.alignment != "none" and is_fan_in(
-                entries,
-                before if isinstance(before, Mapping) else None,
-                self.config.upstream_apps,
-            ):
-                report[topic] = self._align_fan_in(
-                    topic=topic,
-                    begin=t_begin,
-                    latest=t_latest,
-                    entries=entries,
-                    max_rows=max_rows,
-                    previous=before if isinstance(before, Mapping) else None,
-                    revocations=revocations,
-                    end=end,
-                )
-                continue
-            report[topic] = self._align_topic(
-                topic,
-                begin=t_begin,
-                latest=t_latest,
-                entries=entries,
-                revocations=revocations,
-                max_rows=max_rows,
-                now=now,
-                end=end,
-            )
-        return end, ({"topics": report} if report else {})
-
-    def _align_topic(
-        self,
-        topic: str,
-        *,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        entries: Sequence[IndexEntry],
-        revocations: Sequence[IndexEntry],
-        max_rows: int | None,
-        now: float,
-        end: PartitionOffsets,
-    ) -> dict[str, Any]:
-        """One topic's cut (of one upstream query; ``end`` updated with it) and its report
-        in the offset log."""
-        cut = plan_topic(
-            topic=topic,
-            mode=self.config.alignment,
-            start=begin,
-            latest=latest,
-            entries=entries,
-            max_records=max_rows,
-            revocations=revocations,
-        )
-        cut, waited = self._timed_out(
-            cut,
-            topic=topic,
-            begin=begin,
-            latest=latest,
-            entries=entries,
-            revocations=revocations,
-            max_rows=max_rows,
-            now=now,
-        )
-        index_from = self._keep_index(topic, begin=begin, end=cut.end)
-        if not cut.waiting:
-            since = self._waiting_since.pop(topic, now)
-            waited = (now - since) * 1000
-        end.update(cut.end)
-        if cut.note:
-            log.warning("chkpt-kafka %s: %s", topic, cut.note)
-        report = {
-            "mode": cut.mode,
-            "app": cut.app_id,
-            "snapshots": list(cut.snapshots),
-            "barriers": cut.barriers,
-            "waited_ms": round(waited),
-            "span": sum(cut.end[tp] - begin[tp] for tp in begin),
-            **({"reached": {str(p): s for p, s in cut.reached.items()}} if cut.reached else {}),
-            **({"note": cut.note} if cut.note else {}),
-            **({"revoked": cut.revoked} if cut.revoked else {}),
-            **(self._index_report(topic, index_from) if index_from is not None else {}),
-        }
-        if cut.revoked:
-            _log_revoked(topic, cut, revocations)
-        return report
-
-    def _timed_out(
-        self,
-        cut: TopicCut,
-        *,
-        topic: str,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        entries: Sequence[IndexEntry],
-        revocations: Sequence[IndexEntry],
-        max_rows: int | None,
-        now: float,
-    ) -> tuple[TopicCut, float]:
-        """An aligned cut still waiting for its snapshot, with data to read: planned again
-        unaligned once it has waited ``alignmentTimeout``; with how long it has waited."""
-        has_data = any(latest[tp] > begin[tp] for tp in begin)
-        waited = 0.0
-        if cut.waiting and has_data:
-            since = self._waiting_since.setdefault(topic, now)
-            waited = (now - since) * 1000
-            timeout = self.config.alignment_timeout_ms
-            if timeout is not None and waited >= timeout:
-                cut = plan_topic(
-                    topic=topic,
-                    mode="aligned",
-                    start=begin,
-                    latest=latest,
-                    entries=entries,
-                    max_records=max_rows,
-                    force_unaligned=True,
-                    revocations=revocations,
-                )
-                log.warning(
-                    "chkpt-kafka: no consistent cut of %s after %.0f ms "
-                    "(alignmentTimeout); reading this batch unaligned (each partition up to "
-                    "its own newest barrier)",
-                    topic,
-                    waited,
-                )
-        return cut, waited
-
-    def _remember_index_from(self, reports: Mapping[str, Any]) -> None:
-        """Take each topic's ``index_from`` from the reports of a batch's start offsets
-        (the offset log's), for an index this reader has not read yet."""
-        for topic, report in reports.items():
-            found = report.get("index_from") if isinstance(report, Mapping) else None
-            if isinstance(found, int) and topic not in self._indexes:
-                known = report.get("index_id")
-                self._index_from[topic] = (found, known if isinstance(known, str) else None)
-
-    def _keep_index(
-        self, topic: str, *, begin: PartitionOffsets, end: PartitionOffsets
-    ) -> int | None:
-        """After planning a one-app topic's batch ``[begin, end)``: forget the index
-        entries no batch from ``begin`` on needs (so planning does not grow with the
-        snapshots behind), and return the control-topic offset a reader restarting at
-        ``end`` needs the index from (written in the batch's report)."""
-        index = self._indexes.get(topic)
-        if index is None:
-            return None
-        after = index.needed_from({tp.partition: off for tp, off in end.items()})
-        now = index.needed_from({tp.partition: off for tp, off in begin.items()})
-        index.drop_before(index.position if now is None else now)
-        return index.position if after is None else after
-
-    def _index_report(self, topic: str, index_from: int) -> dict[str, Any]:
-        """The report's ``index_from`` and the control topic's Kafka id it is an offset of
-        (none from a broker without topic ids)."""
-        known = self._indexes[topic].control_topic_id()
-        return {"index_from": index_from, **({"index_id": known} if known else {})}
-
-    def _align_fan_in(
-        self,
-        *,
-        topic: str,
-        begin: PartitionOffsets,
-        latest: PartitionOffsets,
-        entries: Sequence[IndexEntry],
-        max_rows: int | None,
-        previous: Mapping[str, Any] | None,
-        revocations: Sequence[IndexEntry],
-        end: PartitionOffsets,
-    ) -> dict[str, Any]:
-        """The cut of a topic several upstream apps write (fan-in): each app up to its own
-        newest complete snapshot, the records of the others kept pending (see
-        :mod:`spark_chkpt.alignment.fanin`). Updates ``end``; returns the topic's report."""
-        apps = sorted(
-            set(app_ids(entries))
-            | set((previous or {}).get("apps") or {})
-            | set(self.config.upstream_apps)
-        )
-        if self.config.alignment != "aligned":
-            raise refuse_mode(
-                topic=topic, apps=apps, option="alignment", value=self.config.alignment
-            )
-        if self.config.alignment_timeout_ms is not None:
-            raise refuse_mode(
-                topic=topic,
-                apps=apps,
-                option="alignmentTimeout",
-                value=f"{self.config.alignment_timeout_ms}ms",
-            )
-        cut = plan_fan_in(
-            topic=topic,
-            start=begin,
-            latest=latest,
-            entries=entries,
-            max_records=max_rows,
-            previous=previous,
-            revocations=revocations,
-            expected=self.config.upstream_apps,
-        )
-        end.update(cut.end)
-        return {
-            "mode": "aligned",
-            "app": None,
-            "snapshots": [],
-            "apps": cut.report(),
-            "barriers": cut.barriers,
-            "waited_ms": 0,
-            # No "span": a fan-in batch reads offsets before its start again and leaves
-            # pending records unread, so span - rows is no count of dropped records.
-        }
-
     def _waits_for_more(
         self, start: PartitionOffsets, end: PartitionOffsets, *, read_all: bool
     ) -> bool:
@@ -713,19 +416,4 @@ def _starting_option(kind: str) -> str:
 def _ending_option(kind: str) -> str:
     return {"timestamp": "endingTimestamp", "timestamps": "endingOffsetsByTimestamp"}.get(
         kind, "endingOffsets"
-    )
-
-
-def _log_revoked(topic: str, cut: TopicCut, revocations: Sequence[IndexEntry]) -> None:
-    """The revoked upstream snapshots a batch skips, named in the log."""
-    log.warning(
-        "chkpt-kafka %s: skipping %d offset(s) of upstream snapshots revoked by "
-        "a savepoint rewind (%s)",
-        topic,
-        cut.revoked,
-        "; ".join(
-            f"app {r.app_id} snapshots {list(r.revoked)} at generation {r.generation}"
-            for r in revocations
-            if r.revoked
-        ),
     )

@@ -123,7 +123,7 @@ def header_codes(chunk: RecordColumns) -> tuple[Any, list[list[tuple[str, bytes 
     import numpy as np
     import pyarrow.compute as pc
 
-    from spark_chkpt.kafka.client.columnar import parse_headers
+    from spark_chkpt.kafka.client.record_format import parse_headers
 
     distinct: list[list[tuple[str, bytes | None]]] = []
     if not chunk.header_index:

@@ -51,7 +51,7 @@ from spark_chkpt import failpoints
 from spark_chkpt.delta.sink import committer as delta_committer
 from spark_chkpt.delta.sink.assembler import DeltaSink
 from spark_chkpt.delta.sink.options import DEAD_LETTER_COLUMN, DeltaSinkConfig
-from spark_chkpt.delta.upsert.committer import DeltaUpsert
+from spark_chkpt.delta.upsert.front import DeltaUpsert
 from spark_chkpt.errors import ChkptError, InjectedFailureError
 from spark_chkpt.failpoints import FaultPoint
 from spark_chkpt.recovery.rebuild import recover_checkpoint

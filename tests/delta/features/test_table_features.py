@@ -243,7 +243,7 @@ def test_a_constraint_added_while_a_batch_is_staged_fails_the_commit_naming_it(
 def test_delta_rs_refusing_a_feature_is_no_commit_conflict() -> None:
     from deltalake.exceptions import CommitFailedError
 
-    from spark_chkpt.delta.table.target import is_conflict
+    from spark_chkpt.delta.table.actions import is_conflict
 
     assert not is_conflict(
         CommitFailedError("Unsupported table features required: [InCommitTimestamp]")

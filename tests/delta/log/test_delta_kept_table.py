@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_chkpt.delta.table import target as table_module
+from spark_chkpt.delta.table import reader as table_module
 from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import TableFeatureError
 from tests.delta.features.test_table_features import _turn_on

@@ -19,7 +19,8 @@ from deltalake import DeltaTable, write_deltalake
 from spark_chkpt.delta.log.commit import LogState, load_state
 from spark_chkpt.delta.log.restore import LogSnapshot, build_restore, commit_restore, dv_id
 from spark_chkpt.delta.rollback import REWIND_KEY
-from spark_chkpt.delta.table.target import DeltaTarget, commit_properties
+from spark_chkpt.delta.table.actions import commit_properties
+from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import CommitConflictError
 from spark_chkpt.fs import resolve
 from tests.delta.log.test_log_commit import ON, ROW_TRACKING, _upgrade, actions

@@ -23,8 +23,8 @@ from deltalake import DeltaTable, write_deltalake
 from spark_chkpt.delta.sink.committer import DeltaCoordinator
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import STAGED_NAME, ParquetStager, StagedOutput
-from spark_chkpt.delta.table.target import DeltaTarget, SchemaMismatchError
-from spark_chkpt.errors import QueryIdentityError
+from spark_chkpt.delta.table.target import DeltaTarget
+from spark_chkpt.errors import QueryIdentityError, SchemaMismatchError
 from spark_chkpt.fs import resolve
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, CommitOutcome, SnapshotRecord
 from spark_chkpt.snapshot.settings import SnapshotSettings

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from spark_chkpt.delta.upsert.committer import _running_query
+from spark_chkpt.delta.upsert.front import _running_query
 
 
 class _ConnectSession:

@@ -120,7 +120,8 @@ def test_headers_stay_encoded_until_coded_once_per_distinct_encoding() -> None:
     of one attempt share one; every record with headers keeps a range, not a list; the
     coded chunk's slices share the codes; a header section that does not fill its record
     is a corrupt record."""
-    from spark_chkpt.kafka.client.columnar import Record, encode_headers, parse_headers
+    from spark_chkpt.kafka.client.columnar import Record
+    from spark_chkpt.kafka.client.record_format import encode_headers, parse_headers
     from spark_chkpt.kafka.source.records import header_codes
 
     headers = [("chkpt.attempt", b"a.1.0"), ("ключ", None), ("", b"")]

@@ -17,7 +17,8 @@ import pytest
 from spark_chkpt.errors import DataLossError, KafkaReadError
 from spark_chkpt.kafka.client.consumer import CLIENTS, RangeConsumer, build_consumer
 from spark_chkpt.kafka.client.pool import ConsumerPool
-from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec
+from spark_chkpt.kafka.source.fetcher import RangeFetcher
+from spark_chkpt.kafka.source.intake import ReadSpec
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.kafka.source.prefetch import PrefetchBuffer
 from spark_chkpt.offsets import OffsetRange, TopicPartition

@@ -28,6 +28,7 @@ from spark_chkpt.alignment.barrier import (
 from spark_chkpt.alignment.index import BarrierIndex
 from spark_chkpt.errors import QueryIdentityError
 from spark_chkpt.kafka.control.topic import write_entry
+from spark_chkpt.kafka.sink import barriers as barrier_writer
 from spark_chkpt.kafka.sink import committer as kafka_coordinator
 from spark_chkpt.kafka.sink.committable import ProducedOutput
 from spark_chkpt.kafka.sink.committer import KafkaCoordinator
@@ -175,6 +176,7 @@ def crash_at(monkeypatch: pytest.MonkeyPatch) -> Any:
             raise Crash(point.value)
 
     monkeypatch.setattr(kafka_coordinator, "failpoint", kill)
+    monkeypatch.setattr(barrier_writer, "failpoint", kill)  # between-barriers
 
     def arm(spec: str | None) -> None:
         if spec is None:

@@ -20,6 +20,7 @@ from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.transactional import (
     ConfluentTransactionalProducer,
     KafkaPythonTransactionalProducer,
+    TaskAttempt,
     transactional_id,
     transactional_producer,
 )
@@ -155,7 +156,7 @@ def test_a_write_task_leaves_its_transaction_open_for_the_driver_on_either_clien
     committed: list[bytes] = []
     for batch_id, (start, n) in enumerate([(0, 50), (50, 30)]):
         producer = transactional_producer(
-            config=config, app_id="app", batch_id=batch_id, task=0, attempt_number=0
+            TaskAttempt(config=config, app_id="app", batch_id=batch_id, task=0, attempt_number=0)
         )
         assert type(producer) is expected
         producer.send(_values(start, n))
@@ -192,7 +193,9 @@ def test_a_failed_librdkafka_attempt_is_aborted_and_a_retry_fences_the_one_befor
 
     def attempt(number: int, batch_id: int = 0) -> Any:
         return transactional_producer(
-            config=config, app_id="app", batch_id=batch_id, task=0, attempt_number=number
+            TaskAttempt(
+                config=config, app_id="app", batch_id=batch_id, task=0, attempt_number=number
+            )
         )
 
     failed = attempt(0)

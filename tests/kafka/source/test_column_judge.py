@@ -21,7 +21,8 @@ from spark_chkpt.alignment.cut import RecordFilter
 from spark_chkpt.alignment.fanin import FanInFilter
 from spark_chkpt.kafka.client.columnar import Record, RecordColumns
 from spark_chkpt.kafka.source.column_judge import judge_columns
-from spark_chkpt.kafka.source.fetcher import RangeFetcher, ReadSpec
+from spark_chkpt.kafka.source.fetcher import RangeFetcher
+from spark_chkpt.kafka.source.intake import ReadSpec
 from spark_chkpt.kafka.source.judge import RecordJudge
 from spark_chkpt.kafka.source.options import SourceConfig
 from spark_chkpt.offsets import OffsetRange, TopicPartition
