@@ -142,14 +142,33 @@ def _run(action: Action, point: FaultPoint, batch_id: int) -> None:
             f"spark-chkpt fault injection: failing {point.value} of batch {batch_id}"
         )
     else:
-        sys.stderr.write(
+        _say_before_kill(
             f"spark-chkpt fault injection: SIGKILL at {point.value} of batch {batch_id}\n"
         )
-        sys.stderr.flush()
         try:
             _kill_session()
         finally:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _say_before_kill(line: str) -> None:
+    """Write ``line`` where the job's own stderr is: the session leader's (the driver's,
+    or spark-submit's JVM). A Python worker's stderr is a pipe Spark's JVM copies with a
+    thread of its own, which the kill may stop before it copied the line."""
+    sys.stderr.flush()
+    leader = f"/proc/{os.getsid(0)}/fd/2"
+    try:
+        if not os.path.samestat(os.stat(leader), os.fstat(2)):
+            fd = os.open(leader, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+            return
+    except OSError:  # no /proc, another user's leader, a socket: this stderr then
+        pass
+    sys.stderr.write(line)
+    sys.stderr.flush()
 
 
 def _kill_session() -> None:

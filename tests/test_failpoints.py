@@ -94,3 +94,39 @@ def test_register_listens_for_after_commit_log_only_when_the_environment_names_i
     with enabled(FaultPoint.AFTER_COMMIT_LOG, lambda p, b: seen.append((p, b))):
         listeners[0].onQueryProgress(SimpleNamespace(progress=SimpleNamespace(batchId=2)))
     assert seen == [(FaultPoint.AFTER_COMMIT_LOG, 2)]
+
+
+# A job's session leader whose child, with its stderr a pipe nobody reads (a Python
+# worker's, which Spark's JVM copies with a thread the kill may stop first), is killed at
+# a fail point: the child's kill takes the whole session, the leader included.
+_LEADER = """
+import subprocess, sys
+child = subprocess.Popen(
+    [sys.executable, "-c", "from spark_chkpt.failpoints import FaultPoint, failpoint; "
+     "failpoint(FaultPoint.AFTER_SNAPSHOT, 1)"],
+    stderr=subprocess.PIPE,
+)
+child.wait()
+print("the kill did not take the leader", file=sys.stderr)
+"""
+
+
+def test_a_kill_says_so_on_the_jobs_stderr_not_only_in_a_pipe_nobody_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI of stop 66: a sink runner killed at after-delta-commit had written its line into
+    the pipe Spark's JVM copies; the kill stopped the JVM before it copied, and the job's
+    stderr never had the line."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(failpoints.ENV, "after-snapshot@1")
+    leader = subprocess.run(
+        [sys.executable, "-c", _LEADER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )
+    assert leader.returncode == -9, leader.stderr
+    assert leader.stderr.count("SIGKILL at after-snapshot of batch 1") == 1, leader.stderr
