@@ -186,41 +186,71 @@ def _killed(result: subprocess.CompletedProcess) -> None:
     # (the injection's own message dies with the JVM that relays worker stderr)
 
 
-def test_kill_after_staging(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
+def test_batch_1_killed_in_its_abort_after_its_staging_and_after_its_snapshot(
+    tmp_path: Path, bootstrap_servers: str, topic: str
+) -> None:
+    """One checkpoint through three kills of batch 1, each restart replaying it: inside
+    Spark's abort of a failed commit (staged files not deleted yet), after staging (nothing
+    visible), after the snapshot record (committed; Spark's commit log not yet). Each
+    restart starts from what the kill before it left, as a user's restarts do."""
+    table = tmp_path / "table"
+
+    # 1. Batch 1's commit fails, Spark aborts it, and the driver dies inside the abort.
+    _killed(
+        run_job(tmp_path, bootstrap_servers, topic, fail_at="in-commit@1", kill_at="in-abort@1")
+    )
+    assert txn_version(tmp_path) == 0
+    assert snapshots(tmp_path) == [0]
+    aborted = {f for f in staged_files(table) if "part-b00001-" in f}
+    assert aborted and not aborted & referenced(table)
+
+    # 2. Restarted, killed after staging batch 1 again: prepared, not committed.
     _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-staging@1"))
-    # Prepared, not committed: batch 1's files are on disk, none is visible.
     assert txn_version(tmp_path) == 0
     assert snapshots(tmp_path) == [0]
     assert spark_committed(tmp_path) == [0]
-    staged_batch1 = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
-    assert staged_batch1 and not staged_batch1 & referenced(tmp_path / "table")
-    assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == PER_BATCH
+    staged_batch1 = {f for f in staged_files(table) if "part-b00001-" in f}
+    assert staged_batch1 and not staged_batch1 & referenced(table)
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == PER_BATCH
 
+    # 3. Restarted, killed after batch 1's snapshot record: committed, Spark's log not yet.
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-snapshot@1"))
+    assert txn_version(tmp_path) == 1
+    assert snapshots(tmp_path) == [0, 1]
+    assert spark_committed(tmp_path) == [0]
+
+    # 4. Restarted to the end: batch 1 is not committed twice.
     result = run_job(tmp_path, bootstrap_servers, topic)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_exactly_once(tmp_path)
-    assert not staged_batch1 & staged_files(tmp_path / "table")  # orphans cleaned at start-up
+    assert "was already committed" in result.stderr
     assert snapshots(tmp_path) == [0, 1, 2]
+    assert not (aborted | staged_batch1) & staged_files(table)  # the killed attempts' files
 
 
 # The kill after batch 1's Delta commit runs on object storage: test_s3_exactly_once.py.
 
 
-@pytest.mark.parametrize("point", ["after-staging", "after-delta-commit"])
-def test_kill_in_the_first_batch(
-    tmp_path: Path, bootstrap_servers: str, topic: str, point: str
+def test_the_first_batch_killed_after_staging_then_after_its_delta_commit(
+    tmp_path: Path, bootstrap_servers: str, topic: str
 ) -> None:
-    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at=f"{point}@0"))
+    """Batch 0, the one that creates the table: killed after staging (the table not even
+    created), restarted and killed after its Delta commit (the table created, no snapshot
+    record, no Spark commit yet), restarted to the end."""
+    table = tmp_path / "table"
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-staging@0"))
     assert snapshots(tmp_path) == []
     assert spark_committed(tmp_path) == []
-    staged_batch0 = {f for f in staged_files(tmp_path / "table") if "part-b00000-" in f}
-    assert staged_batch0
-    if point == "after-staging":  # staged, and the table not even created
-        assert not DeltaTable.is_deltatable(str(tmp_path / "table"))
-    else:  # the table was created by batch 0's commit
-        assert txn_version(tmp_path) == 0
-        assert staged_batch0 == referenced(tmp_path / "table")
-        assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == PER_BATCH
+    assert {f for f in staged_files(table) if "part-b00000-" in f}
+    assert not DeltaTable.is_deltatable(str(table))
+
+    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-delta-commit@0"))
+    assert snapshots(tmp_path) == []
+    assert spark_committed(tmp_path) == []
+    assert txn_version(tmp_path) == 0
+    staged_batch0 = {f for f in staged_files(table) if "part-b00000-" in f}
+    assert staged_batch0 == referenced(table)  # the first attempt's files cleaned
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == PER_BATCH
 
     result = run_job(tmp_path, bootstrap_servers, topic)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -248,34 +278,6 @@ def test_kill_after_staging_with_the_default_orphan_retention(
     assert_records_match_the_events(table)
     assert txn_version(tmp_path) == 2
     assert snapshots(tmp_path) == [0, 1, 2]
-
-
-def test_kill_after_snapshot_record(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
-    _killed(run_job(tmp_path, bootstrap_servers, topic, kill_at="after-snapshot@1"))
-    assert txn_version(tmp_path) == 1
-    assert snapshots(tmp_path) == [0, 1]
-    assert spark_committed(tmp_path) == [0]
-
-    result = run_job(tmp_path, bootstrap_servers, topic)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_exactly_once(tmp_path)
-    assert "was already committed" in result.stderr
-
-
-def test_kill_inside_abort(tmp_path: Path, bootstrap_servers: str, topic: str) -> None:
-    # Batch 1 is staged, its commit fails, Spark aborts it, and the driver dies inside
-    # abort before deleting the staged files.
-    _killed(
-        run_job(tmp_path, bootstrap_servers, topic, fail_at="in-commit@1", kill_at="in-abort@1")
-    )
-    assert txn_version(tmp_path) == 0
-    assert snapshots(tmp_path) == [0]
-    left = {f for f in staged_files(tmp_path / "table") if "part-b00001-" in f}
-    assert left and not left & referenced(tmp_path / "table")
-
-    result = run_job(tmp_path, bootstrap_servers, topic)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_exactly_once(tmp_path)
 
 
 def test_failed_batch_is_aborted_and_retried_on_restart(
