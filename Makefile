@@ -92,7 +92,9 @@ TIMES := .cache/test-times
 # (tests/conftest.py, SPLIT_BY_TEST). Beside the first pass (in the background, niced, its
 # output printed after it), each line's venv runs the unit tests of the code that asks
 # which Spark runs (the runtime, the source's planning and options), in one process: they
-# start no JVM, and a minute of one core after the passes left the other core idle. The rest of the unit suite imports no
+# start no JVM, and a minute of one core after the passes left the other core idle. Then,
+# in the same background run (not niced: a kill chain with its deadlines), the newest
+# line's Spark Connect chain. The rest of the unit suite imports no
 # pyspark API that differs between lines; it runs on .venv's line in the first pass.
 # Every Spark JVM of the suite starts with C1 only, the serial collector and a class-data
 # sharing archive of .venv's Spark classes (tests/conftest.py, spark_chkpt/testing/jvm.py);
@@ -117,19 +119,20 @@ test: test-ready
 	( set -e; for v in $(OTHER_PYSPARK_VERSIONS); do \
 	    SPARK_CHKPT_TEST_TIMES=$(TIMES)/spark-$${v%.*}.json nice -n 10 \
 	    .cache/spark-$${v%.*}/bin/python -m pytest $(SPARK_LINE_TESTS) $(PYTEST_ARGS); \
-	  done ) > $(TIMES)/spark-lines.log 2>&1 & lines=$$!; \
+	  done; \
+	  v=$(NEWEST_PYSPARK_VERSION); SPARK_CHKPT_TEST_TIMES=$(TIMES)/connect-$${v%.*}.json \
+	    SPARK_CHKPT_TEST_JVM=no-archive \
+	    .cache/spark-$${v%.*}/bin/python -m pytest $(NEWEST_LINE_TESTS) $(PYTEST_ARGS) \
+	) > $(TIMES)/spark-lines.log 2>&1 & lines=$$!; \
 	SPARK_CHKPT_TEST_TIMES=$(TIMES)/first.json \
 	  $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS); first=$$?; \
 	wait $$lines; lines_exit=$$?; \
-	echo "== the other Spark lines' unit tests, run beside the first pass (exit $$lines_exit) =="; \
+	echo "== beside the first pass: the other Spark lines' unit tests, then Connect on $(NEWEST_PYSPARK_VERSION) (exit $$lines_exit) =="; \
 	cat $(TIMES)/spark-lines.log; \
 	[ $$first -eq 0 ] && [ $$lines_exit -eq 0 ]
 	SPARK_CHKPT_KAFKA_SOURCE_CLIENT=confluent SPARK_CHKPT_KAFKA_SINK_CLIENT=kafka-python \
 	  SPARK_CHKPT_TEST_TIMES=$(TIMES)/second.json \
 	  $(BIN)/python -m pytest $(XDIST) $(OTHER_CLIENT_TESTS) $(PYTEST_ARGS)
-	v=$(NEWEST_PYSPARK_VERSION); SPARK_CHKPT_TEST_TIMES=$(TIMES)/connect-$${v%.*}.json \
-	  SPARK_CHKPT_TEST_JVM=no-archive \
-	  .cache/spark-$${v%.*}/bin/python -m pytest $(NEWEST_LINE_TESTS) $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
