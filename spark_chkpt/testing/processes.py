@@ -6,11 +6,14 @@ and workers, which leave the job's process group)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,7 +37,13 @@ def launch(
     command: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in a session of its own, its output appended to ``log_path``
-    (``env``: its whole environment; default this process's)."""
+    (``env``: its whole environment; default this process's). Started from the main
+    thread on Linux, it is killed when this process dies, even by SIGKILL (a pytest run
+    killed by a timeout left its brokers running); a thread's start is not (the kernel's
+    signal follows the thread that started it)."""
+    on_death = None
+    if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
+        on_death = functools.partial(_die_with_parent, os.getpid())
     with open(log_path, "ab") as out:
         return subprocess.Popen(
             list(command),
@@ -43,7 +52,19 @@ def launch(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=on_death,
         )
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before its exec: SIGKILL when ``parent`` dies (``PR_SET_PDEATHSIG``),
+    and no exec at all if it died already, between the fork and this call."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def halt(process: subprocess.Popen[bytes] | None, *, timeout_s: float = 10.0, what: str) -> None:
