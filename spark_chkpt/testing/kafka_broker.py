@@ -166,6 +166,9 @@ class EmbeddedKafka(SecuredListener, ServerProcess):
             "log.cleaner.backoff.ms": "1000",
             "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
             "log.cleaner.threads": "1",
+            # A timed-out transaction aborted within a second of its timeout, not within
+            # ten: the transaction chains wait for the broker's abort.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         }
         if self.secured:
             props.update(self._secured_properties())
