@@ -74,7 +74,9 @@ def fill(*, servers: str, topic: str, shape: str, records: int, partitions: int)
     return round(sum(len(v) for _, v in pairs) / max(1, len(pairs)))
 
 
-def _transformed(rows: Any, json_step: bool) -> Any:
+def projected(rows: Any, json_step: bool) -> Any:
+    """The bench's projection of Kafka rows: ``key`` and ``value`` as they are, or (with
+    ``json_step``) ``value`` parsed as a page view and written back as JSON of three fields."""
     from pyspark.sql import functions as F
 
     if not json_step:
@@ -92,7 +94,7 @@ def _transformed(rows: Any, json_step: bool) -> Any:
     )
 
 
-def _reader(spark: Any, fmt: str, *, servers: str, topic: str, per_trigger: int) -> Any:
+def stream_reader(spark: Any, fmt: str, *, servers: str, topic: str, per_trigger: int) -> Any:
     """``topic`` read from its start by ``fmt`` (ours or Spark's ``kafka``), the same
     options on both, ``maxOffsetsPerTrigger`` ``per_trigger``."""
     return (
@@ -119,11 +121,11 @@ def copy(
 ) -> float:
     """The query's wall time (s); ``progress``: filled with its batches' progress
     events (``durationMs`` per phase), for the profile's timeline."""
-    reader = _reader(spark, fmt, servers=servers, topic=topic, per_trigger=per_trigger)
+    reader = stream_reader(spark, fmt, servers=servers, topic=topic, per_trigger=per_trigger)
     if fmt == OURS:
         reader = reader.option("kafka.client", source_client)
     writer = (
-        _transformed(reader.load(), json_step)
+        projected(reader.load(), json_step)
         .writeStream.format(fmt)
         .option("kafka.bootstrap.servers", servers)
         .option("topic", out)
@@ -165,11 +167,11 @@ def steady(
     workers' imports) are left out. The rate is the other batches' records over the time
     from the start of the first of them to the end of the last (their progress events'
     ``timestamp`` plus ``triggerExecution``), as Quix's is its first to last record."""
-    reader = _reader(spark, OURS, servers=servers, topic=topic, per_trigger=per_trigger).option(
-        "kafka.client", "confluent"
-    )
+    reader = stream_reader(
+        spark, OURS, servers=servers, topic=topic, per_trigger=per_trigger
+    ).option("kafka.client", "confluent")
     query = (
-        _transformed(reader.load(), json_step)
+        projected(reader.load(), json_step)
         .writeStream.format(OURS)
         .option("kafka.bootstrap.servers", servers)
         .option("topic", out)

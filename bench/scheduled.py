@@ -57,13 +57,13 @@ def _delta_query(spark: Any, args: argparse.Namespace, source: str, sink: str) -
 
 
 def _kafka_query(spark: Any, args: argparse.Namespace, source: str, sink: str) -> Any:
-    from bench.k2k_shapes import _reader, _transformed
+    from bench.k2k_shapes import projected, stream_reader
 
-    reader = _reader(
+    reader = stream_reader(
         spark, source, servers=args.servers, topic=args.topic, per_trigger=args.per_trigger
     )
     writer = (
-        _transformed(reader.load(), True)
+        projected(reader.load(), True)
         .writeStream.format(sink)
         .option("kafka.bootstrap.servers", args.servers)
         .option("topic", args.out)

@@ -40,17 +40,18 @@ OTHER_LINES = [line.line for line in LINES if line != running_line()]
 
 
 @pytest.fixture(params=OTHER_LINES)
-def python(request: pytest.FixtureRequest) -> str:
+def line(request: pytest.FixtureRequest) -> str:
+    """The Spark line the test runs on (``"4.0"``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def python(line: str) -> str:
     """The interpreter of the Spark line the test runs on."""
-    path = ROOT / ".cache" / f"spark-{request.param}" / "bin" / "python"
+    path = ROOT / ".cache" / f"spark-{line}" / "bin" / "python"
     if not path.exists():
-        pytest.fail(f"no venv of Spark {request.param} at {path.parent.parent}: make spark-lines")
+        pytest.fail(f"no venv of Spark {line} at {path.parent.parent}: make spark-lines")
     return str(path)
-
-
-def line_of(python: str) -> str:
-    """``"4.0"`` of ``.cache/spark-4.0/bin/python``."""
-    return Path(python).parent.parent.name.removeprefix("spark-")
 
 
 def run_script(
@@ -142,6 +143,7 @@ def test_delta_upsert_exact_through_kill_9(
     make_topic: Callable[..., str],
     producer: Any,
     python: str,
+    line: str,
 ) -> None:
     """Round 1 (300 keys) with Trigger.AvailableNow and maxOffsetsPerTrigger 100: three
     batches where Spark has admission control, one batch of all 300 where it has not
@@ -155,7 +157,6 @@ def test_delta_upsert_exact_through_kill_9(
     produce(producer, topic, upsert_round(range(KEYS), "a"))
     finished(run_script(python, tmp_path / "job", script, *args, "100"))
     first = DeltaTable(str(table))  # one commit per batch, the first creates the table
-    line = line_of(python)
     admission_control = version_tuple(line) >= (4, 2)  # spark_version.has_admission_control
     assert first.version() == (2 if admission_control else 0), line
     assert first.to_pyarrow_table().num_rows == KEYS
