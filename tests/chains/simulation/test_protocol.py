@@ -731,7 +731,11 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _rewound(self, point: SavepointModel, folder: Path) -> None:
         query = point.query
-        query.old_checkpoints.append(query.checkpoint)
+        # The folder restored into is the query's own again (a restore run again into
+        # it): not an old one, whose runs a stale writer's would be.
+        query.old_checkpoints = [c for c in query.old_checkpoints if c != folder]
+        if query.checkpoint != folder:
+            query.old_checkpoints.append(query.checkpoint)
         query.checkpoint = folder
         later = query.batches()[-1].batch_id > point.batch_id if query.batches() else False
         if later or point.generation != query.generation:
@@ -1147,6 +1151,26 @@ def hole_rewind_dead_letters(m: ProtocolMachine) -> None:
     m.run_batch(new=2, bad=2, which=0, limit=1, **BATCH)
     m.tables_hold_the_committed_offsets_once()
     m.rewind(point)
+
+
+def test_a_restore_run_again_into_the_querys_own_folder_leaves_it_the_querys() -> None:
+    """A schedule CI's draw found (2026-12-07): a rewind, the same restore run again into
+    the same folder, then a stale writer. The model took the query's own folder for an
+    old one, ran the query there as a "stale writer" and did not count its batch; the
+    engine was right to commit it (the second restore's generation is that folder's)."""
+    machine = ProtocolMachine()
+    try:
+        machine.start_query(poison=False, own_commit=False)
+        machine.run_batch(new=0, bad=0, which=0, limit=1, **BATCH)
+        point = machine.savepoint(crash_in=False)
+        machine.rewind(point)
+        machine.restore_again(index=0)
+        machine.tables_hold_the_committed_offsets_once()
+        assert machine.main.checkpoint not in machine.main.old_checkpoints
+        machine.stale_writer(limit=1)
+        machine.tables_hold_the_committed_offsets_once()
+    finally:
+        machine.teardown()
 
 
 def hole_upsert_null_keys(m: ProtocolMachine) -> None:
