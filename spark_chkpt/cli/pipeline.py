@@ -4,6 +4,7 @@ report of a restore, one job's or each job's of a pipeline."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
@@ -77,6 +78,31 @@ def pipeline_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def sink_options(given: Sequence[str]) -> dict[str, str]:
+    """``--sink-option name=value``, each once, as a plugin sink's kind takes them."""
+    options: dict[str, str] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"savepoint restore: --sink-option {item!r}: give name=value")
+        options[name.strip()] = value
+    return options
+
+
+def job_sink_options(given: Sequence[str]) -> dict[str, dict[str, str]]:
+    """A pipeline's ``--sink-option JOB:NAME=VALUE``: each job's sink plugin inputs."""
+    by_job: dict[str, list[str]] = {}
+    for item in given:
+        job, sep, option = item.partition(":")
+        if not sep or not job.strip() or "=" in job:
+            raise SystemExit(
+                f"savepoint restore --pipeline: --sink-option {item!r}: --sink-option gives "
+                "one job's sink its inputs: give JOB:NAME=VALUE"
+            )
+        by_job.setdefault(job.strip(), []).append(option)
+    return {job: sink_options(options) for job, options in by_job.items()}
+
+
 def pipeline_restore(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.pipeline.restore import restore_pipeline
 
@@ -85,11 +111,7 @@ def pipeline_restore(args: argparse.Namespace) -> int:
             "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
             "restored into <dir>/<job>), no savepoint or --checkpoint"
         )
-    if args.sink_option:
-        raise SystemExit(
-            "savepoint restore --pipeline: --sink-option gives one job's sink its inputs; "
-            "restore that job's savepoint on its own to pass them"
-        )
+    sink_options = job_sink_options(args.sink_option)
     from spark_chkpt.savepoint.pipeline.fork import load_fork, pairs
 
     for result in restore_pipeline(
@@ -99,6 +121,7 @@ def pipeline_restore(args: argparse.Namespace) -> int:
         kafka_bootstrap_servers=args.bootstrap_servers,
         rename_topics=pairs(args.rename_topic, option="--rename-topic"),
         table_paths=args.table_path,
+        sink_options=sink_options,
     ):
         print_restore(result)
     fork = load_fork(checkpoint_dir=args.checkpoint_dir) if args.mode == "fork" else None

@@ -30,15 +30,24 @@ def restore_pipeline(
     storage_options: Mapping[str, str] | None = None,
     rename_topics: Mapping[str, str] | None = None,
     table_paths: Sequence[str] = (),
+    sink_options: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[RestoreResult]:
     """Restore every job of the pipeline savepoint at ``pipeline`` into
     ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
     fails, naming it), then restored, upstream first. A fork
     (:mod:`spark_chkpt.savepoint.pipeline.fork`) writes new topics (``rename_topics``,
     old -> new, every Kafka sink topic) and new tables (``table_paths``: ``JOB=PATH``, or
-    ``PATH`` when one job writes a table)."""
+    ``PATH`` when one job writes a table). ``sink_options``: a job's sink plugin inputs
+    by job name, handed to that job's restore as its ``sink_options``."""
     point = load_pipeline(location=pipeline)
     order = _upstream_first(point.manifest)
+    options = dict(sink_options or {})
+    unknown = sorted(set(options) - {j.name for j in order})
+    if unknown:
+        raise SavepointError(
+            f"pipeline {point.manifest.name} has no job {', '.join(unknown)} "
+            f"(--sink-option): its jobs are {', '.join(j.name for j in order)}"
+        )
     fork = _fork_plan(
         point,
         order,
@@ -64,6 +73,7 @@ def restore_pipeline(
             table=fork.tables.get(job.name) if fork is not None else None,
             storage_options=storage_options,
             kafka_bootstrap_servers=kafka_bootstrap_servers if kafka_rewind else None,
+            sink_options=options.get(job.name),
             check_only=check_only,
             source_rewrite=(
                 fork.rewrite_for(reads[job.name], apps=forked_apps) if fork is not None else None
