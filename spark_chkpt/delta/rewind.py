@@ -23,7 +23,7 @@ from spark_chkpt.delta.dead_letter_rollback import (
 from spark_chkpt.delta.rollback import check_table, rewind_table
 from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.fs import qualify, same_table
+from spark_chkpt.fs import qualify, resolve, same_table
 from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.rewind import (
     RewindPoint,
@@ -114,6 +114,12 @@ class DeltaTableKind:
 
     def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
         check_fork_targets(point=point, request=request)
+
+    def holds(self, *, target: str) -> bool:
+        try:
+            return resolve(target).child("_delta_log").exists()
+        except OSError:  # a store that does not answer holds nothing we can tell
+            return False
 
     def data_source(self) -> None:
         return None  # chkpt-delta's format is spark_chkpt.connectors'

@@ -117,6 +117,9 @@ class ToySink:
     ) -> str:
         return f"toy mark {batch_id} of {app_id} in {target}"
 
+    def holds(self, *, target: str) -> bool:
+        return target.startswith("toy://")
+
     def barrier_topics(self, target: str | None) -> tuple[str, ...]:
         return tuple((target or "").split("+"))
 

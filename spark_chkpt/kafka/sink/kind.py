@@ -37,6 +37,9 @@ class KafkaSinkKind:
     def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
         check_fork_targets(point=point, request=request)
 
+    def holds(self, *, target: str) -> bool:
+        return False  # it writes topics, not paths
+
     def data_source(self) -> None:
         return None  # chkpt-kafka's format is spark_chkpt.connectors'
 

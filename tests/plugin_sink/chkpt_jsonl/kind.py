@@ -90,6 +90,9 @@ class JsonLinesKind:
     ) -> dict[str, dict[str, int]] | None:
         return None
 
+    def holds(self, *, target: str) -> bool:
+        return JsonLinesFolder(target).holds_commits()
+
     def data_source(self) -> type[DataSource]:
         from chkpt_jsonl.datasource import JsonLinesDataSource
 
