@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.state import or_dash
+
+if TYPE_CHECKING:
+    from spark_chkpt.savepoint.restore import RestoreResult
 
 
 def pipeline_create(args: argparse.Namespace) -> int:
@@ -209,38 +212,5 @@ def add_restore_arguments(restore: argparse.ArgumentParser) -> None:
     )
 
 
-def print_restore(result: Any) -> None:
-    print(
-        f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
-        f"{result.query_id} resumes at batch {result.resumes_at}, generation "
-        f"{result.generation} (writers of older generations are fenced)"
-    )
-    for topic, snapshots in (result.revoked or {}).items():
-        print(
-            f"topic {topic}: snapshots {', '.join(map(str, snapshots)) or 'none'} after "
-            f"{result.resumes_at - 1} revoked at generation {result.generation} (readers "
-            "skip their records)"
-        )
-    if result.restore_version is not None:
-        print(
-            f"table {result.table} rolled back from version {result.rolled_back_from} in "
-            f"version {result.restore_version}"
-            + (
-                f" ({result.others_rolled_back} commit(s) without app id undone)"
-                if result.others_rolled_back
-                else ""
-            )
-        )
-    elif result.table is not None:
-        print(f"table {result.table} already ends at that snapshot: left as it is")
-    if result.dead_letters_restore_version is not None:
-        print(
-            f"dead-letter table {result.dead_letter_table} rolled back from version "
-            f"{result.dead_letters_rolled_back_from} in version "
-            f"{result.dead_letters_restore_version}"
-        )
-    elif result.dead_letter_table is not None:
-        print(
-            f"dead-letter table {result.dead_letter_table} already ends at that snapshot: "
-            "left as it is"
-        )
+def print_restore(result: RestoreResult) -> None:
+    print("\n".join(result.lines()))
