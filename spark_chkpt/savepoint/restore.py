@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.manifest import (
@@ -336,14 +335,7 @@ def _rewrite(text: str, source_rewrite: Callable[[Any], Any] | None) -> str:
 
 
 def _previous_restore(root: Location) -> dict[str, Any] | None:
-    path = root.child(*RESTORE_FILE.split("/"))
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise ChkptError(f"{path} is unreadable: {e}") from e
-    return doc if isinstance(doc, dict) else None
+    return root.child(*RESTORE_FILE.split("/")).read_json_object()
 
 
 def _clear_partial(root: Location) -> None:

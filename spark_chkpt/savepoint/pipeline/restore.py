@@ -34,20 +34,13 @@ def restore_pipeline(
 ) -> list[RestoreResult]:
     """Restore every job of the pipeline savepoint at ``pipeline`` into
     ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
-    fails, naming it), then restored, upstream first. A fork
-    (:mod:`spark_chkpt.savepoint.pipeline.fork`) writes new topics (``rename_topics``,
-    old -> new, every Kafka sink topic) and new tables (``table_paths``: ``JOB=PATH``, or
-    ``PATH`` when one job writes a table). ``sink_options``: a job's sink plugin inputs
-    by job name, handed to that job's restore as its ``sink_options``."""
+    fails, naming it), then restored, upstream first, each with its ``sink_options``
+    (by job name). A fork (:mod:`spark_chkpt.savepoint.pipeline.fork`) writes new topics
+    (``rename_topics``, old -> new, every Kafka sink topic) and new tables
+    (``table_paths``: ``JOB=PATH``, or ``PATH`` when one job writes a table)."""
     point = load_pipeline(location=pipeline)
     order = _upstream_first(point.manifest)
-    options = dict(sink_options or {})
-    unknown = sorted(set(options) - {j.name for j in order})
-    if unknown:
-        raise SavepointError(
-            f"pipeline {point.manifest.name} has no job {', '.join(unknown)} "
-            f"(--sink-option): its jobs are {', '.join(j.name for j in order)}"
-        )
+    options = _options_by_job(point.manifest.name, order, sink_options)
     fork = _fork_plan(
         point,
         order,
@@ -90,6 +83,20 @@ def restore_pipeline(
         restore=lambda job: restore(job, check_only=False),
         forked_apps=forked_apps if fork is not None else None,
     )
+
+
+def _options_by_job(
+    name: str, order: Sequence[PipelineJob], sink_options: Mapping[str, Mapping[str, str]] | None
+) -> dict[str, Mapping[str, str]]:
+    """Each job's sink options by its name; a name the pipeline lacks is refused."""
+    options = dict(sink_options or {})
+    unknown = sorted(set(options) - {j.name for j in order})
+    if unknown:
+        raise SavepointError(
+            f"pipeline {name} has no job {', '.join(unknown)} (--sink-option): its jobs "
+            f"are {', '.join(j.name for j in order)}"
+        )
+    return options
 
 
 def _fork_plan(
