@@ -27,8 +27,6 @@ def rewind_point(point: Savepoint) -> RewindPoint:
         source_offsets=manifest.source_offsets,
         target=sink.target if sink is not None else None,
         version=sink.table_version if sink is not None else None,
-        dead_letters=sink.dead_letters if sink is not None else None,
-        dead_letter_version=sink.dead_letter_version if sink is not None else None,
         record=manifest.snapshot_record(),
     )
 

@@ -25,8 +25,9 @@ from spark_chkpt.snapshot.record import SnapshotRecord
 class RewindPoint:
     """Snapshot N as a savepoint holds it: ``app_id``'s batch ``batch_id`` from
     ``source_offsets``, written to ``target`` (a table, or topics joined by commas), at
-    the sink's ``version`` (a Delta table's; None: not recorded), its dead-letter table
-    and that table's version at N (None: none recorded), and the snapshot ``record``."""
+    the sink's ``version`` (a Delta table's; None: not recorded), and the snapshot
+    ``record`` (what else a sink recorded at N: a Delta sink's dead-letter table and its
+    version, a plugin's ``sink_state``; None: a savepoint of an earlier release)."""
 
     savepoint_id: str
     app_id: str
@@ -34,8 +35,6 @@ class RewindPoint:
     source_offsets: Sequence[Any]
     target: str | None
     version: int | None = None
-    dead_letters: str | None = None
-    dead_letter_version: int | None = None
     record: SnapshotRecord | None = None
 
 
@@ -103,7 +102,7 @@ def check_fork_tables(
     check_fork_target(given=table, written=point.target, flag="--table")
     check_fork_target(
         given=dead_letter_table,
-        written=point.dead_letters,
+        written=point.record.dead_letter_target if point.record is not None else None,
         flag="--dead-letter-table",
         what="dead-letter table",
     )

@@ -8,6 +8,7 @@ import pytest
 
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.sinks import sink_kind
+from spark_chkpt.snapshot.record import SnapshotRecord
 from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest
 
 POINT = RewindPoint(
@@ -16,7 +17,20 @@ POINT = RewindPoint(
     batch_id=4,
     source_offsets=[],
     target="/data/events",
-    dead_letters="/data/events_dlq",
+    record=SnapshotRecord(
+        batch_id=4,
+        app_id="app",
+        query_name=None,
+        sink="chkpt-delta",
+        source_offsets=[],
+        table_version=None,
+        rows=0,
+        files=0,
+        bytes=0,
+        commit_ms=0.0,
+        target="/data/events",
+        dead_letter_target="/data/events_dlq",
+    ),
 )
 
 
