@@ -52,9 +52,7 @@ def restore_pipeline(
     )
     reads = _reads(point.manifest, order)
 
-    # A fork: the app id each forked writer writes its new topic under, where it is not
-    # the old one (a writer without txnAppId is its query id, new in a fork); known once
-    # the writer is restored, before its readers (upstream first).
+    # A fork: each forked writer's new app id, known once it is restored (_restore_every_job)
     forked_apps: dict[str, str] = {}
 
     def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
@@ -152,8 +150,10 @@ def _restore_every_job(
     restore: Callable[[PipelineJob], RestoreResult],
     forked_apps: dict[str, str] | None,
 ) -> list[RestoreResult]:
-    """Every job restored, upstream first; in a fork, each forked writer's new app id
-    put in ``forked_apps`` before its readers are restored."""
+    """Every job restored, upstream first; in a fork, the app id each forked writer
+    writes its new topic under, where it is not the old one (a writer without txnAppId
+    is its query id, new in a fork), put in ``forked_apps`` before its readers are
+    restored."""
     results = []
     for i, job in enumerate(order):
         result = restore(job)
