@@ -159,6 +159,7 @@ def test_a_command_on_a_plugins_folder_names_the_kind_and_the_command(
     assert main(args) != 0
     err = capsys.readouterr().err
     assert f"spark-chkpt {args[0]}: sink kind 'chkpt-jsonl' does not support {args[0]}" in err
+    assert err.count(f"spark-chkpt {args[0]}:") == 1, err  # the command named once
     assert str(jsonl_folder) in err and "not a Delta table" not in err
     assert not (tmp_path / "chk").exists()
 
