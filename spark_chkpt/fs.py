@@ -15,13 +15,14 @@ environment variables and profile).
 
 from __future__ import annotations
 
+import json
 import posixpath
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from spark_chkpt.errors import StorageOptionsConflictError
+from spark_chkpt.errors import ChkptError, StorageOptionsConflictError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -51,6 +52,17 @@ class Location:
     def read_text(self) -> str:
         with self.fs.open_input_stream(self.path) as stream:
             return bytes(stream.read()).decode("utf-8")
+
+    def read_json_object(self) -> dict[str, Any] | None:
+        """The JSON object the file holds (None: no such file, or another JSON value);
+        one error naming the file if it is not JSON."""
+        try:
+            doc = json.loads(self.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise ChkptError(f"{self.path} is unreadable: {e}") from e
+        return doc if isinstance(doc, dict) else None
 
     def read_bytes(self) -> bytes:
         with self.fs.open_input_stream(self.path) as stream:

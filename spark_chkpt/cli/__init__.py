@@ -92,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         kafka_config.apply(args)
         return int(args.run(args))
     except ChkptError as e:
-        print(f"spark-chkpt {args.command}: {e}", file=sys.stderr)
+        prefix = f"spark-chkpt {args.command}: "  # a message that names it already keeps its own
+        message = str(e)
+        print(message if message.startswith(prefix) else prefix + message, file=sys.stderr)
         return 2
 
 

@@ -4,10 +4,14 @@ report of a restore, one job's or each job's of a pipeline."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
 from spark_chkpt.cli.state import or_dash
+
+if TYPE_CHECKING:
+    from spark_chkpt.savepoint.restore import RestoreResult
 
 
 def pipeline_create(args: argparse.Namespace) -> int:
@@ -77,6 +81,31 @@ def pipeline_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def sink_options(given: Sequence[str]) -> dict[str, str]:
+    """``--sink-option name=value``, each once, as a plugin sink's kind takes them."""
+    options: dict[str, str] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"savepoint restore: --sink-option {item!r}: give name=value")
+        options[name.strip()] = value
+    return options
+
+
+def job_sink_options(given: Sequence[str]) -> dict[str, dict[str, str]]:
+    """A pipeline's ``--sink-option JOB:NAME=VALUE``: each job's sink plugin inputs."""
+    by_job: dict[str, list[str]] = {}
+    for item in given:
+        job, sep, option = item.partition(":")
+        if not sep or not job.strip() or "=" in job:
+            raise SystemExit(
+                f"savepoint restore --pipeline: --sink-option {item!r}: --sink-option gives "
+                "one job's sink its inputs: give JOB:NAME=VALUE"
+            )
+        by_job.setdefault(job.strip(), []).append(option)
+    return {job: sink_options(options) for job, options in by_job.items()}
+
+
 def pipeline_restore(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.pipeline.restore import restore_pipeline
 
@@ -85,11 +114,7 @@ def pipeline_restore(args: argparse.Namespace) -> int:
             "savepoint restore --pipeline PIPELINE: give --checkpoint-dir (each job is "
             "restored into <dir>/<job>), no savepoint or --checkpoint"
         )
-    if args.sink_option:
-        raise SystemExit(
-            "savepoint restore --pipeline: --sink-option gives one job's sink its inputs; "
-            "restore that job's savepoint on its own to pass them"
-        )
+    sink_options = job_sink_options(args.sink_option)
     from spark_chkpt.savepoint.pipeline.fork import load_fork, pairs
 
     for result in restore_pipeline(
@@ -99,6 +124,7 @@ def pipeline_restore(args: argparse.Namespace) -> int:
         kafka_bootstrap_servers=args.bootstrap_servers,
         rename_topics=pairs(args.rename_topic, option="--rename-topic"),
         table_paths=args.table_path,
+        sink_options=sink_options,
     ):
         print_restore(result)
     fork = load_fork(checkpoint_dir=args.checkpoint_dir) if args.mode == "fork" else None
@@ -186,38 +212,5 @@ def add_restore_arguments(restore: argparse.ArgumentParser) -> None:
     )
 
 
-def print_restore(result: Any) -> None:
-    print(
-        f"checkpoint {result.checkpoint_location} written ({result.mode}): query "
-        f"{result.query_id} resumes at batch {result.resumes_at}, generation "
-        f"{result.generation} (writers of older generations are fenced)"
-    )
-    for topic, snapshots in (result.revoked or {}).items():
-        print(
-            f"topic {topic}: snapshots {', '.join(map(str, snapshots)) or 'none'} after "
-            f"{result.resumes_at - 1} revoked at generation {result.generation} (readers "
-            "skip their records)"
-        )
-    if result.restore_version is not None:
-        print(
-            f"table {result.table} rolled back from version {result.rolled_back_from} in "
-            f"version {result.restore_version}"
-            + (
-                f" ({result.others_rolled_back} commit(s) without app id undone)"
-                if result.others_rolled_back
-                else ""
-            )
-        )
-    elif result.table is not None:
-        print(f"table {result.table} already ends at that snapshot: left as it is")
-    if result.dead_letters_restore_version is not None:
-        print(
-            f"dead-letter table {result.dead_letter_table} rolled back from version "
-            f"{result.dead_letters_rolled_back_from} in version "
-            f"{result.dead_letters_restore_version}"
-        )
-    elif result.dead_letter_table is not None:
-        print(
-            f"dead-letter table {result.dead_letter_table} already ends at that snapshot: "
-            "left as it is"
-        )
+def print_restore(result: RestoreResult) -> None:
+    print("\n".join(result.lines()))

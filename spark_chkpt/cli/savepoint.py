@@ -16,6 +16,7 @@ from spark_chkpt.cli.pipeline import (
     pipeline_restore,
     pipeline_show,
     print_restore,
+    sink_options,
 )
 from spark_chkpt.cli.state import or_dash, reader_session
 
@@ -238,7 +239,7 @@ def _savepoint_restore(args: argparse.Namespace) -> int:
         shadow=args.shadow,
         kafka_bootstrap_servers=args.bootstrap_servers,
         control_topic=args.control_topic,
-        sink_options=_sink_options(args.sink_option),
+        sink_options=sink_options(args.sink_option),
     )
     if result.shadow:
         print("shadow fork: production's checkpoint and table are left alone")
@@ -342,17 +343,6 @@ def _add_check(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.set_defaults(run=_savepoint_check)
 
 
-def _sink_options(given: Sequence[str]) -> dict[str, str]:
-    """``--sink-option name=value``, each once, as a plugin sink's kind takes them."""
-    options: dict[str, str] = {}
-    for item in given:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise SystemExit(f"savepoint restore: --sink-option {item!r}: give name=value")
-        options[name.strip()] = value
-    return options
-
-
 def _add_restore(sp: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``savepoint restore``: rewind or fork, its options in the order ``--help`` shows."""
     restore = sp.add_parser(
@@ -409,7 +399,7 @@ def _add_restore_target(restore: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="an input of a sink plugin's own rewind or fork, by the name its docs give "
-        "(repeat for several)",
+        "(repeat for several); with --pipeline, JOB:NAME=VALUE gives it to that job's sink",
     )
 
 

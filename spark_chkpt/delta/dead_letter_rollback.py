@@ -169,8 +169,8 @@ def dead_letter_table_of(
     ``given`` (its version then looked up in its log); None: the sink has none."""
     uri: str | None = None
     version: int | None = None
-    if point.dead_letters:
-        uri, version = point.dead_letters, point.dead_letter_version
+    if point.record is not None and point.record.dead_letter_target:
+        uri, version = point.record.dead_letter_target, point.record.dead_letter_version
     elif state.record is not None and state.record.dead_letter_target:
         uri, version = state.record.dead_letter_target, state.record.dead_letter_version
     recorded = uri is not None

@@ -12,7 +12,7 @@ docs/concepts/delta-internals.md (spark_chkpt/delta/rewind.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from spark_chkpt.delta.dead_letter_rollback import (
     DeadLetterTable,
@@ -20,18 +20,38 @@ from spark_chkpt.delta.dead_letter_rollback import (
     plan_dead_letter_rewind,
     rewind_dead_letters,
 )
-from spark_chkpt.delta.rollback import check_table, rewind_table
+from spark_chkpt.delta.rollback import DeltaRewound, check_table, rewind_table
 from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.fs import qualify, same_table
+from spark_chkpt.fs import qualify, resolve, same_table
 from spark_chkpt.snapshot.record import SnapshotRecord
-from spark_chkpt.snapshot.rewind import (
-    RewindPoint,
-    RewindRequest,
-    Rewound,
-    check_fork_targets,
-)
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, check_fork_tables
 from spark_chkpt.snapshot.tools import Tool
+
+TABLE, DEAD_LETTER_TABLE = "table", "dead-letter-table"  # the kinds' own sink options
+
+
+@dataclass(frozen=True)
+class DeltaRewindRequest:
+    """A Delta sink's own inputs of a rewind or fork, parsed from the request's sink
+    options (``--table``, ``--dead-letter-table`` on the command line): the ``table``
+    (a rewind's must be the savepoint's; a fork's a new one), the ``dead_letter_table``
+    of a savepoint of an earlier release, the store's ``storage_options`` and the
+    ``discard_other_writers``."""
+
+    table: str | None = None
+    dead_letter_table: str | None = None
+    storage_options: Mapping[str, str] | None = None
+    discard_other_writers: Sequence[str] = ()
+
+    @classmethod
+    def of(cls, request: RewindRequest) -> DeltaRewindRequest:
+        return cls(
+            table=request.sink_options.get(TABLE),
+            dead_letter_table=request.sink_options.get(DEAD_LETTER_TABLE),
+            storage_options=request.storage_options,
+            discard_other_writers=tuple(request.discard_other_writers),
+        )
 
 
 class DeltaRewind:
@@ -66,7 +86,7 @@ class DeltaRewind:
             plan_dead_letter_rewind(self.letters, discard_other_writers=self.discard_other_writers)
         return (self.target.generation(state.table, app_id=state.app_id) or 0) + 1
 
-    def apply(self, *, generation: int, checkpoint_location: str) -> Rewound:
+    def apply(self, *, generation: int, checkpoint_location: str) -> DeltaRewound:
         rewound = rewind_table(
             self.point,
             self.target,
@@ -104,16 +124,24 @@ class DeltaTableKind:
         self.name = name
 
     def rewind(self, *, point: RewindPoint, request: RewindRequest) -> DeltaRewind:
+        own = DeltaRewindRequest.of(request)
         return DeltaRewind(
             point=point,
-            table=request.table,
-            dead_letter_table=request.dead_letter_table,
-            storage_options=request.storage_options,
-            discard_other_writers=request.discard_other_writers,
+            table=own.table,
+            dead_letter_table=own.dead_letter_table,
+            storage_options=own.storage_options,
+            discard_other_writers=own.discard_other_writers,
         )
 
     def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
-        check_fork_targets(point=point, request=request)
+        own = DeltaRewindRequest.of(request)
+        check_fork_tables(point=point, table=own.table, dead_letter_table=own.dead_letter_table)
+
+    def holds(self, *, target: str) -> bool:
+        try:
+            return resolve(target).child("_delta_log").exists()
+        except OSError:  # a store that does not answer holds nothing we can tell
+            return False
 
     def data_source(self) -> None:
         return None  # chkpt-delta's format is spark_chkpt.connectors'

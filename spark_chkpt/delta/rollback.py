@@ -21,12 +21,52 @@ from spark_chkpt.delta.table.reader import TxnCommit
 from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.snapshot.record import SNAPSHOT_KEY, SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, Rewound
+from spark_chkpt.snapshot.rewind import RewindPoint
 
 log = logging.getLogger(__name__)
 
 REWIND_KEY = "chkpt.rewind"  # commitInfo of a rewind's restore commit
 NO_APP_ID = "no-app-id"  # names, in --discard-other-writers, commits without any txn
+
+
+@dataclass(frozen=True)
+class DeltaRewound:
+    """What a Delta sink's rewind did (:class:`~spark_chkpt.snapshot.rewind.Rewound`):
+    the ``table``'s version before (``rolled_back_from``) and its restore commit's
+    (``restore_version``, None: nothing to undo), the commits without any txn it undid
+    (``others_rolled_back``), and the same for its dead-letter table."""
+
+    table: str | None = None
+    rolled_back_from: int | None = None
+    restore_version: int | None = None
+    others_rolled_back: int = 0
+    dead_letter_table: str | None = None
+    dead_letters_rolled_back_from: int | None = None
+    dead_letters_restore_version: int | None = None
+
+    def lines(self, *, generation: int, resumes_at: int) -> list[str]:
+        out = []
+        if self.restore_version is not None:
+            undone = self.others_rolled_back
+            out.append(
+                f"table {self.table} rolled back from version {self.rolled_back_from} in "
+                f"version {self.restore_version}"
+                + (f" ({undone} commit(s) without app id undone)" if undone else "")
+            )
+        elif self.table is not None:
+            out.append(f"table {self.table} already ends at that snapshot: left as it is")
+        if self.dead_letters_restore_version is not None:
+            out.append(
+                f"dead-letter table {self.dead_letter_table} rolled back from version "
+                f"{self.dead_letters_rolled_back_from} in version "
+                f"{self.dead_letters_restore_version}"
+            )
+        elif self.dead_letter_table is not None:
+            out.append(
+                f"dead-letter table {self.dead_letter_table} already ends at that snapshot: "
+                "left as it is"
+            )
+        return out
 
 
 @dataclass(frozen=True)
@@ -119,7 +159,7 @@ def rewind_table(
     generation: int,
     *,
     checkpoint_location: str,
-) -> Rewound:
+) -> DeltaRewound:
     """Step 4: roll ``target`` back to snapshot N with ``txn(appId, N)`` and the new
     generation ``txn(<appId>#generation, g)``, which fences the writers of older ones."""
     batch = point.batch_id
@@ -141,7 +181,7 @@ def rewind_table(
                 generation=generation,
                 metadata={REWIND_KEY: json.dumps(rewind_info)},
             )
-        return Rewound(rolled_back_from=state.current)
+        return DeltaRewound(rolled_back_from=state.current)
     _restore(point, target, state, generation, rewind_info, checkpoint_location)
     after = target.open()
     if state.plain:
@@ -152,7 +192,7 @@ def rewind_table(
             batch,
             state.plain,
         )
-    return Rewound(
+    return DeltaRewound(
         rolled_back_from=state.current,
         restore_version=int(after.version()) if after is not None else None,
         others_rolled_back=state.plain,

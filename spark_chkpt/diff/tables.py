@@ -119,8 +119,8 @@ def pair_versions(
     """The newest version of ``table_a`` whose snapshot record's source offsets some
     version of ``table_b`` also has (the newest such version of B); a
     :class:`ChkptError` saying what each table holds if there is none."""
-    history_a = snapshot_history(table_uri=table_a, storage_options=storage_options)
-    history_b = snapshot_history(table_uri=table_b, storage_options=storage_options)
+    history_a = snapshot_history(table_uri=table_a, storage_options=storage_options, tool="diff")
+    history_b = snapshot_history(table_uri=table_b, storage_options=storage_options, tool="diff")
     for name, history, uri in (("A", history_a, table_a), ("B", history_b, table_b)):
         if not history:
             raise ChkptError(

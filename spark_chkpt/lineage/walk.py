@@ -103,6 +103,9 @@ def _table_node(
     try:
         delta = DeltaTarget(uri=table, storage_options=storage_options).require()
     except NotADeltaTableError as e:
+        from spark_chkpt.sinks import require_tool_at
+
+        require_tool_at(table, tool="lineage", command="lineage")
         raise ChkptError(f"{table} is not a Delta table: {e}") from e
     history = {e.version: e.info for e in commit_history(delta)}
     check_version(version, sorted(history), table=table)

@@ -31,6 +31,7 @@ from spark_chkpt.delta.table.target import DeltaTarget
 from spark_chkpt.errors import NotADeltaTableError, RecoveryError
 from spark_chkpt.snapshot.checkpoint import offset_log_entry, write_checkpoint
 from spark_chkpt.snapshot.record import SnapshotRecord
+from spark_chkpt.snapshot.tools import Tool
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,17 @@ def table_snapshots(
 
 
 def snapshot_history(
-    *, table_uri: str, storage_options: Mapping[str, str] | None = None
+    *, table_uri: str, storage_options: Mapping[str, str] | None = None, tool: Tool = "recover"
 ) -> list[TableSnapshot]:
-    """Every commit of the table that carries a snapshot record, newest first."""
+    """Every commit of the table that carries a snapshot record, newest first. A path
+    that is no Delta table but another sink kind's target is refused naming that kind
+    and ``tool``, the command reading it (:func:`spark_chkpt.sinks.require_tool_at`)."""
     try:
         table = DeltaTarget(uri=table_uri, storage_options=storage_options).require()
     except NotADeltaTableError as e:
+        from spark_chkpt.sinks import require_tool_at
+
+        require_tool_at(table_uri, tool=tool, command=tool)
         raise RecoveryError(f"{table_uri} is not a Delta table: {e}") from e
 
     def unreadable(version: int, e: Exception) -> None:

@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from spark_chkpt.errors import ChkptError
 from spark_chkpt.fs import Location, qualify, resolve
 from spark_chkpt.savepoint.check import restorable_operators
 from spark_chkpt.savepoint.manifest import (
@@ -31,10 +30,15 @@ from spark_chkpt.savepoint.manifest import (
     verify_files,
 )
 from spark_chkpt.savepoint.plan import JobPlan
-from spark_chkpt.savepoint.rewind import rewind_point, savepoint_kind, sink_rewind
+from spark_chkpt.savepoint.rewind import (
+    rewind_point,
+    savepoint_kind,
+    sink_options_of,
+    sink_rewind,
+)
 from spark_chkpt.savepoint.shadow import check_shadow
 from spark_chkpt.snapshot.checkpoint import checkpoint_in_use, write_checkpoint
-from spark_chkpt.snapshot.rewind import RewindRequest, SinkRewind
+from spark_chkpt.snapshot.rewind import RewindRequest, Rewound, SinkRewind
 from spark_chkpt.snapshot.store import STORE_DIR
 
 log = logging.getLogger(__name__)
@@ -47,24 +51,33 @@ _SPARK_LOGS = ("metadata", "offsets/", "commits/", f"{STORE_DIR}/")
 @dataclass(frozen=True)
 class RestoreResult:
     """What a restore did: the new checkpoint, its query id, where it resumes, and for a
-    rewind the table's versions before and after (and its dead-letter table's)."""
+    rewind what the sink's rewind did (``rewound``: the sink's own object, a table's
+    versions before and after, a topic's revoked snapshots, a plugin's own)."""
 
     checkpoint_location: str
     mode: RestoreMode
     savepoint: str
     query_id: str
     resumes_at: int
-    table: str | None = None
-    rolled_back_from: int | None = None  # the table's version before the rewind
-    restore_version: int | None = None  # the restore commit's version (None: nothing to undo)
-    others_rolled_back: int = 0  # commits without any txn after N that the rewind undid
     generation: int = 0  # the new checkpoint's generation (snapshot/epoch.py)
-    dead_letter_table: str | None = None  # the dead-letter table a rewind rolled back
-    dead_letters_rolled_back_from: int | None = None  # its version before the rewind
-    dead_letters_restore_version: int | None = None  # its restore commit (None: nothing to undo)
     dropped_operators: tuple[int, ...] = ()  # state not restored (allow_non_restored_state)
     shadow: bool = False  # a shadow fork (restore_savepoint's shadow)
-    revoked: Mapping[str, tuple[int, ...]] | None = None  # Kafka rewind: topic -> snapshots
+    rewound: Rewound | None = None  # a rewind's: what the sink's rewind did
+
+    def lines(self) -> list[str]:
+        """The report of the restore, as ``savepoint restore`` prints it."""
+        head = (
+            f"checkpoint {self.checkpoint_location} written ({self.mode}): query "
+            f"{self.query_id} resumes at batch {self.resumes_at}, generation "
+            f"{self.generation} (writers of older generations are fenced)"
+        )
+        done = self.rewound
+        tail = (
+            []
+            if done is None
+            else done.lines(generation=self.generation, resumes_at=self.resumes_at)
+        )
+        return [head, *tail]
 
 
 def restore_savepoint(
@@ -93,7 +106,9 @@ def restore_savepoint(
     an earlier release whose table does not name it (a rewind rolls it back; a fork
     checks that its new one differs). ``kafka_bootstrap_servers`` (and ``control_topic``
     if the sink set ``controlTopic``): a rewind of a query writing ``chkpt-kafka``.
-    ``sink_options``: a sink plugin's own inputs by name, handed to its kind.
+    ``sink_options``: the sink kind's own inputs by name, handed to its kind (the four
+    keywords before it are the built-in sinks' options ``table``, ``dead-letter-table``,
+    ``bootstrap-servers``, ``control-topic``, given by name).
     ``check_only``: steps 1 to 3 only (every check), nothing written (a pipeline checks
     all its jobs before restoring any). ``source_rewrite``: applied to each source's
     offsets (Spark's offset log of N and N - 1, and the snapshot record's) as the fork
@@ -126,13 +141,15 @@ def restore_savepoint(
         )
     # Step 2
     request = RewindRequest(
-        table=table,
         storage_options=storage_options,
         discard_other_writers=discard_other_writers,
-        dead_letter_table=dead_letter_table,
-        kafka_bootstrap_servers=kafka_bootstrap_servers,
-        control_topic=control_topic,
-        sink_options=dict(sink_options or {}),
+        sink_options=sink_options_of(
+            sink_options,
+            table=table,
+            dead_letter_table=dead_letter_table,
+            kafka_bootstrap_servers=kafka_bootstrap_servers,
+            control_topic=control_topic,
+        ),
     )
     rewind: SinkRewind | None = None
     if mode == "rewind":
@@ -167,17 +184,7 @@ def restore_savepoint(
     # Step 5
     if rewind is not None:
         rewound = rewind.apply(generation=generation, checkpoint_location=location)
-        result = replace(
-            result,
-            table=rewound.table,
-            rolled_back_from=rewound.rolled_back_from,
-            restore_version=rewound.restore_version,
-            others_rolled_back=rewound.others_rolled_back,
-            dead_letter_table=rewound.dead_letter_table,
-            dead_letters_rolled_back_from=rewound.dead_letters_rolled_back_from,
-            dead_letters_restore_version=rewound.dead_letters_restore_version,
-            revoked=rewound.revoked,
-        )
+        result = replace(result, rewound=rewound)
     log.info(
         "restored savepoint %s (%s) into %s: query %s resumes at batch %d",
         point.location,
@@ -328,14 +335,7 @@ def _rewrite(text: str, source_rewrite: Callable[[Any], Any] | None) -> str:
 
 
 def _previous_restore(root: Location) -> dict[str, Any] | None:
-    path = root.child(*RESTORE_FILE.split("/"))
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise ChkptError(f"{path} is unreadable: {e}") from e
-    return doc if isinstance(doc, dict) else None
+    return root.child(*RESTORE_FILE.split("/")).read_json_object()
 
 
 def _clear_partial(root: Location) -> None:

@@ -12,9 +12,11 @@ from spark_chkpt.sinks.registry import (
     SinkKind,
     Tool,
     find_sink_kind,
+    kind_holding,
     plugin_data_sources,
     register_sink_kind,
     require_tool,
+    require_tool_at,
     sink_kind,
     sink_kinds,
 )
@@ -24,9 +26,11 @@ __all__ = [
     "SinkKind",
     "Tool",
     "find_sink_kind",
+    "kind_holding",
     "plugin_data_sources",
     "register_sink_kind",
     "require_tool",
+    "require_tool_at",
     "sink_kind",
     "sink_kinds",
 ]

@@ -73,6 +73,12 @@ class SinkKind(Protocol):
         shows them (None: the sink has none, or no broker to ask)."""
         ...
 
+    def holds(self, *, target: str) -> bool:
+        """``target`` (a path) is laid out as this sink writes its target: asked by
+        ``recover``, ``diff`` and ``lineage`` of a path that is no Delta table, so that
+        they refuse a kind they do not support by name."""
+        ...
+
     def data_source(self) -> type[DataSource] | None:
         """The Python DataSource ``spark_chkpt.register()`` registers for the kind (None:
         a built-in kind, whose format ``spark_chkpt.connectors`` registers)."""
@@ -91,6 +97,7 @@ _MEMBERS = (
     "describe",
     "barrier_topics",
     "progress",
+    "holds",
     "data_source",
 )
 _KINDS: dict[str, SinkKind] = {}  # the built-in kinds added on the first question
@@ -188,6 +195,26 @@ def require_tool(name: str | None, *, tool: Tool, command: str) -> SinkKind:
             f"(kinds that do: {', '.join(sorted(_supporting(tool)))})"
         )
     return kind
+
+
+def kind_holding(target: str) -> SinkKind | None:
+    """The kind that writes ``target`` as its layout tells (:meth:`SinkKind.holds`), a
+    kind supporting no command before one that does; None if no kind holds it."""
+    load_plugins()
+    holding = [kind for kind in _seed().values() if kind.holds(target=target)]
+    return min(holding, key=lambda kind: len(kind.tools), default=None)
+
+
+def require_tool_at(target: str, *, tool: Tool, command: str) -> None:
+    """For a ``target`` the command cannot read (no Delta table): one error naming the
+    kind whose sink wrote it and ``command``, if that kind does not support ``tool``;
+    nothing if no kind holds it (the caller says what the target is not)."""
+    kind = kind_holding(target)
+    if kind is not None and tool not in kind.tools:
+        try:
+            require_tool(kind.name, tool=tool, command=command)
+        except UnsupportedSinkError as e:
+            raise UnsupportedSinkError(f"{e}; {target} is written by {kind.name}") from None
 
 
 def _supporting(tool: Tool) -> list[str]:

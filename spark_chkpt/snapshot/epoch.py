@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from spark_chkpt.errors import ChkptError, FencedError
+from spark_chkpt.errors import FencedError
 from spark_chkpt.fs import Location, qualify, resolve
 
 EPOCH_FILE = "chkpt/epoch.json"
@@ -40,13 +40,9 @@ def writer_of(txn_app_id: str) -> str:
 
 def read_epoch(*, checkpoint_location: str) -> Epoch:
     """The checkpoint's epoch (generation 0 when it has none: a fresh checkpoint)."""
-    path = resolve(qualify(checkpoint_location)).child(*EPOCH_FILE.split("/"))
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
+    doc = resolve(qualify(checkpoint_location)).child(*EPOCH_FILE.split("/")).read_json_object()
+    if doc is None:
         return Epoch()
-    except ValueError as e:
-        raise ChkptError(f"{path} is unreadable: {e}") from e
     return Epoch(
         generation=int(doc.get("generation", 0)),
         started_by=doc.get("started_by"),

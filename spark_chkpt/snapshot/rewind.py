@@ -25,8 +25,9 @@ from spark_chkpt.snapshot.record import SnapshotRecord
 class RewindPoint:
     """Snapshot N as a savepoint holds it: ``app_id``'s batch ``batch_id`` from
     ``source_offsets``, written to ``target`` (a table, or topics joined by commas), at
-    the sink's ``version`` (a Delta table's; None: not recorded), its dead-letter table
-    and that table's version at N (None: none recorded), and the snapshot ``record``."""
+    the sink's ``version`` (a Delta table's; None: not recorded), and the snapshot
+    ``record`` (what else a sink recorded at N: a Delta sink's dead-letter table and its
+    version, a plugin's ``sink_state``; None: a savepoint of an earlier release)."""
 
     savepoint_id: str
     app_id: str
@@ -34,46 +35,31 @@ class RewindPoint:
     source_offsets: Sequence[Any]
     target: str | None
     version: int | None = None
-    dead_letters: str | None = None
-    dead_letter_version: int | None = None
     record: SnapshotRecord | None = None
 
 
 @dataclass(frozen=True)
 class RewindRequest:
-    """What the caller of a rewind gave, each sink taking what it needs: the ``table``
-    to roll back (which must be the savepoint's if both name one), its
-    ``storage_options``, the other writers whose commits after N may be undone
-    (``discard_other_writers``), the ``dead_letter_table`` of a savepoint of an earlier
-    release; a Kafka sink's brokers (``kafka_bootstrap_servers``) and ``control_topic``
-    (if the sink set ``controlTopic``); ``sink_options``, a sink plugin's own inputs
-    by name (``--sink-option name=value``), which its kind parses into its own typed
-    request."""
+    """What the caller of a rewind or fork gave: the target's ``storage_options``, the
+    other writers whose commits after N may be undone (``discard_other_writers``), and
+    ``sink_options``, the sink kind's own inputs by name, which its kind parses into its
+    own typed request (``--sink-option name=value``; the command line's ``--table``,
+    ``--dead-letter-table``, ``--bootstrap-servers`` and ``--control-topic`` arrive here
+    as the built-in kinds' options of those names)."""
 
-    table: str | None = None
     storage_options: Mapping[str, str] | None = None
     discard_other_writers: Sequence[str] = ()
-    dead_letter_table: str | None = None
-    kafka_bootstrap_servers: str | None = None
-    control_topic: str | None = None
     sink_options: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Rewound:
-    """What a rewind did (the fields of the restore's result it fills): a table's
-    version before and its restore commit's (None: nothing to undo), the commits
-    without any txn it undid, the same for the dead-letter table; or, for Kafka, the
-    snapshots revoked per topic."""
+class Rewound(Protocol):
+    """What a sink's rewind did, the sink's own object (a table's versions, a topic's
+    revoked snapshots, a plugin's own), in the restore's result."""
 
-    table: str | None = None
-    rolled_back_from: int | None = None
-    restore_version: int | None = None
-    others_rolled_back: int = 0
-    dead_letter_table: str | None = None
-    dead_letters_rolled_back_from: int | None = None
-    dead_letters_restore_version: int | None = None
-    revoked: Mapping[str, tuple[int, ...]] | None = None
+    def lines(self, *, generation: int, resumes_at: int) -> list[str]:
+        """The restore's report of it: the rewind under ``generation``, the query
+        resuming at batch ``resumes_at``."""
+        ...
 
 
 class SinkRewind(Protocol):
@@ -91,18 +77,32 @@ class SinkRewind(Protocol):
         ...
 
 
-def check_fork_targets(*, point: RewindPoint, request: RewindRequest) -> None:
-    """A fork's check for a sink writing a table (and a dead-letter table): it writes
-    new ones, never the savepoint's."""
-    if request.table is not None and same_table(request.table, point.target):
+def check_fork_target(
+    *, given: str | None, written: str | None, flag: str, what: str = "table"
+) -> None:
+    """A fork's check for a sink writing a path: ``given`` (as ``flag``) is a new one,
+    never ``written``, the savepoint's ``what`` (a table, a dead-letter table)."""
+    if given is None or not same_table(given, written):
+        return
+    if what == "table":
         raise SavepointError(
-            f"--table {request.table} is the table the savepoint's query writes: a fork "
+            f"{flag} {given} is the table the savepoint's query writes: a fork "
             "writes a new table (or restore with mode rewind to roll that table back)"
         )
-    if request.dead_letter_table is not None and same_table(
-        request.dead_letter_table, point.dead_letters
-    ):
-        raise SavepointError(
-            f"--dead-letter-table {request.dead_letter_table} is the dead-letter table the "
-            "savepoint's query writes: a fork writes a new one"
-        )
+    raise SavepointError(
+        f"{flag} {given} is the {what} the savepoint's query writes: a fork writes a new one"
+    )
+
+
+def check_fork_tables(
+    *, point: RewindPoint, table: str | None, dead_letter_table: str | None
+) -> None:
+    """A fork's check for a sink's ``table`` and ``dead_letter_table`` (its own request's,
+    the command line's ``--table`` and ``--dead-letter-table``): new ones only."""
+    check_fork_target(given=table, written=point.target, flag="--table")
+    check_fork_target(
+        given=dead_letter_table,
+        written=point.record.dead_letter_target if point.record is not None else None,
+        flag="--dead-letter-table",
+        what="dead-letter table",
+    )

@@ -1,5 +1,6 @@
 """``savepoint restore --sink-option NAME=VALUE``: a sink plugin's own inputs, parsed
-once; refused where they would be dropped (a pipeline's restore)."""
+once; a pipeline's restore hands each job its own (``JOB:NAME=VALUE``) and refuses one
+that names no job instead of dropping it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark_chkpt.cli import main
-from spark_chkpt.cli.savepoint import _sink_options
+from spark_chkpt.cli.pipeline import sink_options as _sink_options
 
 
 def test_each_option_is_a_name_and_a_value() -> None:
@@ -34,3 +35,69 @@ def test_a_pipeline_restore_refuses_them_instead_of_dropping_them(tmp_path: Path
             ]
         )
     assert not (tmp_path / "chk").exists()
+
+
+def test_a_pipeline_restore_hands_each_job_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_chkpt.savepoint.pipeline import restore as pipeline_restore
+    from spark_chkpt.savepoint.pipeline.manifest import Pipeline, PipelineJob, PipelineManifest
+
+    jobs = [
+        PipelineJob(
+            name=name,
+            checkpoint=str(tmp_path / name),
+            savepoint=name,
+            batch_id=1,
+            query_id=f"q-{name}",
+            sink="chkpt-delta",
+            target=str(tmp_path / f"t-{name}"),
+            app_id=f"q-{name}",
+        )
+        for name in ("a", "b")
+    ]
+    manifest = PipelineManifest(name="p", pipeline_id="p1", jobs=jobs, joins=[])
+    monkeypatch.setattr(
+        pipeline_restore,
+        "load_pipeline",
+        lambda *, location: Pipeline(location=str(tmp_path / "pipeline"), manifest=manifest),
+    )
+    given: dict[str, dict[str, str]] = {}
+
+    def restore_savepoint(**kwargs: object) -> object:
+        name = str(kwargs["savepoint"]).rsplit("/", 1)[-1]
+        given[name] = dict(kwargs["sink_options"] or {})  # type: ignore[call-overload]
+        if not kwargs["check_only"]:
+            raise SystemExit(0)  # every job checked: what each was given is known
+        return None
+
+    monkeypatch.setattr(pipeline_restore, "restore_savepoint", restore_savepoint)
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "savepoint",
+                "restore",
+                "--pipeline",
+                str(tmp_path / "pipeline"),
+                "--checkpoint-dir",
+                str(tmp_path / "chk"),
+                "--mode",
+                "rewind",
+                "--sink-option",
+                "b:path=/x",
+                "--sink-option",
+                "b:mode=y",
+            ]
+        )
+    assert given == {"a": {}, "b": {"path": "/x", "mode": "y"}}
+
+
+def test_a_pipeline_option_names_its_job() -> None:
+    from spark_chkpt.cli.pipeline import job_sink_options
+
+    assert job_sink_options(["a:path=/x", "a:n=1", "b:p=q"]) == {
+        "a": {"path": "/x", "n": "1"},
+        "b": {"p": "q"},
+    }
+    with pytest.raises(SystemExit, match="--sink-option gives one job's sink its inputs"):
+        job_sink_options(["path=/x"])

@@ -249,7 +249,7 @@ def test_savepoint_rewind_reads_back(
     result = restore_savepoint(
         savepoint=point.location, checkpoint_location=str(new), mode="rewind"
     )
-    assert result.restore_version == 4
+    assert result.rewound.restore_version == 4
     got = delta(spark, table)
     assert_rows(got, expected_numbers(spark, range(20), 1))
     assert_rows(got, delta_rs(spark, table, got.schema))

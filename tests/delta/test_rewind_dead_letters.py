@@ -71,7 +71,10 @@ def test_rewind_rolls_the_dead_letter_table_back_and_the_rerun_commits_once(run:
     result = rewind(run, point, "x")
     assert dead_ids(run) == letters_of(0) + letters_of(1)
     assert dead_txn(run) == 1
-    assert result.dead_letter_table is not None and result.dead_letters_restore_version is not None
+    assert (
+        result.rewound.dead_letter_table is not None
+        and result.rewound.dead_letters_restore_version is not None
+    )
     moved = run.on(result.checkpoint_location)
     for b in (2, 3):  # the re-run batches, with other boundaries
         step(moved, b, [20_000 + b], offset=3)
@@ -171,7 +174,7 @@ def test_rewind_with_nothing_after_the_snapshot_leaves_the_dead_letters(run: Run
     before = DeltaTable(str(run.dead)).version()
     result = rewind(run, run.savepoint(1), "x")
     assert DeltaTable(str(run.dead)).version() == before
-    assert result.dead_letters_restore_version is None
+    assert result.rewound.dead_letters_restore_version is None
     assert dead_ids(run) == letters_of(0) + letters_of(1)
 
 

@@ -71,16 +71,32 @@ def folder_batches(path: Path) -> list[int]:
 
 
 def refuse_migrate(checkpoint: Path, path: Path) -> None:
-    """``migrate`` asks the checkpoint's sink kind, which does not support it."""
+    """``migrate`` asks the checkpoint's sink kind, which does not support it; ``recover``,
+    ``diff`` and ``lineage`` of the folder ask the kinds which one writes it."""
+    from spark_chkpt.diff.tables import diff_tables
     from spark_chkpt.errors import UnsupportedSinkError
+    from spark_chkpt.lineage import trace
     from spark_chkpt.migrate.options import MigrateOptions
     from spark_chkpt.migrate.plan import plan_migration
+    from spark_chkpt.recovery.rebuild import recover_checkpoint
+    from spark_chkpt.sinks import registry
 
     options = MigrateOptions.from_values(
         checkpoint=str(checkpoint), to="spark", table=str(path), watch_s=0
     )
     with pytest.raises(UnsupportedSinkError, match="sink kind 'chkpt-jsonl' does not support"):
         plan_migration(options=options)
+    registry._plugins_loaded = False  # the entry point is on the path only now
+    try:
+        with pytest.raises(UnsupportedSinkError, match="'chkpt-jsonl' does not support recover"):
+            recover_checkpoint(table_uri=str(path), checkpoint_location=f"{checkpoint}-new")
+        with pytest.raises(UnsupportedSinkError, match="'chkpt-jsonl' does not support diff"):
+            diff_tables(table_a=str(path), table_b=str(path))
+        with pytest.raises(UnsupportedSinkError, match="'chkpt-jsonl' does not support lineage"):
+            trace(table=str(path), version=1)
+    finally:
+        registry._KINDS.pop("chkpt-jsonl", None)
+        registry._plugins_loaded = False
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,15 @@
 """The tests are laid out like the code: ``tests/<package>/`` holds the tests of
 ``spark_chkpt/<package>/`` (or of the top-level ``jobs/``, ``bench/``), so a newcomer
 changing a package finds its tests without grep. ``tests/chains/`` (whole-chain proofs)
-and ``tests/project/`` (the repository's own checks) own no package."""
+and ``tests/project/`` (the repository's own checks) own no package, nor does a sink
+plugin kept as a user keeps one (a folder whose ``pyproject.toml`` declares an entry
+point of ``spark_chkpt.sinks``: :mod:`tests.project.plugins`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from tests.project.plugins import in_plugin, plugin_folders
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -15,7 +19,6 @@ OWN_FOLDERS = {
     "chains/simulation": "the protocol simulation (hypothesis profiles in its conftest.py)",
     "project": "the repository as a whole: import rules, docs, wheel, Databricks bundle",
     "user_scripts": "scripts the tests start as a user would (no tests)",
-    "plugin_sink": "a sink written as a user's plugin (chkpt_jsonl), and its chains",
 }
 # Source trees outside spark_chkpt/ whose tests sit at tests/<name>/.
 OTHER_SOURCES = ("jobs", "bench")
@@ -45,13 +48,22 @@ def test_every_test_folder_mirrors_a_package() -> None:
     strays = sorted(
         folder
         for folder in _test_folders()
-        if folder not in OWN_FOLDERS and _source_package(folder) is None
+        if folder not in OWN_FOLDERS
+        and not in_plugin(TESTS / folder)
+        and _source_package(folder) is None
     )
     assert not strays, (
         f"tests/{{{', '.join(strays)}}} mirror no package of spark_chkpt/ "
         f"(or {', '.join(s + '/' for s in OTHER_SOURCES)}): move the files beside the "
         "package they test, or name the folder in OWN_FOLDERS"
     )
+
+
+def test_a_sink_plugins_folder_is_known_by_its_pyproject() -> None:
+    """The plugin of docs/how-to/write-a-sink.md, found with no name of it written here."""
+    assert TESTS / "plugin_sink" in plugin_folders()
+    assert in_plugin(TESTS / "plugin_sink" / "chkpt_jsonl")
+    assert not in_plugin(TESTS / "chains")
 
 
 def test_every_engine_package_has_its_tests_folder() -> None:

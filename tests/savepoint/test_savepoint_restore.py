@@ -121,12 +121,12 @@ def test_rewind_rolls_the_table_back_and_batches_after_commit_again(
     result = restore_savepoint(
         savepoint=point.location, checkpoint_location=str(tmp_path / "new"), mode="rewind"
     )
-    assert (result.query_id, result.resumes_at, result.rolled_back_from) == (APP, 2, 3)
+    assert (result.query_id, result.resumes_at, result.rewound.rolled_back_from) == (APP, 2, 3)
     # The table equals the table as of snapshot 1; the app is back at batch 1.
     restored = DeltaTable(str(table))
     assert ids(table) == ids(table, version=1) == list(range(20))
     assert restored.transaction_version(APP) == 1
-    assert restored.version() == result.restore_version == 4
+    assert restored.version() == result.rewound.restore_version == 4
     # The new checkpoint resumes at batch 2 with the savepoint's plan.
     new = tmp_path / "new"
     assert json.loads((new / "metadata").read_text())["id"] == APP

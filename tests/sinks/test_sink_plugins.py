@@ -121,3 +121,55 @@ def test_nothing_outside_the_plugins_folder_names_it() -> None:
         for path in (root / folder).rglob("*.py"):
             text = path.read_text()
             assert "chkpt_jsonl" not in text and "chkpt-jsonl" not in text, path
+
+
+@pytest.fixture
+def jsonl_folder(installed: None, tmp_path: Path) -> Path:
+    """A ``chkpt-jsonl`` folder as its sink leaves it: batch 0 staged and committed."""
+    from chkpt_jsonl.folder import JsonLinesFolder
+
+    path = tmp_path / "out"
+    folder = JsonLinesFolder(str(path))
+    name = folder.stage(batch_id=0, task=0, rows=[{"id": 1}])
+    assert folder.commit(batch_id=0, doc={"app_id": "app", "files": [name], "generation": 0})
+    return path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["recover", "--table", "{folder}", "--checkpoint", "{tmp}/chk"],
+        ["diff", "{folder}", "{folder}"],
+        ["lineage", "{folder}", "--version", "0"],
+    ],
+    ids=["recover", "diff", "lineage"],
+)
+def test_a_command_on_a_plugins_folder_names_the_kind_and_the_command(
+    jsonl_folder: Path,
+    tmp_path: Path,
+    command: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not "not a Delta table": the kinds are asked which one writes the folder."""
+    from spark_chkpt.cli import main
+
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    args = [a.format(folder=jsonl_folder, tmp=tmp_path) for a in command]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert f"spark-chkpt {args[0]}: sink kind 'chkpt-jsonl' does not support {args[0]}" in err
+    assert err.count(f"spark-chkpt {args[0]}:") == 1, err  # the command named once
+    assert str(jsonl_folder) in err and "not a Delta table" not in err
+    assert not (tmp_path / "chk").exists()
+
+
+def test_a_folder_no_kind_holds_is_still_not_a_delta_table(installed: None, tmp_path: Path) -> None:
+    from spark_chkpt.errors import RecoveryError
+    from spark_chkpt.recovery.rebuild import recover_checkpoint
+    from spark_chkpt.sinks import kind_holding
+
+    (tmp_path / "plain").mkdir()
+    assert kind_holding(str(tmp_path / "plain")) is None
+    with pytest.raises(RecoveryError, match="not a Delta table"):
+        recover_checkpoint(table_uri=str(tmp_path / "plain"), checkpoint_location=str(tmp_path))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from spark_chkpt.savepoint.pipeline.fork import _writes
 from spark_chkpt.savepoint.restore import restore_savepoint
 from spark_chkpt.sinks import register_sink_kind, registry, sink_kind, sink_kinds
 from spark_chkpt.snapshot.record import SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, Rewound
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest
 from tests.delta.sink.test_coordinator import SCHEMA
 from tests.project.test_architecture import modules, under
 from tests.savepoint.test_fencing import Run, ids_of
@@ -76,6 +77,15 @@ def test_each_built_in_kind_is_the_name_its_coordinator_records() -> None:
         sink_kind("jdbc")
 
 
+@dataclass(frozen=True)
+class ToyRewound:
+    table: str
+    restore_version: int
+
+    def lines(self, *, generation: int, resumes_at: int) -> list[str]:
+        return [f"{self.table} at mark {self.restore_version}"]
+
+
 class ToyRewind:
     def __init__(self, point: RewindPoint, request: RewindRequest) -> None:
         self.point, self.request = point, request
@@ -84,9 +94,9 @@ class ToyRewind:
     def plan(self) -> int:
         return 7
 
-    def apply(self, *, generation: int, checkpoint_location: str) -> Rewound:
+    def apply(self, *, generation: int, checkpoint_location: str) -> ToyRewound:
         self.applied.append(generation)
-        return Rewound(table=f"toy://{self.point.target}", restore_version=self.point.batch_id)
+        return ToyRewound(table=f"toy://{self.point.target}", restore_version=self.point.batch_id)
 
 
 class ToySink:
@@ -116,6 +126,9 @@ class ToySink:
         self, *, target: str | None, app_id: str, batch_id: int, version: int | None
     ) -> str:
         return f"toy mark {batch_id} of {app_id} in {target}"
+
+    def holds(self, *, target: str) -> bool:
+        return target.startswith("toy://")
 
     def barrier_topics(self, target: str | None) -> tuple[str, ...]:
         return tuple((target or "").split("+"))
@@ -156,8 +169,9 @@ def test_a_third_sink_is_its_object_and_one_registration(
     )
     [rewind] = toy.rewinds
     assert rewind.applied == [7] and result.generation == 7
-    assert rewind.request.kafka_bootstrap_servers == "broker:9092"
-    assert (result.table, result.restore_version) == ("toy://a+b", 1)
+    assert rewind.request.sink_options["bootstrap-servers"] == "broker:9092"
+    assert isinstance(result.rewound, ToyRewound)  # the sink's own result
+    assert (result.rewound.table, result.rewound.restore_version) == ("toy://a+b", 1)
     assert _writes(load_savepoint(location=str(folder)).manifest) == ["a", "b"]
 
     assert main(["savepoint", "show", str(folder)]) == 0

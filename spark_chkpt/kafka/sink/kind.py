@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from spark_chkpt.alignment.barrier import control_topic_for
 from spark_chkpt.errors import SavepointError
-from spark_chkpt.kafka.sink.rewind import KafkaRewind
+from spark_chkpt.kafka.sink.rewind import KafkaRewind, KafkaRewindRequest
 from spark_chkpt.snapshot.record import SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, check_fork_targets
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, check_fork_tables
 from spark_chkpt.snapshot.tools import Tool
 
 
@@ -23,19 +23,22 @@ class KafkaSinkKind:
     tools: frozenset[Tool] = frozenset({"lineage", "migrate"})
 
     def rewind(self, *, point: RewindPoint, request: RewindRequest) -> KafkaRewind:
-        if request.table is not None:
+        own = KafkaRewindRequest.of(request)
+        if own.table is not None:
             raise SavepointError(
-                f"--table {request.table}: savepoint {point.savepoint_id}'s query writes "
+                f"--table {own.table}: savepoint {point.savepoint_id}'s query writes "
                 f"Kafka (topic {point.target}), not a table"
             )
         return KafkaRewind(
-            point=point,
-            bootstrap_servers=request.kafka_bootstrap_servers,
-            control_topic=request.control_topic,
+            point=point, bootstrap_servers=own.bootstrap_servers, control_topic=own.control_topic
         )
 
     def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
-        check_fork_targets(point=point, request=request)
+        own = KafkaRewindRequest.of(request)
+        check_fork_tables(point=point, table=own.table, dead_letter_table=own.dead_letter_table)
+
+    def holds(self, *, target: str) -> bool:
+        return False  # it writes topics, not paths
 
     def data_source(self) -> None:
         return None  # chkpt-kafka's format is spark_chkpt.connectors'

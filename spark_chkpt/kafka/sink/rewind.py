@@ -21,9 +21,51 @@ from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.kafka.control.topic import ControlTopic, write_entry
 from spark_chkpt.kafka.sink.committer import source_offsets
-from spark_chkpt.snapshot.rewind import RewindPoint, Rewound
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest
 
 log = logging.getLogger(__name__)
+
+
+BOOTSTRAP_SERVERS, CONTROL_TOPIC = "bootstrap-servers", "control-topic"  # its sink options
+
+
+@dataclass(frozen=True)
+class KafkaRewindRequest:
+    """A ``chkpt-kafka`` sink's own inputs of a rewind or fork, parsed from the request's
+    sink options (``--bootstrap-servers``, ``--control-topic`` on the command line): the
+    brokers of its topics, its control topic if the sink set ``controlTopic``; and a
+    ``table`` or ``dead_letter_table`` given by mistake (refused: it writes topics)."""
+
+    bootstrap_servers: str | None = None
+    control_topic: str | None = None
+    table: str | None = None
+    dead_letter_table: str | None = None
+
+    @classmethod
+    def of(cls, request: RewindRequest) -> KafkaRewindRequest:
+        options = request.sink_options
+        return cls(
+            bootstrap_servers=options.get(BOOTSTRAP_SERVERS),
+            control_topic=options.get(CONTROL_TOPIC),
+            table=options.get("table"),
+            dead_letter_table=options.get("dead-letter-table"),
+        )
+
+
+@dataclass(frozen=True)
+class KafkaRewound:
+    """What a ``chkpt-kafka`` rewind did (:class:`~spark_chkpt.snapshot.rewind.Rewound`):
+    the snapshots it revoked, per topic."""
+
+    revoked: Mapping[str, tuple[int, ...]]
+
+    def lines(self, *, generation: int, resumes_at: int) -> list[str]:
+        return [
+            f"topic {topic}: snapshots {', '.join(map(str, snapshots)) or 'none'} after "
+            f"{resumes_at - 1} revoked at generation {generation} (readers skip their "
+            "records)"
+            for topic, snapshots in self.revoked.items()
+        ]
 
 
 @dataclass(frozen=True)
@@ -56,9 +98,9 @@ class KafkaRewind:
         self.revocations = self._checked()
         return self.revocations.generation
 
-    def apply(self, *, generation: int, checkpoint_location: str) -> Rewound:
+    def apply(self, *, generation: int, checkpoint_location: str) -> KafkaRewound:
         plan = self.revocations or self._checked()
-        return Rewound(revoked=write_revocations(plan, generation=generation))
+        return KafkaRewound(revoked=write_revocations(plan, generation=generation))
 
     def _checked(self) -> RevocationPlan:
         return plan_kafka_rewind(

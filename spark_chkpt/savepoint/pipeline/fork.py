@@ -168,14 +168,7 @@ def _tables(
 
 
 def _marker(checkpoint_dir: str) -> dict[str, Any] | None:
-    path = resolve(qualify(checkpoint_dir)).child(MARKER)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise SavepointError(f"{path} is unreadable: {e}") from e
-    return doc if isinstance(doc, dict) else None
+    return resolve(qualify(checkpoint_dir)).child(MARKER).read_json_object()
 
 
 def plan_fork(

@@ -30,15 +30,17 @@ def restore_pipeline(
     storage_options: Mapping[str, str] | None = None,
     rename_topics: Mapping[str, str] | None = None,
     table_paths: Sequence[str] = (),
+    sink_options: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[RestoreResult]:
     """Restore every job of the pipeline savepoint at ``pipeline`` into
     ``<checkpoint_dir>/<job name>``: every job checked first (nothing written if one
-    fails, naming it), then restored, upstream first. A fork
-    (:mod:`spark_chkpt.savepoint.pipeline.fork`) writes new topics (``rename_topics``,
-    old -> new, every Kafka sink topic) and new tables (``table_paths``: ``JOB=PATH``, or
-    ``PATH`` when one job writes a table)."""
+    fails, naming it), then restored, upstream first, each with its ``sink_options``
+    (by job name). A fork (:mod:`spark_chkpt.savepoint.pipeline.fork`) writes new topics
+    (``rename_topics``, old -> new, every Kafka sink topic) and new tables
+    (``table_paths``: ``JOB=PATH``, or ``PATH`` when one job writes a table)."""
     point = load_pipeline(location=pipeline)
     order = _upstream_first(point.manifest)
+    options = _options_by_job(point.manifest.name, order, sink_options)
     fork = _fork_plan(
         point,
         order,
@@ -50,9 +52,7 @@ def restore_pipeline(
     )
     reads = _reads(point.manifest, order)
 
-    # A fork: the app id each forked writer writes its new topic under, where it is not
-    # the old one (a writer without txnAppId is its query id, new in a fork); known once
-    # the writer is restored, before its readers (upstream first).
+    # A fork: each forked writer's new app id, known once it is restored (_restore_every_job)
     forked_apps: dict[str, str] = {}
 
     def restore(job: PipelineJob, *, check_only: bool) -> RestoreResult:
@@ -64,6 +64,7 @@ def restore_pipeline(
             table=fork.tables.get(job.name) if fork is not None else None,
             storage_options=storage_options,
             kafka_bootstrap_servers=kafka_bootstrap_servers if kafka_rewind else None,
+            sink_options=options.get(job.name),
             check_only=check_only,
             source_rewrite=(
                 fork.rewrite_for(reads[job.name], apps=forked_apps) if fork is not None else None
@@ -80,6 +81,20 @@ def restore_pipeline(
         restore=lambda job: restore(job, check_only=False),
         forked_apps=forked_apps if fork is not None else None,
     )
+
+
+def _options_by_job(
+    name: str, order: Sequence[PipelineJob], sink_options: Mapping[str, Mapping[str, str]] | None
+) -> dict[str, Mapping[str, str]]:
+    """Each job's sink options by its name; a name the pipeline lacks is refused."""
+    options = dict(sink_options or {})
+    unknown = sorted(set(options) - {j.name for j in order})
+    if unknown:
+        raise SavepointError(
+            f"pipeline {name} has no job {', '.join(unknown)} (--sink-option): its jobs "
+            f"are {', '.join(j.name for j in order)}"
+        )
+    return options
 
 
 def _fork_plan(
@@ -135,8 +150,10 @@ def _restore_every_job(
     restore: Callable[[PipelineJob], RestoreResult],
     forked_apps: dict[str, str] | None,
 ) -> list[RestoreResult]:
-    """Every job restored, upstream first; in a fork, each forked writer's new app id
-    put in ``forked_apps`` before its readers are restored."""
+    """Every job restored, upstream first; in a fork, the app id each forked writer
+    writes its new topic under, where it is not the old one (a writer without txnAppId
+    is its query id, new in a fork), put in ``forked_apps`` before its readers are
+    restored."""
     results = []
     for i, job in enumerate(order):
         result = restore(job)

@@ -67,6 +67,10 @@ class JsonLinesFolder:
             aside.unlink()
         return True
 
+    def holds_commits(self) -> bool:
+        """The folder is one this sink writes (it has a commits folder)."""
+        return (self.path / COMMITS).is_dir()
+
     def batches(self) -> list[int]:
         """The committed batches, in order."""
         found = (self.path / COMMITS).glob("*.json")

@@ -18,8 +18,22 @@ from pyspark.sql.datasource import DataSource
 
 from spark_chkpt.errors import SavepointError
 from spark_chkpt.snapshot.record import SnapshotRecord
-from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, Rewound, check_fork_targets
+from spark_chkpt.snapshot.rewind import RewindPoint, RewindRequest, check_fork_target
 from spark_chkpt.snapshot.tools import Tool
+
+
+@dataclass(frozen=True)
+class JsonLinesRewound:
+    """What the rewind did: the commits after N it dropped."""
+
+    folder: str
+    dropped: tuple[int, ...]
+
+    def lines(self, *, generation: int, resumes_at: int) -> list[str]:
+        if not self.dropped:
+            return [f"folder {self.folder} already ends at that snapshot: left as it is"]
+        batches = ", ".join(map(str, self.dropped))
+        return [f"folder {self.folder}: commits {batches} dropped at generation {generation}"]
 
 
 @dataclass(frozen=True)
@@ -45,14 +59,10 @@ class JsonLinesRewind:
             )
         return (self.folder.generation(self.point.app_id) or 0) + 1
 
-    def apply(self, *, generation: int, checkpoint_location: str) -> Rewound:
+    def apply(self, *, generation: int, checkpoint_location: str) -> JsonLinesRewound:
         self.folder.set_generation(self.point.app_id, generation)  # fence first
         dropped = self.folder.drop_after(self.point.batch_id)
-        return Rewound(
-            table=str(self.folder.path),
-            rolled_back_from=max(dropped) if dropped else None,
-            restore_version=self.point.batch_id if dropped else None,
-        )
+        return JsonLinesRewound(folder=str(self.folder.path), dropped=tuple(dropped))
 
 
 class JsonLinesKind:
@@ -74,8 +84,9 @@ class JsonLinesKind:
         return JsonLinesRewind(point=point, folder=JsonLinesFolder(path))
 
     def check_fork(self, *, point: RewindPoint, request: RewindRequest) -> None:
-        path = request.sink_options.get("path")
-        check_fork_targets(point=point, request=RewindRequest(table=path or request.table))
+        options = request.sink_options
+        path = options.get("path") or options.get("table")  # --sink-option path, or --table
+        check_fork_target(given=path, written=point.target, flag="--sink-option path")
 
     def describe(
         self, *, target: str | None, app_id: str, batch_id: int, version: int | None
@@ -89,6 +100,9 @@ class JsonLinesKind:
         self, *, record: SnapshotRecord, bootstrap_servers: str | None
     ) -> dict[str, dict[str, int]] | None:
         return None
+
+    def holds(self, *, target: str) -> bool:
+        return JsonLinesFolder(target).holds_commits()
 
     def data_source(self) -> type[DataSource]:
         from chkpt_jsonl.datasource import JsonLinesDataSource
