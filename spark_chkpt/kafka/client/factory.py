@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from spark_chkpt.errors import KafkaAuthenticationError
+
 # kafka-python settings an admin client (and a bare metadata lookup) keeps of a
 # consumer's or producer's: how to reach and authenticate to the cluster.
 _CONNECTION_PREFIXES = ("security_", "ssl_", "sasl_")
@@ -92,6 +94,9 @@ class _RefusedLogin(logging.Filter):
         super().__init__()
         self._servers = servers
         self._settings = settings
+        # A refusal the connection's own task logged ("Connection failed"): a bootstrap
+        # that then runs out of time (a loaded machine) failed on it, not on an outage.
+        self.seen: KafkaAuthenticationError | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         from kafka.errors import SaslAuthenticationFailedError
@@ -100,9 +105,14 @@ class _RefusedLogin(logging.Filter):
         from spark_chkpt.kafka.client.listener import protocol_mismatch
 
         message = str(record.msg)
-        if not message.startswith("Bootstrap"):
-            return True  # e.g. "Connection failed": a task of its own, where a raise is lost
         args = record.args if isinstance(record.args, tuple) else ()
+        if not message.startswith("Bootstrap"):
+            # e.g. "Connection failed": a task of its own, where a raise is lost
+            for arg in args:
+                if isinstance(arg, SaslAuthenticationFailedError):
+                    seen = authentication_error(arg, servers=self._servers, settings=self._settings)
+                    self.seen = seen or self.seen
+            return True
         for arg in args:
             if isinstance(arg, SaslAuthenticationFailedError):
                 error = authentication_error(arg, servers=self._servers, settings=self._settings)
@@ -136,11 +146,20 @@ def _named_failures(*, servers: str, settings: Mapping[str, Any]) -> Iterator[No
         yield
     except Exception as e:
         named = access_error(e, servers=servers, settings=settings)
+        if named is None and refused.seen is not None and _bootstrap_timed_out(e):
+            named = refused.seen
         if named is None:
             raise
         raise named from e
     finally:
         manager.removeFilter(refused)
+
+
+def _bootstrap_timed_out(error: Exception) -> bool:
+    """kafka-python's ``Unable to bootstrap``: its bootstrap loop ran out of time."""
+    from kafka.errors import KafkaTimeoutError
+
+    return isinstance(error, KafkaTimeoutError) and "Unable to bootstrap" in str(error)
 
 
 def _servers(bootstrap_servers: str | list[str]) -> list[str]:

@@ -222,3 +222,32 @@ def test_a_refused_login_is_raised_from_the_bootstrap_loop_only() -> None:
         refused.filter(
             record("Bootstrap connection to %s failed: %s (backoff %.2f secs)", 0, exc, 1.0)
         )
+
+
+def test_a_refused_login_seen_only_in_a_connection_task_names_a_bootstrap_timeout() -> None:
+    """CI beside a CPU burner: a wrong password was reported as a broker that did not
+    answer (``Unable to bootstrap``) after 41 s. The refusal was logged only by the
+    connection's own task ("Connection failed"), and the bootstrap loop ran out of time
+    before it saw one itself. A bootstrap that times out after a refused login raises
+    the refusal."""
+    import logging
+
+    from kafka.errors import KafkaTimeoutError, SaslAuthenticationFailedError
+
+    settings = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"}
+    exc = SaslAuthenticationFailedError("SaslAuthenticationFailedError: bad credentials")
+    manager = logging.getLogger("kafka.net.manager")
+    with (
+        pytest.raises(
+            KafkaAuthenticationError, match="refused the SASL_SSL SCRAM-SHA-512 login"
+        ) as raised,
+        factory._named_failures(servers="b:9093", settings=settings),
+    ):
+        manager.error("Connection failed: %s", exc)
+        raise KafkaTimeoutError("Unable to bootstrap from ['b:9093']")
+    assert isinstance(raised.value.__cause__, KafkaTimeoutError)
+    with (
+        pytest.raises(KafkaTimeoutError),
+        factory._named_failures(servers="b:9093", settings=settings),
+    ):
+        raise KafkaTimeoutError("Unable to bootstrap from ['b:9093']")  # nothing refused
