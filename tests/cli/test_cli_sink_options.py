@@ -12,6 +12,16 @@ from spark_chkpt.cli import main
 from spark_chkpt.cli.pipeline import sink_options as _sink_options
 
 
+def restore_pipeline(tmp_path: Path, *sink_options: str) -> list[str]:
+    """``savepoint restore --pipeline`` of ``tmp_path/pipeline`` as a rewind, with these
+    ``--sink-option`` values."""
+    command = ["savepoint", "restore", "--pipeline", str(tmp_path / "pipeline")]
+    command += ["--checkpoint-dir", str(tmp_path / "chk"), "--mode", "rewind"]
+    for option in sink_options:
+        command += ["--sink-option", option]
+    return command
+
+
 def test_each_option_is_a_name_and_a_value() -> None:
     assert _sink_options(["path=/a=b", " mode =x"]) == {"path": "/a=b", "mode": "x"}
     with pytest.raises(SystemExit, match="--sink-option 'path': give name=value"):
@@ -20,20 +30,7 @@ def test_each_option_is_a_name_and_a_value() -> None:
 
 def test_a_pipeline_restore_refuses_them_instead_of_dropping_them(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--sink-option gives one job's sink its inputs"):
-        main(
-            [
-                "savepoint",
-                "restore",
-                "--pipeline",
-                str(tmp_path / "pipeline"),
-                "--checkpoint-dir",
-                str(tmp_path / "chk"),
-                "--mode",
-                "rewind",
-                "--sink-option",
-                "path=/x",
-            ]
-        )
+        main(restore_pipeline(tmp_path, "path=/x"))
     assert not (tmp_path / "chk").exists()
 
 
@@ -73,22 +70,7 @@ def test_a_pipeline_restore_hands_each_job_its_own(
 
     monkeypatch.setattr(pipeline_restore, "restore_savepoint", restore_savepoint)
     with pytest.raises(SystemExit):
-        main(
-            [
-                "savepoint",
-                "restore",
-                "--pipeline",
-                str(tmp_path / "pipeline"),
-                "--checkpoint-dir",
-                str(tmp_path / "chk"),
-                "--mode",
-                "rewind",
-                "--sink-option",
-                "b:path=/x",
-                "--sink-option",
-                "b:mode=y",
-            ]
-        )
+        main(restore_pipeline(tmp_path, "b:path=/x", "b:mode=y"))
     assert given == {"a": {}, "b": {"path": "/x", "mode": "y"}}
 
 
