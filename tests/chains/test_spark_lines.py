@@ -1,11 +1,12 @@
 """Each format on every other Spark line, through kill -9, as a user runs it: the README's
-Kafka → Delta and Kafka → Kafka (barrier sink, aligned read) scripts
-(``docs/examples/``) and a ``DeltaUpsert`` job (``tests/user_scripts/upsert_job.py``),
+Kafka → Kafka → Delta script (``docs/examples/kafka_to_kafka.py``: the barrier sink, an
+aligned read, the Delta sink) and a ``DeltaUpsert`` job (``tests/user_scripts/upsert_job.py``),
 copied into a folder outside the repo and run with the line's interpreter
 (``.cache/spark-<line>/bin/python``, built by ``make spark-lines``: that pyspark, this
 project editable), no ``PYSPARK_PYTHON``; each killed with SIGKILL (the whole process
-tree, from inside: :mod:`spark_chkpt.failpoints`) at its commit's worst step, then run
-again: every id once, the upsert's table exact.
+tree, from inside: :mod:`spark_chkpt.failpoints`) at each sink's worst step, then run
+again: every id once, the upsert's table exact. The README's Kafka → Delta script is the
+same source and Delta sink; it runs on ``.venv``'s line (``tests/project/test_docs_examples.py``).
 
 ``make test``'s first pass runs these beside the rest of the suite, each test a unit of
 work of its own (``tests/conftest.py``, ``SPLIT_BY_TEST``): a line costs its scripts'
@@ -99,34 +100,20 @@ def page_views(bootstrap_servers: str, make_topic: Callable[..., str]) -> str:
     return topic
 
 
-def test_readme_kafka_to_delta_through_kill_9(
-    tmp_path: Path, bootstrap_servers: str, page_views: str, python: str
-) -> None:
-    """Killed after its Delta commit, before the snapshot record and Spark's commit
-    log: the rerun replays the batch and the table keeps it once."""
-    env = {"BOOTSTRAP_SERVERS": bootstrap_servers, "TOPIC": page_views, "WORK": str(tmp_path)}
-    script = ROOT / "docs" / "examples" / "kafka_to_delta.py"
-    folder = tmp_path / "reader"
-    killed(
-        run_script(python, folder, script, kill_at="after-delta-commit@0", **env),
-        "after-delta-commit",
-    )
-    out = finished(run_script(python, folder, script, **env))
-    assert f"rows {EVENTS} unique {EVENTS}" in out, out
-    snapshots = [line for line in out.splitlines() if line.startswith("snapshot ")]
-    assert snapshots and all(line.endswith("committed") for line in snapshots), out
-
-
 def test_readme_kafka_to_kafka_through_kill_9(
     tmp_path: Path, bootstrap_servers: str, page_views: str, python: str
 ) -> None:
-    """Job A killed after its barriers, before the control topic's complete entry: the
-    rerun produces the batch again under a new attempt, and job B's aligned read keeps
-    one copy of each record."""
+    """The README's Kafka -> Kafka -> Delta script, killed at each sink's worst step in
+    turn: job A (the barrier sink) after its barriers, before the control topic's complete
+    entry, so the rerun produces the batch again under a new attempt; then job B (the
+    Delta sink, reading aligned) after its Delta commit, before the snapshot record and
+    Spark's commit log, so the next run replays that batch. Job B's table holds each
+    record once."""
     env = {"BOOTSTRAP_SERVERS": bootstrap_servers, "TOPIC": page_views, "WORK": str(tmp_path)}
     script = ROOT / "docs" / "examples" / "kafka_to_kafka.py"
     folder = tmp_path / "reader"
-    killed(run_script(python, folder, script, kill_at="after-barriers@0", **env), "after-barriers")
+    for point in ("after-barriers@0", "after-delta-commit@0"):
+        killed(run_script(python, folder, script, kill_at=point, **env), point)
     out = finished(run_script(python, folder, script, **env))
     assert f"rows {EVENTS} unique {EVENTS}" in out, out
 
