@@ -35,7 +35,8 @@ def main() -> None:
             print(f"| `{name}` | {seconds} |")
         print()
     for times in sorted((args.run / "test-times").glob("*.json")):
-        tests = json.loads(times.read_text())["tests"]
+        record = json.loads(times.read_text())
+        tests = record["tests"]
         kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         modules: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         for nodeid, entry in tests.items():
@@ -43,7 +44,10 @@ def main() -> None:
                 table[key][0] += entry["seconds"]
                 table[key][1] += 1
         total = sum(s for s, _ in kinds.values())
-        print(f"**{times.stem}**: {len(tests):,} tests, {total:,.0f} s summed over the workers\n")
+        busy = record.get("cpu_busy")
+        cpu = f"; the machine's cores {100 * busy:.0f}% busy" if busy is not None else ""
+        summed = f"{total:,.0f} s summed over the workers{cpu}"
+        print(f"**{times.stem}**: {len(tests):,} tests, {summed}\n")
         print("| kind | tests | seconds | share | pays for |\n|---|---:|---:|---:|---|")
         for kind, (seconds, count) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
             share = 100 * seconds / total if total else 0

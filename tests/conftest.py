@@ -214,6 +214,26 @@ def producer(bootstrap_servers: str) -> Iterator[object]:
 # controller (xdist's workers report there), written to SPARK_CHKPT_TEST_TIMES (JSON, when
 # set: `make test` sets it) and summed up at the end of the run: where CI's minutes go.
 _TIMES: dict[str, dict[str, object]] = {}
+# The machine's CPU ticks (busy, all) when the run started: how much of the cores a pass
+# used (written with the times; a pass whose cores sat idle can take more workers).
+_CPU_AT_START: list[tuple[int, int]] = []
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's (busy, total) CPU ticks since boot, from ``/proc/stat``; (0, 0)
+    where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(f) for f in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return (0, 0)
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields) - idle, sum(fields))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        _CPU_AT_START.append(_cpu_ticks())
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -247,6 +267,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
     write(f"test time by kind (seconds summed over the workers; {total:,.0f} s in all):")
     for kind, (seconds, count) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
         write(f"  {kind:<12} {seconds:8,.0f} s {count:6} tests")
+    busy = _cpu_busy()
+    if busy is not None:
+        write(f"the machine's {os.cpu_count()} cores were {100 * busy:.0f}% busy during the run")
     write("test time by module, the 30 longest:")
     for module, (seconds, count) in sorted(by_module.items(), key=lambda kv: -kv[1][0])[:30]:
         write(f"  {seconds:8,.0f} s {count:5} tests  {module}")
@@ -254,4 +277,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
     if target:
         os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
         with open(target, "w") as out:
-            json.dump({"finished": time.time(), "exit": int(exitstatus), "tests": _TIMES}, out)
+            json.dump(
+                {
+                    "finished": time.time(),
+                    "exit": int(exitstatus),
+                    "cpu_busy": _cpu_busy(),
+                    "cores": os.cpu_count(),
+                    "tests": _TIMES,
+                },
+                out,
+            )
+
+
+def _cpu_busy() -> float | None:
+    """The share of the machine's CPU time that was busy since the run started."""
+    if not _CPU_AT_START:
+        return None
+    (busy_now, total_now), (busy_then, total_then) = _cpu_ticks(), _CPU_AT_START[0]
+    busy, total = busy_now - busy_then, total_now - total_then
+    return round(busy / total, 3) if total else None
