@@ -25,8 +25,7 @@ from tests.plugin_sink.installed import PLUGIN, env_with, install
 pytestmark = pytest.mark.fault
 
 EVENTS = 300
-PER_BATCH = 100  # 3 partitions: 3 batches, the fault strikes batch 1
-KILLED = (FaultPoint.AFTER_STAGING, FaultPoint.AFTER_DELTA_COMMIT, FaultPoint.AFTER_SNAPSHOT)
+PER_BATCH = 100  # 3 partitions: 3 batches
 
 
 @pytest.fixture
@@ -105,27 +104,31 @@ def _plugin_importable(site: list[str], monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.syspath_prepend(entry)
 
 
-@pytest.mark.parametrize("point", KILLED, ids=[p.value for p in KILLED])
-def test_every_id_once_after_a_kill(
-    point: FaultPoint, site: list[str], bootstrap_servers: str, events: str, tmp_path: Path
+def test_every_id_once_through_a_kill_at_each_step(
+    site: list[str], bootstrap_servers: str, events: str, tmp_path: Path
 ) -> None:
+    """One checkpoint, killed at batch 1 after its staging, then (its replay) after its
+    commit to the folder, then at batch 2 after its snapshot record; the last run
+    finishes: every id once, each batch's files once."""
     path, checkpoint = tmp_path / "out", tmp_path / "chk"
-    killed = run_job(
-        site,
-        bootstrap_servers,
-        events,
-        path=path,
-        checkpoint=checkpoint,
-        kill_at=f"{point.value}@1",
-    )
-    assert killed.returncode < 0, killed.stderr[-3000:]
-    assert f"SIGKILL at {point.value} of batch 1" in killed.stderr
-    visible = folder_batches(path)
-    if point is FaultPoint.AFTER_STAGING:
-        assert visible == [0]  # staged, not committed: nothing of batch 1 visible
-        assert len(folder_ids(path)) == PER_BATCH
-    else:
-        assert visible == [0, 1]  # committed; the store or Spark's log not yet
+    for point, batch, visible in (
+        (FaultPoint.AFTER_STAGING, 1, [0]),  # staged, not committed: nothing of batch 1
+        (FaultPoint.AFTER_DELTA_COMMIT, 1, [0, 1]),  # committed; the store not yet
+        (FaultPoint.AFTER_SNAPSHOT, 2, [0, 1, 2]),  # recorded; Spark's log not yet
+    ):
+        killed = run_job(
+            site,
+            bootstrap_servers,
+            events,
+            path=path,
+            checkpoint=checkpoint,
+            kill_at=f"{point.value}@{batch}",
+        )
+        assert killed.returncode < 0, (point, killed.stderr[-3000:])
+        assert f"SIGKILL at {point.value} of batch {batch}" in killed.stderr
+        assert folder_batches(path) == visible, point
+        ids = folder_ids(path)
+        assert len(ids) == len(set(ids)) == len(visible) * PER_BATCH, (point, ids)
     done = run_job(site, bootstrap_servers, events, path=path, checkpoint=checkpoint)
     assert done.returncode == 0, done.stderr[-3000:]
     assert folder_ids(path) == list(range(EVENTS))
