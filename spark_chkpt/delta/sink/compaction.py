@@ -137,6 +137,8 @@ class AutoCompaction:
             return None
 
     def _after_batch(self, *, batch_id: int, files: Sequence[StagedFile]) -> dict[str, Any] | None:
+        if self.config.auto_compact is False:
+            return None
         self.count.added += sum(1 for f in files if f.size < self.max_bytes)
         counted = self.count.counted
         if counted is not None and counted + self.count.added < self.min_files:
