@@ -301,7 +301,15 @@ def run(
         tracemalloc=tops,
     )
     figures["load_average_at_start"] = load_at_start
+    figures["live_files"] = _live_files(table)
     return figures
+
+
+def _live_files(table: Path) -> int:
+    """The files of the table's latest version (bounded with ``--auto-compact``)."""
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(str(table)).file_uris())
 
 
 def _signal_pythons(processes: dict[int, Process]) -> int:
@@ -326,6 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--tracemalloc", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="a job setting (repeatable)")
+    parser.add_argument(
+        "--auto-compact",
+        action="store_true",
+        help="the sink's auto compaction on (sink.autoCompact=true)",
+    )
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument(
@@ -347,10 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         partitions=args.partitions,
         servers=args.bootstrap_servers,
         tracemalloc=args.tracemalloc,
-        settings=args.set,
+        settings=[*args.set, *(["sink.autoCompact=true"] if args.auto_compact else [])],
     )
     for line in summary_lines(figures):
         print(line, flush=True)
+    print(f"table files at the end: {figures['live_files']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0 if figures["once"]["once"] else 1

@@ -90,6 +90,8 @@ OPTIONS: tuple[OptionsRef, ...] = (
         prefixes=("storage.", "delta."),
         fields={
             "targetFileSize": "target_file_bytes",
+            "autoCompactMinNumFiles": "auto_compact_min_files",
+            "autoCompactMaxFileSize": "auto_compact_max_file_bytes",
             "orphanRetention": "orphan_retention_ms",
             "snapshotTimeout": "timing.timeout_ms",
             "minPauseBetweenSnapshots": "timing.min_pause_ms",

@@ -34,6 +34,9 @@ class FaultPoint(str, Enum):
     # log upkeep, the snapshot record and the rest of the coordinator's steps not yet
     AFTER_DELTA_COMMIT = "after-delta-commit"  # data visible; snapshot record not written
     AFTER_SNAPSHOT = "after-snapshot"  # snapshot record written; Spark's commit log not yet
+    AFTER_COMPACTION = "after-compaction"  # chkpt-delta: an auto compaction's commit landed
+    # after the batch's own commit and record; the kept table not refreshed, Spark's
+    # commits/N not written
     AFTER_COMMIT_LOG = "after-commit-log"  # Spark's commits/N written (progress event seen)
     IN_ABORT = "in-abort"  # abort entered; staged files not deleted yet
     AFTER_INTENT = "after-intent"  # Kafka sink: intent entry written, no barrier yet

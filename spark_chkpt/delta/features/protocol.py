@@ -405,6 +405,7 @@ CREATION_PROPERTIES: dict[str, str | None] = {
     "delta.checkpoint.writeStatsAsStruct": None,
     "delta.isolationLevel": None,
     "delta.randomizeFilePrefixes": None,
+    "delta.autoOptimize.autoCompact": None,
 }
 CREATION_PREFIX = "delta."
 

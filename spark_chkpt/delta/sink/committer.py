@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from spark_chkpt.delta.features.column_mapping import ColumnMapping
 from spark_chkpt.delta.hooks import DeltaHooks, TableBatch
 from spark_chkpt.delta.replay import other_writers
+from spark_chkpt.delta.sink.compaction import AutoCompaction
 from spark_chkpt.delta.sink.dead_letters import DeadLetters
 from spark_chkpt.delta.sink.options import DeltaSinkConfig
 from spark_chkpt.delta.staging import StagedFile, StagedOutput
@@ -73,7 +74,8 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
     commit with the add actions (a column the table lacks fails the batch naming it,
     unless mergeSchema adds it), ``txn(appId, N)`` and the snapshot record in
     commitInfo; in complete mode the same commit removes every file the table had;
-    5. the record to the store (newest N kept).
+    5. the record to the store (newest N kept); then the auto compaction, a commit of
+    its own (:mod:`spark_chkpt.delta.sink.compaction`).
     """
 
     sink = "chkpt-delta"
@@ -98,6 +100,7 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
         self.config = config
         self.complete = complete
         self.target = DeltaTarget(uri=config.path, storage_options=config.storage_options)
+        self.compaction = AutoCompaction(config=config, target=self.target, app_id=self.app_id)
         self.dead_letters = (
             DeadLetters(
                 target=DeltaTarget(
@@ -259,6 +262,13 @@ class DeltaCoordinator(DeltaHooks[DeltaBatch]):
             record.retries,
         )
         return record
+
+    def release(self, batch: DeltaBatch, *, failed: bool) -> None:
+        """After the steps: once the batch's commit and record are durable (or it was
+        already committed), the auto compaction's turn (:mod:`.compaction`; it never
+        fails the batch); in complete mode each commit replaces every file: none."""
+        if not failed and not self.complete:
+            self.compaction.after_batch(batch_id=batch.batch_id, files=batch.files)
 
     # -- the rest ----------------------------------------------------------------------------
 

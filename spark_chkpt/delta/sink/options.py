@@ -43,7 +43,25 @@ _KNOWN_DELTA_OPTIONS = (
     "tableLocation",
     "deadLetterTable",
     "deadLetterTableLocation",
+    "autoCompact",
+    "autoCompactMinNumFiles",
+    "autoCompactMaxFileSize",
 )
+
+# Databricks' defaults (spark.databricks.delta.autoCompact.minNumFiles, .maxFileSize)
+AUTO_COMPACT_MIN_FILES = 50
+AUTO_COMPACT_MAX_FILE_BYTES = 128 * 1024**2
+
+
+def auto_compact_value(option: str, raw: str) -> bool:
+    """Option ``autoCompact`` or the table property ``delta.autoOptimize.autoCompact``
+    as Databricks takes it: ``true``, ``auto`` (or ``legacy``) on, ``false`` off."""
+    value = raw.strip().lower()
+    if value in ("true", "auto", "legacy"):
+        return True
+    if value == "false":
+        return False
+    raise ConfigError(option, raw, "true (or auto) or false")
 
 
 def _table_path(opts: Mapping[str, str]) -> str:
@@ -113,6 +131,11 @@ class DeltaSinkConfig(SnapshotConfig):
     table_properties: Mapping[str, str] = field(default_factory=dict)
     # snapshotTimeout, minPauseBetweenSnapshots
     timing: SnapshotTiming = field(default_factory=SnapshotTiming)
+    # autoCompact: True / False as the option says; None: the table property
+    # delta.autoOptimize.autoCompact decides
+    auto_compact: bool | None = None
+    auto_compact_min_files: int = AUTO_COMPACT_MIN_FILES
+    auto_compact_max_file_bytes: int = AUTO_COMPACT_MAX_FILE_BYTES
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> DeltaSinkConfig:
@@ -158,6 +181,22 @@ class DeltaSinkConfig(SnapshotConfig):
             other_writers=other_writers,
             dead_letter_path=qualify(dead_letter_path) if dead_letter_path else None,
             table_properties=check_creation_properties(options),
+            auto_compact=(
+                auto_compact_value("autoCompact", opts["autocompact"])
+                if "autocompact" in opts
+                else None
+            ),
+            auto_compact_min_files=parse_positive_int(
+                "autoCompactMinNumFiles",
+                opts.get("autocompactminnumfiles"),
+                default=AUTO_COMPACT_MIN_FILES,
+            )
+            or AUTO_COMPACT_MIN_FILES,
+            auto_compact_max_file_bytes=parse_size(
+                "autoCompactMaxFileSize",
+                opts.get("autocompactmaxfilesize"),
+                default=AUTO_COMPACT_MAX_FILE_BYTES,
+            ),
         )
 
     def check_columns(self, columns: Sequence[str]) -> None:

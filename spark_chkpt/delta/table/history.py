@@ -64,7 +64,9 @@ def commits_after(
     target: DeltaTarget, version: int, current: int, app_id: str
 ) -> tuple[set[str], int]:
     """Other app ids with commits after ``version`` up to ``current``, and how many
-    commits had no txn at all (read from the JSON commits; a cleaned-up one is passed)."""
+    commits had no txn at all (read from the JSON commits; a cleaned-up one is passed).
+    A commit that changes no row (:func:`rearranges`: a compaction, an OPTIMIZE) is
+    neither: a rollback undoing it loses nothing."""
     others: set[str] = set()
     plain = 0
     log_dir = target.location.child("_delta_log")
@@ -72,6 +74,8 @@ def commits_after(
         try:
             text = log_dir.child(f"{v:020d}.json").read_text()
         except FileNotFoundError:
+            continue
+        if rearranges(text):
             continue
         apps = set()
         for line in text.splitlines():
@@ -83,3 +87,23 @@ def commits_after(
             plain += 1
         others |= apps - {app_id}
     return others, plain
+
+
+def rearranges(text: str) -> bool:
+    """Whether the JSON commit ``text`` only rearranges files: add and remove actions,
+    every one ``dataChange=false`` (a compaction, delta-spark's OPTIMIZE), and nothing
+    else but its commitInfo (no txn, metaData, protocol, cdc or domain metadata)."""
+    files = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        for name, body in action.items():
+            if name == "commitInfo":
+                continue
+            if name not in ("add", "remove") or not isinstance(body, dict):
+                return False
+            if body.get("dataChange", True):
+                return False
+            files += 1
+    return files > 0

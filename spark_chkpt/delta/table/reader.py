@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -227,9 +227,38 @@ class TableReader:
                 return None
         return None
 
+    def small_files(
+        self, table: Any, *, below: int, partition_by: Sequence[str]
+    ) -> dict[tuple[tuple[str, str | None], ...], int]:
+        """How many of ``table``'s files are smaller than ``below`` bytes, per partition
+        (its ``partition_by`` values as the log writes them, sorted by column; ``()``
+        for an unpartitioned table)."""
+        import pyarrow as pa
+
+        adds = pa.table(table.get_add_actions(flatten=True))
+        sizes = adds.column("size_bytes").to_pylist()
+        names = sorted(partition_by)
+        columns = [
+            adds.column(f"partition.{n}").to_pylist()
+            if f"partition.{n}" in adds.column_names
+            else [None] * len(sizes)
+            for n in names
+        ]
+        counts: dict[tuple[tuple[str, str | None], ...], int] = {}
+        for i, size in enumerate(sizes):
+            if size is None or size >= below:
+                continue
+            key = tuple(
+                (n, None if c[i] is None else str(c[i]))
+                for n, c in zip(names, columns, strict=True)
+            )
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
     def referenced(self, table: Any, *, whole_log: bool = False) -> set[str]:
         """Relative paths the table references now; with ``whole_log``, also every path
-        any JSON commit still in ``_delta_log`` added (so time travel keeps its files)."""
+        any JSON commit still in ``_delta_log`` added or removed (so time travel keeps
+        its files)."""
         import pyarrow as pa
 
         if table is None:
@@ -242,8 +271,11 @@ class TableReader:
                 if not info.base_name.endswith(".json"):
                     continue
                 for line in log_dir.child(info.base_name).read_text().splitlines():
-                    if '"add"' in line:
-                        action = json.loads(line).get("add")
+                    if '"add"' in line or '"remove"' in line:
+                        # a file a commit still in the log removes (an auto
+                        # compaction's) is read by time travel before that commit
+                        parsed = json.loads(line)
+                        action = parsed.get("add") or parsed.get("remove")
                         if action:
                             paths.add(unquote(action["path"]))
         return paths

@@ -233,6 +233,34 @@ class TableWriter(TableReader):
         )
         upkeep(self)
 
+    def compact(
+        self,
+        table: Any,
+        *,
+        partition: Mapping[str, str] | None,
+        target_size: int,
+        metadata: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """delta-rs ``optimize.compact``: the table's files smaller than ``target_size``
+        (of ``partition`` only, if given) rewritten into files of about that size, in one
+        commit of its own whose add and remove actions are ``dataChange=false``, with
+        ``metadata`` in commitInfo and no txn; delta-rs's metrics (no commit when there
+        is nothing to do). The kept table is dropped: the next batch loads it afresh."""
+        from deltalake import CommitProperties
+
+        filters = [(k, "=", v) for k, v in sorted((partition or {}).items())]
+        try:
+            metrics = log_state.delta_rs(table).optimize.compact(
+                partition_filters=filters or None,
+                target_size=target_size,
+                commit_properties=CommitProperties(custom_metadata=dict(metadata)),
+                post_commithook_properties=no_hooks(),
+            )
+        finally:
+            log_state.forget(self)
+        upkeep(self)
+        return dict(metrics)
+
     def check_rewind(self, table: Any) -> None:
         """Before a rewind changes anything: a table whose features delta-rs refuses is
         rolled back (or emptied) by the project's own commit, which needs a
