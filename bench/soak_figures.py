@@ -137,6 +137,14 @@ def _load(figures: dict[str, Any]) -> str:
     return f"{start[0]:.1f} at the start, {end} at the end" if start else end
 
 
+def _figure(value: float | None, spec: str) -> str:
+    """``value`` formatted by ``spec``, or ``-`` right-aligned to its width where a run too
+    short had none (a span of no time, no commits between the two windows)."""
+    if value is None:
+        return format("-", ">" + spec.partition(".")[0])
+    return format(value, ">" + spec)
+
+
 def summary_lines(figures: dict[str, Any]) -> list[str]:
     lines = [
         f"soak: {figures['rate']} records/s for {figures['minutes']} min, warm-up "
@@ -148,9 +156,9 @@ def summary_lines(figures: dict[str, Any]) -> list[str]:
     ]
     for row in figures["processes"]:
         lines.append(
-            f"{row['role']:<14} {row['pid']:>7} {row['mb_at_warmup']:>8.1f} "
-            f"{row['mb_at_end']:>8.1f} {row['growth_pct']:>6.1f}% {row['mb_per_minute']:>7.2f} "
-            f"{row['kb_per_commit'] if row['kb_per_commit'] is not None else '-':>9}"
+            f"{row['role']:<14} {row['pid']:>7} {_figure(row['mb_at_warmup'], '8.1f')} "
+            f"{_figure(row['mb_at_end'], '8.1f')} {_figure(row['growth_pct'], '6.1f')}% "
+            f"{_figure(row['mb_per_minute'], '7.2f')} {_figure(row['kb_per_commit'], '9')}"
         )
     end = int(max(t for t, _ in figures["versions"]))
     lines.append("by minute (the median of its samples, MB), and the table's versions:")

@@ -4,7 +4,7 @@ timed test)."""
 from __future__ import annotations
 
 from bench.soak import role_of
-from bench.soak_figures import Process, figures_of
+from bench.soak_figures import Process, figures_of, summary_lines
 
 PY = "/venv/bin/python -m pyspark.daemon"
 
@@ -51,3 +51,25 @@ def test_growth_is_read_from_the_medians_of_the_minute_after_warm_up_and_the_las
     assert row["mb_per_minute"] == 2.0
     assert row["kb_per_commit"] == round(6 * 1024 / 300, 2)
     assert figures["batches_per_minute"]["after_warmup"] == 100.0
+
+
+def test_a_run_too_short_for_a_rate_is_summed_up_with_dashes() -> None:
+    """One minute with a warm-up of 0.2: the two windows share their samples, so the
+    growth has no span and no commits between them; the summary printed ``-`` for none
+    of them and raised ``TypeError`` on ``format(None, ">7.2f")``."""
+    minutes = [i / 10 for i in range(11)]
+    sink = Process(pid=1, role="sink runner", command="x")
+    sink.samples = [(m, 200.0) for m in minutes]
+    figures = figures_of(
+        processes={1: sink},
+        versions=[(m, 5) for m in minutes],
+        warmup=0.2,
+        rate=500,
+        minutes=1.0,
+        once={"once": True},
+        tracemalloc={},
+    )
+    (row,) = figures["processes"]
+    assert row["mb_per_minute"] is None and row["kb_per_commit"] is None
+    (line,) = [x for x in summary_lines(figures) if x.startswith("sink runner")]
+    assert line.split()[-2:] == ["-", "-"], line
