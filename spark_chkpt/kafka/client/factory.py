@@ -22,6 +22,7 @@ the error :mod:`spark_chkpt.kafka.client.access` names, at once, not after a tim
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -134,11 +135,57 @@ class _RefusedLogin(logging.Filter):
 _MANAGER_LOG = "kafka.net.manager"
 
 
+def _read_then_close(transport: Any) -> Any:
+    """kafka-python 3's transport read loop, the bytes of the last read delivered before
+    the peer's close is: :func:`_deliver_bytes_before_eof`."""
+
+    async def read() -> None:
+        from kafka.errors import KafkaProtocolError
+
+        while transport._read and not transport._closed:
+            await transport._net.wait_read(transport._sock)
+            data, error = transport._sock_recv()
+            if data and transport._protocol is not None:
+                transport.last_read = time.monotonic()
+                try:
+                    transport._protocol.data_received(data)
+                except KafkaProtocolError as e:
+                    return transport.abort(error=e)
+                if error is not None:  # the responses' waiters run before the close
+                    await transport._net.sleep(_EOF_GRACE_S)
+            if error is not None:
+                return transport.abort(error=error)
+        return None
+
+    return read()
+
+
+# How long a connection the peer closed stays open for the waiters of the responses read
+# with the close (a few loop turns).
+_EOF_GRACE_S = 0.05
+
+
+def _deliver_bytes_before_eof() -> None:
+    """kafka-python 3.0's transports drop the bytes read together with the peer's close:
+    a broker that refuses a SASL login answers with the error and closes the connection,
+    and where the client read both at once (a busy machine) it saw "socket disconnected"
+    and tried again until its bootstrap timeout, so a wrong password was reported as a
+    broker that did not answer. The read loop of every transport (TCP and TLS) delivers
+    those bytes first, then closes."""
+    from kafka.net import transport
+
+    if getattr(transport.KafkaTCPTransport, "_chkpt_reads_before_eof", False):
+        return
+    transport.KafkaTCPTransport._read_from_sock = _read_then_close
+    transport.KafkaTCPTransport._chkpt_reads_before_eof = True
+
+
 @contextmanager
 def _named_failures(*, servers: str, settings: Mapping[str, Any]) -> Iterator[None]:
     from spark_chkpt.kafka.client.access import access_error, check_tls
 
     check_tls(servers=servers, settings=settings)
+    _deliver_bytes_before_eof()
     refused = _RefusedLogin(servers=servers, settings=settings)
     manager = logging.getLogger(_MANAGER_LOG)
     manager.addFilter(refused)

@@ -8,6 +8,7 @@ cluster it waits out the bootstrap timeout and fails as an outage (a bare
 from __future__ import annotations
 
 import ast
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,61 @@ def test_a_refused_login_seen_only_in_a_connection_task_names_a_bootstrap_timeou
         factory._named_failures(servers="b:9093", settings=settings),
     ):
         raise KafkaTimeoutError("Unable to bootstrap from ['b:9093']")  # nothing refused
+
+
+class _Done:
+    """An awaitable that is ready at once (a socket readable, a sleep over)."""
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        return iter(())
+
+
+class _Net:
+    def wait_read(self, sock: object) -> _Done:
+        return _Done()
+
+    def sleep(self, delay: float) -> _Done:
+        return _Done()
+
+
+class _Protocol:
+    _sensors = None
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.seen.append(("data", data))
+
+    def connection_lost(self, error: object) -> None:
+        self.seen.append(("lost", error))
+
+
+def test_the_bytes_read_with_the_peers_close_reach_the_connection_before_the_close() -> None:
+    """A broker refusing a SASL login sends the error and closes; read in one go (a busy
+    machine), kafka-python 3.0's transport dropped the error and reported "socket
+    disconnected", so its client tried again until the bootstrap timeout and a wrong
+    password came out as an outage. The read loop the factory installs delivers the
+    bytes, then closes: the connection sees the refusal first."""
+    from kafka.errors import KafkaConnectionError
+    from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
+
+    factory._deliver_bytes_before_eof()
+    closed = KafkaConnectionError("socket disconnected")
+    for kind in (KafkaTCPTransport, KafkaSSLTransport):
+        protocol = _Protocol()
+        transport = object.__new__(kind)
+        transport.__dict__.update(
+            _read=True,
+            _closed=False,
+            _sock=None,
+            _net=_Net(),
+            _write_buffer=deque(),
+            _read_task=None,
+            _write_task=None,
+            _protocol=protocol,
+            _sock_recv=lambda: (b"the refusal", closed),
+        )
+        with pytest.raises(StopIteration):
+            transport._read_from_sock().send(None)
+        assert protocol.seen == [("data", b"the refusal"), ("lost", closed)], kind
