@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
+from spark_chkpt.cli.commands import add_brokers
 from spark_chkpt.cli.state import or_dash
 
 if TYPE_CHECKING:
@@ -164,12 +164,7 @@ def add_create_arguments(create: argparse.ArgumentParser) -> None:
         metavar="CHECKPOINT",
         help="--pipeline: a job's checkpointLocation (give each job once)",
     )
-    add_kafka_config(create)
-    create.add_argument(
-        "--bootstrap-servers",
-        default=None,
-        help="--pipeline: the brokers of the topics that join the jobs",
-    )
+    add_brokers(create, help="--pipeline: the brokers of the topics that join the jobs")
     create.add_argument(
         "--timeout",
         type=float,
