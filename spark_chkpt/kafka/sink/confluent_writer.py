@@ -29,7 +29,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
-from spark_chkpt.kafka.client.access import access_error
+from spark_chkpt.kafka.client.access import Asked, access_error
 from spark_chkpt.kafka.client.factory import confluent_producer
 from spark_chkpt.kafka.client.listener import protocol_mismatch
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
@@ -229,8 +229,10 @@ class ConfluentProducer:
             RuntimeError(text),
             servers=self.config.bootstrap_servers,
             settings=self.config.producer_settings,
-            operation="WRITE",
-            resource=where.rpartition("-")[0] if where != "the producer" else None,
+            asked=Asked(
+                operation="WRITE",
+                resource=where.rpartition("-")[0] if where != "the producer" else None,
+            ),
         )
         raise named if named is not None else producing_failed(text)
 
