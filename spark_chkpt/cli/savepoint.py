@@ -25,7 +25,8 @@ def _savepoint_create(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.manifest import create_savepoint
 
     if args.pipeline is not None or args.pipeline_file is not None:
-        return pipeline_create(args)
+        print(pipeline_create(args))
+        return 0
     if args.checkpoint is None or args.job:
         raise SystemExit(
             "savepoint create: give one checkpoint, or --pipeline NAME --job ..., or "
