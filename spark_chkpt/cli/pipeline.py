@@ -7,14 +7,16 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
+from spark_chkpt.cli.commands import add_brokers
 from spark_chkpt.cli.state import or_dash
 
 if TYPE_CHECKING:
     from spark_chkpt.savepoint.restore import RestoreResult
 
 
-def pipeline_create(args: argparse.Namespace) -> int:
+def pipeline_create(args: argparse.Namespace) -> str:
+    """A pipeline savepoint of ``--pipeline-file`` or of ``--pipeline`` and its jobs: its
+    folder."""
     from spark_chkpt.savepoint.pipeline.create import (
         create_pipeline_savepoint,
         create_pipeline_savepoint_from_file,
@@ -26,14 +28,12 @@ def pipeline_create(args: argparse.Namespace) -> int:
                 "savepoint create --pipeline-file FILE: the file lists the pipeline's name "
                 "and jobs; give no --pipeline, --job or checkpoint with it"
             )
-        point = create_pipeline_savepoint_from_file(
+        return create_pipeline_savepoint_from_file(
             path=args.pipeline_file,
             savepoint_dir=args.dir,
             bootstrap_servers=args.bootstrap_servers,
             timeout_s=args.timeout,
-        )
-        print(point.location)
-        return 0
+        ).location
     if args.checkpoint is not None or len(args.job) < 2 or not args.bootstrap_servers:
         raise SystemExit(
             "savepoint create --pipeline NAME: give every job with --job CHECKPOINT (two or "
@@ -41,15 +41,13 @@ def pipeline_create(args: argparse.Namespace) -> int:
         )
     if args.dir is None:
         raise SystemExit("savepoint create --pipeline NAME: give --dir")
-    point = create_pipeline_savepoint(
+    return create_pipeline_savepoint(
         name=args.pipeline,
         checkpoints=args.job,
         savepoint_dir=args.dir,
         bootstrap_servers=args.bootstrap_servers,
         timeout_s=args.timeout or 0.0,
-    )
-    print(point.location)
-    return 0
+    ).location
 
 
 def pipeline_show(args: argparse.Namespace) -> int:
@@ -164,12 +162,7 @@ def add_create_arguments(create: argparse.ArgumentParser) -> None:
         metavar="CHECKPOINT",
         help="--pipeline: a job's checkpointLocation (give each job once)",
     )
-    add_kafka_config(create)
-    create.add_argument(
-        "--bootstrap-servers",
-        default=None,
-        help="--pipeline: the brokers of the topics that join the jobs",
-    )
+    add_brokers(create, help="--pipeline: the brokers of the topics that join the jobs")
     create.add_argument(
         "--timeout",
         type=float,

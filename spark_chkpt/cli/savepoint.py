@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from spark_chkpt.cli.kafka_config import add_argument as add_kafka_config
+from spark_chkpt.cli.commands import add_brokers, add_job
 from spark_chkpt.cli.paths import require_folder, require_savepoint
 from spark_chkpt.cli.pipeline import (
     add_create_arguments,
@@ -25,7 +25,8 @@ def _savepoint_create(args: argparse.Namespace) -> int:
     from spark_chkpt.savepoint.manifest import create_savepoint
 
     if args.pipeline is not None or args.pipeline_file is not None:
-        return pipeline_create(args)
+        print(pipeline_create(args))
+        return 0
     if args.checkpoint is None or args.job:
         raise SystemExit(
             "savepoint create: give one checkpoint, or --pipeline NAME --job ..., or "
@@ -405,14 +406,10 @@ def _add_restore_target(restore: argparse.ArgumentParser) -> None:
 
 def _add_restore_job(restore: argparse.ArgumentParser) -> None:
     """The job a restore checks before it writes anything."""
-    restore.add_argument(
-        "--job",
-        default=None,
+    add_job(
+        restore,
         help="the job to start on the new checkpoint (as for savepoint check): the "
         "restore checks it first and refuses an incompatible one before writing anything",
-    )
-    restore.add_argument(
-        "--job-args", default="", metavar="'ARGS'", help="a script job's command line, quoted"
     )
     restore.add_argument(
         "--allow-non-restored-state",
@@ -424,10 +421,8 @@ def _add_restore_job(restore: argparse.ArgumentParser) -> None:
 
 def _add_restore_kafka(restore: argparse.ArgumentParser) -> None:
     """A chkpt-kafka sink's rewind (or a pipeline fork): its brokers and control topic."""
-    add_kafka_config(restore)
-    restore.add_argument(
-        "--bootstrap-servers",
-        default=None,
+    add_brokers(
+        restore,
         help="rewind of a query writing chkpt-kafka (or of a pipeline holding one): the "
         "brokers of its topic (the rewind revokes the snapshots after N in the topic's "
         "control topic); a pipeline fork: the brokers that get the new topics",

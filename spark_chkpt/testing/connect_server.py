@@ -26,7 +26,6 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from typing import Any
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import ConnectServerError
-from spark_chkpt.testing.processes import ServerProcess, free_port, kill_tree, launch
+from spark_chkpt.testing.processes import ServerProcess, free_port, kill_tree, launch, port_open
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +141,7 @@ class ConnectServer(ServerProcess):
         return self
 
     def _answers(self) -> bool:
-        try:
-            with socket.create_connection((self.host, self.port), timeout=1.0):
-                return True
-        except OSError:
-            return False
+        return port_open(self.host, self.port)
 
     def session(self) -> Any:
         """A new client session of this server (``builder.remote(url).create()``)."""

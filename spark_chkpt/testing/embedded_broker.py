@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
-from spark_chkpt.testing.processes import ServerProcess, free_port, halt, launch
+from spark_chkpt.testing.processes import PausableBroker, free_port, halt, launch
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ def broker_binary() -> str:
         raise BrokerError(f"no Tansu broker binary found: {e}") from e
 
 
-class EmbeddedBroker(ServerProcess):
+class EmbeddedBroker(PausableBroker):
     """A Kafka-protocol broker process on loopback, as a context manager."""
 
     def __init__(
@@ -119,20 +118,6 @@ class EmbeddedBroker(ServerProcess):
             f"broker at {self.bootstrap_servers} did not answer metadata "
             f"requests within {self.startup_timeout_s}s: {last}"
         )
-
-    def pause(self) -> None:
-        """Freeze the broker (SIGSTOP): connections stay open and nothing answers, as in
-        a long GC pause or a network partition. Its data survives, unlike a restart."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """Let a paused broker go on (SIGCONT)."""
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._process is None or self._process.poll() is not None:
-            raise BrokerError(f"broker at {self.bootstrap_servers} is not running")
-        os.kill(self._process.pid, sig)
 
     def stop(self) -> None:
         process, self._process = self._process, None

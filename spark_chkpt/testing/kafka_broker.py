@@ -27,7 +27,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -38,7 +37,14 @@ from pathlib import Path
 from spark_chkpt.deadline import Deadline
 from spark_chkpt.errors import BrokerError
 from spark_chkpt.testing.kafka_security import SecuredListener
-from spark_chkpt.testing.processes import LOG_TAIL, ServerProcess, free_port, halt, launch
+from spark_chkpt.testing.processes import (
+    LOG_TAIL,
+    PausableBroker,
+    free_port,
+    halt,
+    launch,
+    port_open,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +90,7 @@ def _java() -> str:
     return found
 
 
-class EmbeddedKafka(SecuredListener, ServerProcess):
+class EmbeddedKafka(SecuredListener, PausableBroker):
     """An Apache Kafka broker (KRaft, single node) as a context manager."""
 
     def __init__(
@@ -312,27 +318,7 @@ class EmbeddedKafka(SecuredListener, ServerProcess):
     def _port_open(self) -> bool:
         """Whether the client listener accepts connections (a cheap check before the
         metadata probe: kafka-python backs off for seconds after a refused bootstrap)."""
-        import socket
-
-        try:
-            with socket.create_connection((self.host, self.port), timeout=1.0):
-                return True
-        except OSError:
-            return False
-
-    def pause(self) -> None:
-        """Freeze the broker's JVM (SIGSTOP): connections stay open and nothing answers,
-        as in a long GC pause or a network partition."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """Let a paused broker go on (SIGCONT)."""
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._process is None or self._process.poll() is not None:
-            raise BrokerError(f"the Kafka broker at {self.bootstrap_servers} is not running")
-        os.kill(self._process.pid, sig)
+        return port_open(self.host, self.port)
 
     def _halt(self, *, timeout_s: float = 30.0) -> None:
         """Stop the JVM (SIGTERM: a controlled shutdown that flushes the logs), keeping

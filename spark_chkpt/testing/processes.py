@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from spark_chkpt.errors import BrokerError
+
 log = logging.getLogger(__name__)
 
 LOG_TAIL = 3000  # characters of a server's log an error quotes
@@ -181,3 +183,36 @@ class ServerProcess(Started):
             return self.log_path.read_text(errors="replace")[-LOG_TAIL:]
         except OSError:
             return "(no log)"
+
+
+class PausableBroker(ServerProcess):
+    """A broker process that can be frozen: connections stay open and nothing answers,
+    as in a long GC pause or a network partition (its data survives, unlike a restart)."""
+
+    _process: subprocess.Popen[bytes] | None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker go on (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._process is None or self._process.poll() is not None:
+            raise BrokerError(f"the broker at {self.bootstrap_servers} is not running")
+        os.kill(self._process.pid, sig)
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether ``host:port`` accepts a TCP connection (within a second)."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False

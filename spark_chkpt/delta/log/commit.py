@@ -112,20 +112,38 @@ class LogState:
         return int(json.loads(text)["rowIdHighWaterMark"]) if text else -1
 
 
-def build_append(
-    state: LogState,
-    *,
-    files: Sequence[StagedFile],
-    txns: Mapping[str, int],
-    metadata: Mapping[str, Any],
-    partition_by: Sequence[str],
-    now_ms: int,
-    meta: Mapping[str, Any] | None = None,
-) -> str:
-    """The JSON commit of version ``state.version + 1`` appending ``files``, with
-    ``txns`` (app id to version) and ``metadata`` in its commitInfo (pure); ``meta``: a
-    ``metaData`` action to write with them (identity high-water marks,
-    :func:`spark_chkpt.delta.features.identity.identity_metadata`)."""
+@dataclass(frozen=True)
+class NewFiles:
+    """What an own commit adds (an append's or a replacement's): the staged ``files``, the
+    ``txns`` (app id to version) and ``metadata`` of its commitInfo, the table's
+    ``partition_by`` and ``meta``, a ``metaData`` action to write with them (identity
+    high-water marks, :func:`spark_chkpt.delta.features.identity.identity_metadata`)."""
+
+    files: Sequence[StagedFile]
+    txns: Mapping[str, int]
+    metadata: Mapping[str, Any]
+    partition_by: Sequence[str]
+    meta: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class OwnCommit:
+    """The table an own commit goes to: ``location`` (``uri`` in its errors),
+    ``put(location, text)`` creating a log file if absent (False: it exists), ``check``
+    of the protocol a commit that won the race moved to, ``clock`` for its timestamp."""
+
+    location: Location
+    uri: str
+    put: Callable[[Location, str], bool]
+    check: Callable[[TableProtocol], None]
+    clock: Callable[[], float] = time.time
+
+
+def build_append(state: LogState, *, new: NewFiles, now_ms: int) -> str:
+    """The JSON commit of version ``state.version + 1`` appending ``new`` (its files, its
+    txns and metadata in the commitInfo, its ``metaData`` action if any; pure)."""
+    files, txns, metadata, meta = new.files, new.txns, new.metadata, new.meta
+    partition_by = new.partition_by
     version = state.version + 1
     operation = {
         "operation": "WRITE",
@@ -322,65 +340,35 @@ def _checkpoint_domains(log_dir: Location, version: int) -> tuple[int, dict[str,
     return at, domains
 
 
-def commit_append(
-    *,
-    location: Location,
-    uri: str,
-    state: LogState,
-    files: Sequence[StagedFile],
-    app_id: str,
-    txns: Mapping[str, int],
-    metadata: Mapping[str, Any],
-    partition_by: Sequence[str],
-    put: Callable[[Location, str], bool],
-    check: Callable[[TableProtocol], None],
-    clock: Callable[[], float] = time.time,
-    meta: Mapping[str, Any] | None = None,
-) -> int | None:
-    """Append ``files`` with ``txns`` and ``metadata`` on top of ``state``: the version
-    committed, or None when a commit that won the race already holds
-    ``txn(app_id) >= txns[app_id]`` (nothing written). ``put(location, text)`` creates
-    the file if absent (False: it exists). After :data:`MAX_RACES` lost races, a
-    :class:`CommitConflictError`. ``meta``: a ``metaData`` action written with the
-    adds (a race lost to another writer's metaData is a :class:`CommitConflictError`)."""
+def commit_append(*, to: OwnCommit, state: LogState, app_id: str, new: NewFiles) -> int | None:
+    """Append ``new`` on top of ``state`` to the table ``to``: the version committed, or
+    None when a commit that won the race already holds ``txn(app_id) >= new.txns[app_id]``
+    (nothing written). ``to.put`` creates the file if absent. After :data:`MAX_RACES` lost
+    races, a :class:`CommitConflictError`; also a race lost to another writer's metaData
+    when ``new.meta`` is written."""
     return commit_actions(
-        location=location,
-        uri=uri,
+        to=to,
         state=state,
         app_id=app_id,
-        txns=txns,
-        metadata=metadata,
-        build=lambda at, now_ms: build_append(
-            at,
-            files=files,
-            txns=txns,
-            metadata=metadata,
-            partition_by=partition_by,
-            now_ms=now_ms,
-            meta=meta,
-        ),
-        put=put,
-        check=check,
-        clock=clock,
+        new=new,
+        build=lambda at, now_ms: build_append(at, new=new, now_ms=now_ms),
     )
 
 
 def commit_actions(
     *,
-    location: Location,
-    uri: str,
+    to: OwnCommit,
     state: LogState,
     app_id: str,
-    txns: Mapping[str, int],
-    metadata: Mapping[str, Any],
+    new: NewFiles,
     build: Callable[[LogState, int], str],
-    put: Callable[[Location, str], bool],
-    check: Callable[[TableProtocol], None],
-    clock: Callable[[], float] = time.time,
 ) -> int | None:
-    """The own commit's loop (append or replacement): ``build(state, now_ms)`` put as the
-    next version if absent; a lost race read by version (:func:`advance`) and built again.
-    The version, or None when a winner holds the txn; MAX_RACES losses: CommitConflictError."""
+    """The own commit's loop (append or replacement of ``new``): ``build(state, now_ms)``
+    put as the next version if absent; a lost race read by version (:func:`advance`) and
+    built again. The version, or None when a winner holds the txn; MAX_RACES losses:
+    CommitConflictError."""
+    location, uri, put, check, metadata = to.location, to.uri, to.put, to.check, new.metadata
+    txns, clock = new.txns, to.clock
     log_dir = location.child("_delta_log")
     txn_version = txns.get(app_id, -1)
     for _ in range(MAX_RACES):

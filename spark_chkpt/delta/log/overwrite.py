@@ -19,14 +19,18 @@ on the newest version, so the files they added are removed too.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spark_chkpt.delta.features.protocol import TableProtocol
-from spark_chkpt.delta.log.commit import LogState, build_append, commit_actions, log_text
+from spark_chkpt.delta.log.commit import (
+    LogState,
+    NewFiles,
+    OwnCommit,
+    build_append,
+    commit_actions,
+    log_text,
+)
 from spark_chkpt.delta.log.restore import read_snapshot, remove_of
-from spark_chkpt.delta.staging import StagedFile
 from spark_chkpt.fs import Location
 
 
@@ -37,34 +41,18 @@ def live_files(location: Location, *, version: int) -> list[dict[str, Any]]:
 
 
 def build_overwrite(
-    state: LogState,
-    *,
-    live: Sequence[Mapping[str, Any]],
-    files: Sequence[StagedFile],
-    txns: Mapping[str, int],
-    metadata: Mapping[str, Any],
-    partition_by: Sequence[str],
-    now_ms: int,
-    meta: Mapping[str, Any] | None = None,
+    state: LogState, *, live: Sequence[Mapping[str, Any]], new: NewFiles, now_ms: int
 ) -> str:
     """The JSON commit of version ``state.version + 1`` replacing the ``live`` files
-    (their add actions) with ``files`` (pure); ``meta``: a ``metaData`` action written
+    (their add actions) with ``new``'s (pure); its ``meta``: a ``metaData`` action written
     with them (the identity high-water marks the new files' values moved,
     :func:`spark_chkpt.delta.features.identity.identity_metadata`)."""
-    text = build_append(
-        state,
-        files=files,
-        txns=txns,
-        metadata=metadata,
-        partition_by=partition_by,
-        now_ms=now_ms,
-        meta=meta,
-    )
+    text = build_append(state, new=new, now_ms=now_ms)
     actions = [json.loads(line) for line in text.splitlines() if line.strip()]
     info = actions[0]["commitInfo"]
     info["operationParameters"] = {
         "mode": "Overwrite",
-        "partitionBy": json.dumps(list(partition_by)),
+        "partitionBy": json.dumps(list(new.partition_by)),
     }
     info["isBlindAppend"] = False
     stamp = int(info["timestamp"])
@@ -75,44 +63,18 @@ def build_overwrite(
     return log_text(head + removes + rest)
 
 
-def commit_overwrite(
-    *,
-    location: Location,
-    uri: str,
-    state: LogState,
-    files: Sequence[StagedFile],
-    app_id: str,
-    txns: Mapping[str, int],
-    metadata: Mapping[str, Any],
-    partition_by: Sequence[str],
-    put: Callable[[Location, str], bool],
-    check: Callable[[TableProtocol], None],
-    clock: Callable[[], float] = time.time,
-    meta: Mapping[str, Any] | None = None,
-) -> int | None:
-    """Replace every file of the table with ``files`` on top of ``state``, as
+def commit_overwrite(*, to: OwnCommit, state: LogState, app_id: str, new: NewFiles) -> int | None:
+    """Replace every file of the table ``to`` with ``new``'s on top of ``state``, as
     :func:`~spark_chkpt.delta.log.commit.commit_append` appends: the version committed,
-    or None when a commit that won the race holds ``txn(app_id) >= txns[app_id]``.
-    ``meta``: a ``metaData`` action written with them (a race lost to another writer's
-    metaData is a :class:`~spark_chkpt.errors.CommitConflictError`)."""
+    or None when a commit that won the race holds ``txn(app_id) >= new.txns[app_id]``.
+    ``new.meta``: a ``metaData`` action written with them (a race lost to another
+    writer's metaData is a :class:`~spark_chkpt.errors.CommitConflictError`)."""
     return commit_actions(
-        location=location,
-        uri=uri,
+        to=to,
         state=state,
         app_id=app_id,
-        txns=txns,
-        metadata=metadata,
+        new=new,
         build=lambda at, now_ms: build_overwrite(
-            at,
-            live=live_files(location, version=at.version),
-            files=files,
-            txns=txns,
-            metadata=metadata,
-            partition_by=partition_by,
-            now_ms=now_ms,
-            meta=meta,
+            at, live=live_files(to.location, version=at.version), new=new, now_ms=now_ms
         ),
-        put=put,
-        check=check,
-        clock=clock,
     )

@@ -11,6 +11,7 @@ imports no committer.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_chkpt.delta.features.column_mapping import ColumnMapping
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+@dataclass(frozen=True, kw_only=True)
 class DeltaWriter:
     """One write task's staging: the sink's options, the table's columns
     (``arrow_schema``) and the dead letters' (``dead_letter_schema``, None without), the
@@ -33,28 +35,15 @@ class DeltaWriter:
     columns (``identity``), applied to each batch before it is staged, and the column
     mapping of each table (None: none)."""
 
-    def __init__(
-        self,
-        *,
-        config: DeltaSinkConfig,
-        app_id: str,
-        arrow_schema: pa.Schema,
-        dead_letter_schema: pa.Schema | None = None,
-        rules: TableRules | None = None,
-        generated: GeneratedColumns | None = None,
-        mapping: ColumnMapping | None = None,
-        dead_letter_mapping: ColumnMapping | None = None,
-        identity: IdentityColumns | None = None,
-    ) -> None:
-        self.config = config
-        self.app_id = app_id
-        self.arrow_schema = arrow_schema
-        self.dead_letter_schema = dead_letter_schema
-        self.rules = rules
-        self.generated = generated
-        self.mapping = mapping
-        self.dead_letter_mapping = dead_letter_mapping
-        self.identity = identity
+    config: DeltaSinkConfig
+    app_id: str
+    arrow_schema: pa.Schema
+    dead_letter_schema: pa.Schema | None = None
+    rules: TableRules | None = None
+    generated: GeneratedColumns | None = None
+    mapping: ColumnMapping | None = None
+    dead_letter_mapping: ColumnMapping | None = None
+    identity: IdentityColumns | None = None
 
     def write(
         self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, task: int

@@ -15,6 +15,8 @@ from spark_chkpt.delta.features.identity import IdentityUse, identity_metadata
 from spark_chkpt.delta.features.protocol import TableProtocol, check_table, read_protocol
 from spark_chkpt.delta.log import state as log_state
 from spark_chkpt.delta.log.commit import (
+    NewFiles,
+    OwnCommit,
     check_own_commit_store,
     commit_append,
     load_state,
@@ -165,21 +167,22 @@ class TableWriter(TableReader):
             commit = commit_append
         else:
             from spark_chkpt.delta.log.overwrite import commit_overwrite as commit
-        version = commit(
+        to = OwnCommit(
             location=self.location,
             uri=self.uri,
-            state=state,
-            files=files,
-            app_id=app_id,
-            txns={t.app_id: int(t.version) for t in props.app_transactions},
-            metadata=props.custom_metadata,
-            partition_by=partition_by,
             put=lambda at, text: put_if_absent(
                 at, text, uri=self.uri, storage_options=self.storage_options
             ),
             check=check,
+        )
+        new = NewFiles(
+            files=files,
+            txns={t.app_id: int(t.version) for t in props.app_transactions},
+            metadata=props.custom_metadata,
+            partition_by=partition_by,
             meta=meta,
         )
+        version = commit(to=to, state=state, app_id=app_id, new=new)
         log.debug("Delta table %s: own %s commit at version %s", self.uri, operation, version)
         return version
 

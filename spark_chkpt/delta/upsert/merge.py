@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.delta.log.state import delta_rs
@@ -67,12 +67,7 @@ class MergeFigures:
         return cls.from_metrics(metrics)
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "source_rows": self.source_rows,
-            "inserted": self.inserted,
-            "updated": self.updated,
-            "deleted": self.deleted,
-        }
+        return asdict(self)
 
 
 def quote(name: str) -> str:

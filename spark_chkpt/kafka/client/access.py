@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from spark_chkpt.errors import (
@@ -31,6 +32,19 @@ Operation = Literal[
     "READ", "WRITE", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER", "IDEMPOTENT_WRITE"
 ]
 ResourceKind = Literal["topic", "group", "transactional-id", "cluster"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Asked:
+    """What a caller asked a broker for, to name in an ACL refusal: ``operation`` on
+    ``resource``, a resource of ``resource_kind`` (None: what the refusal carries)."""
+
+    operation: str | None = None
+    resource: str | None = None
+    resource_kind: ResourceKind = "topic"
+
+
+NOTHING_NAMED = Asked()
 
 _SASL_MARKERS = ("SaslAuthenticationFailed", "SASL authentication error", "Authentication failed")
 _TLS_MARKERS = (
@@ -129,48 +143,19 @@ _DEFAULT_OPERATION: dict[str, str] = {
 }
 
 
-def authorization_error(
-    error: BaseException,
-    *,
-    servers: str,
-    settings: Mapping[str, Any],
-    operation: str | None = None,
-    resource: str | None = None,
-    resource_kind: ResourceKind = "topic",
-) -> KafkaAuthorizationError | None:
-    """The error for a broker's ACL refusal, naming ``resource`` and ``operation`` (the
-    caller's, which knows what it asked, when the refused resource is of its
-    ``resource_kind``; else what the error carries), else None."""
+def _refused_kind(error: BaseException) -> ResourceKind | None:
+    """The kind of resource a broker's ACL refusal is of (by its class, else by the error
+    code in its text; a bare authorization error: the cluster), else None."""
     from kafka import errors as kafka_errors
 
-    kind: ResourceKind | None = None
     for cls in type(error).__mro__:
         if cls.__name__ in _RESOURCE:
-            kind = _RESOURCE[cls.__name__]
-            break
-    if kind is None:
-        text = str(error)
-        for marker, each in _RESOURCE_CODES.items():
-            if marker in text:
-                kind = each
-                break
-        else:
-            if not isinstance(error, kafka_errors.AuthorizationError):
-                return None
-            kind = "cluster"
-    if kind != resource_kind:  # e.g. the sink names its topic; the refusal is of its ids
-        resource, operation = None, None
-    name = resource or _named_resource(error)
-    if name is None and kind == "transactional-id":
-        name = TRANSACTIONAL_PREFIX
-    op = operation or _DEFAULT_OPERATION[kind]
-    who = principal(settings)
-    target = "the cluster" if kind == "cluster" else f"{kind} {name!r}"
-    return KafkaAuthorizationError(
-        f"Kafka broker {servers} refused {op} on {target} to principal "
-        f"{who or '(the client)'!r}: the ACL is missing. Grant it: "
-        + acl_command(who=who, operation=op, kind=kind, name=name, servers=servers)
-    )
+            return _RESOURCE[cls.__name__]
+    text = str(error)
+    for marker, each in _RESOURCE_CODES.items():
+        if marker in text:
+            return each
+    return "cluster" if isinstance(error, kafka_errors.AuthorizationError) else None
 
 
 def _named_resource(error: BaseException) -> str | None:
@@ -252,23 +237,31 @@ def access_error(
     *,
     servers: str,
     settings: Mapping[str, Any],
-    operation: str | None = None,
-    resource: str | None = None,
-    resource_kind: ResourceKind = "topic",
+    asked: Asked = NOTHING_NAMED,
 ) -> ChkptError | None:
-    """The named error for ``error`` if it is an authentication or authorization
-    refusal, else None."""
+    """The named error for ``error`` if it is an authentication refusal or a broker's ACL
+    refusal, else None. An ACL refusal names what the caller ``asked`` (it knows what it
+    asked, when the refused resource is of its ``resource_kind``; else what the error
+    carries)."""
     if isinstance(error, (KafkaAuthenticationError, KafkaAuthorizationError)):
         return error
-    return authentication_error(error, servers=servers, settings=settings) or (
-        authorization_error(
-            error,
-            servers=servers,
-            settings=settings,
-            operation=operation,
-            resource=resource,
-            resource_kind=resource_kind,
-        )
+    named = authentication_error(error, servers=servers, settings=settings)
+    kind = _refused_kind(error) if named is None else None
+    if kind is None:
+        return named
+    resource, operation = asked.resource, asked.operation
+    if kind != asked.resource_kind:  # e.g. the sink names its topic; the refusal is of its ids
+        resource, operation = None, None
+    name = resource or _named_resource(error)
+    if name is None and kind == "transactional-id":
+        name = TRANSACTIONAL_PREFIX
+    op = operation or _DEFAULT_OPERATION[kind]
+    who = principal(settings)
+    target = "the cluster" if kind == "cluster" else f"{kind} {name!r}"
+    return KafkaAuthorizationError(
+        f"Kafka broker {servers} refused {op} on {target} to principal "
+        f"{who or '(the client)'!r}: the ACL is missing. Grant it: "
+        + acl_command(who=who, operation=op, kind=kind, name=name, servers=servers)
     )
 
 
@@ -282,19 +275,13 @@ def access_checked(
     resource_kind: ResourceKind = "topic",
 ) -> Iterator[None]:
     """Run Kafka client calls; a refusal leaves as its named error."""
+    asked = Asked(operation=operation, resource=resource, resource_kind=resource_kind)
     try:
         yield
     except ChkptError:
         raise
     except Exception as e:
-        named = access_error(
-            e,
-            servers=servers,
-            settings=settings,
-            operation=operation,
-            resource=resource,
-            resource_kind=resource_kind,
-        )
+        named = access_error(e, servers=servers, settings=settings, asked=asked)
         if named is None:
             raise
         raise named from e

@@ -241,6 +241,16 @@ def _setup_waits_request_timeout(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "kafka_client": network_client}
 
 
+def _client_config(
+    config: Mapping[str, Any], *, bootstrap_servers: str | list[str]
+) -> dict[str, Any]:
+    """A kafka-python client's ``config`` on ``bootstrap_servers``, its connection setup
+    given the request timeout (:func:`_setup_waits_request_timeout`)."""
+    return _setup_waits_request_timeout(
+        {**config, "bootstrap_servers": _servers(bootstrap_servers)}
+    )
+
+
 def kafka_consumer(
     *, bootstrap_servers: str | list[str], settings: Mapping[str, Any] | None = None, **fixed: Any
 ) -> Any:
@@ -248,9 +258,8 @@ def kafka_consumer(
     ``fixed`` ones (``group_id``, ``client_id``...; these win)."""
     from kafka import KafkaConsumer
 
-    config = {**_accepted(_with_defaults(settings), KafkaConsumer.DEFAULT_CONFIG), **fixed}
-    config["bootstrap_servers"] = _servers(bootstrap_servers)
-    config = _setup_waits_request_timeout(config)
+    accepted = _accepted(_with_defaults(settings), KafkaConsumer.DEFAULT_CONFIG)
+    config = _client_config({**accepted, **fixed}, bootstrap_servers=bootstrap_servers)
     with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
         return KafkaConsumer(**config)
 
@@ -262,9 +271,8 @@ def kafka_producer(
     ``fixed`` ones (these win)."""
     from kafka import KafkaProducer
 
-    config = {**_accepted(_with_defaults(settings), KafkaProducer.DEFAULT_CONFIG), **fixed}
-    config["bootstrap_servers"] = _servers(bootstrap_servers)
-    config = _setup_waits_request_timeout(config)
+    accepted = _accepted(_with_defaults(settings), KafkaProducer.DEFAULT_CONFIG)
+    config = _client_config({**accepted, **fixed}, bootstrap_servers=bootstrap_servers)
     with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
         return KafkaProducer(**config)
 
@@ -279,13 +287,12 @@ def kafka_admin(
     """A kafka-python ``KafkaAdminClient`` with the connection part of ``settings``."""
     from kafka.admin import KafkaAdminClient
 
-    config = {
-        **_accepted(connection_settings(_with_defaults(settings)), KafkaAdminClient.DEFAULT_CONFIG),
-        "client_id": client_id,
-        **fixed,
-    }
-    config["bootstrap_servers"] = _servers(bootstrap_servers)
-    config = _setup_waits_request_timeout(config)
+    accepted = _accepted(
+        connection_settings(_with_defaults(settings)), KafkaAdminClient.DEFAULT_CONFIG
+    )
+    config = _client_config(
+        {**accepted, "client_id": client_id, **fixed}, bootstrap_servers=bootstrap_servers
+    )
     with _named_failures(servers=",".join(config["bootstrap_servers"]), settings=config):
         return KafkaAdminClient(**config)
 

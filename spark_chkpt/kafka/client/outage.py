@@ -99,7 +99,7 @@ def broker_calls(
     """Run Kafka client calls; an outage leaves as :class:`BrokerUnavailableError`, a
     refused login or ACL as the error naming it (:mod:`spark_chkpt.kafka.client.access`;
     ``operation`` on ``resource``: what the calls need, for the ACL to grant)."""
-    from spark_chkpt.kafka.client.access import access_error
+    from spark_chkpt.kafka.client.access import Asked, access_error
 
     try:
         yield
@@ -109,9 +109,8 @@ def broker_calls(
         report_now(e)
         raise
     except Exception as e:
-        named = access_error(
-            e, servers=servers, settings=settings, operation=operation, resource=resource
-        )
+        asked = Asked(operation=operation, resource=resource)
+        named = access_error(e, servers=servers, settings=settings, asked=asked)
         if named is not None:
             raise report_now(named) from e
         error = unavailable(e, servers=servers, settings=settings, doing=doing)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from spark_chkpt.deadline import Deadline
@@ -17,6 +18,16 @@ from spark_chkpt.kafka.client.access import access_checked
 from spark_chkpt.kafka.client.outage import retry_while_refused
 
 Settings = Mapping[str, Any] | None
+
+
+def _asking(
+    bootstrap_servers: str, settings: Settings, operation: str, resource: str
+) -> AbstractContextManager[None]:
+    """Kafka client calls whose refusal of ``operation`` on ``resource`` leaves named
+    (:func:`~spark_chkpt.kafka.client.access.access_checked`)."""
+    return access_checked(
+        servers=bootstrap_servers, settings=settings or {}, operation=operation, resource=resource
+    )
 
 
 def _admin(bootstrap_servers: str, settings: Settings = None) -> Any:
@@ -42,12 +53,7 @@ def partition_count(*, bootstrap_servers: str, name: str, settings: Settings = N
     def ask() -> int:
         consumer = _metadata_consumer(bootstrap_servers, settings)
         try:
-            with access_checked(
-                servers=bootstrap_servers,
-                settings=settings or {},
-                operation="DESCRIBE",
-                resource=name,
-            ):
+            with _asking(bootstrap_servers, settings, "DESCRIBE", name):
                 consumer.topics()
                 return len(consumer.partitions_for_topic(name) or ())
         finally:
@@ -72,12 +78,7 @@ def topic_configs(
 
     admin = _admin(bootstrap_servers, settings)
     try:
-        with access_checked(
-            servers=bootstrap_servers,
-            settings=settings or {},
-            operation="DESCRIBE_CONFIGS",
-            resource=names[0],
-        ):
+        with _asking(bootstrap_servers, settings, "DESCRIBE_CONFIGS", names[0]):
             described = admin.describe_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, name) for name in names],
                 config_filter="all",
@@ -230,9 +231,7 @@ def create_topic(
 
     admin = _admin(bootstrap_servers, settings)
     try:
-        with access_checked(
-            servers=bootstrap_servers, settings=settings or {}, operation="CREATE", resource=name
-        ):
+        with _asking(bootstrap_servers, settings, "CREATE", name):
             try:
                 admin.create_topics(spec(replication_factor))
             except IncompatibleBrokerVersion:
@@ -271,12 +270,7 @@ def replication_factors(
     partitions (a topic missing from the cluster is left out)."""
     admin = _admin(bootstrap_servers, settings)
     try:
-        with access_checked(
-            servers=bootstrap_servers,
-            settings=settings or {},
-            operation="DESCRIBE",
-            resource=names[0],
-        ):
+        with _asking(bootstrap_servers, settings, "DESCRIBE", names[0]):
             described = admin.describe_topics(list(names))
     finally:
         admin.close()
@@ -296,9 +290,7 @@ def add_partitions(
 
     admin = _admin(bootstrap_servers, settings)
     try:
-        with access_checked(
-            servers=bootstrap_servers, settings=settings or {}, operation="ALTER", resource=name
-        ):
+        with _asking(bootstrap_servers, settings, "ALTER", name):
             admin.create_partitions({name: NewPartitions(total)})
     finally:
         admin.close()

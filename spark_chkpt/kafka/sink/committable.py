@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.alignment.barrier import ATTEMPT_HEADER
+
+if TYPE_CHECKING:
+    from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 
 Header = tuple[str, bytes]
 
@@ -38,3 +42,27 @@ class ProducedOutput:
     def tag(self) -> Header:
         """The ``chkpt.attempt`` header every record of this attempt carries."""
         return (ATTEMPT_HEADER, self.attempt.encode("ascii"))
+
+
+class AttemptProducer:
+    """What a task attempt's producer starts with on either client (the
+    :class:`~spark_chkpt.kafka.sink.writer.RecordProducer` s): the sink's ``config``, the
+    attempt's ``output`` and the tag its records carry; then the client's own start,
+    ``extra`` its producer settings on top of the sink's (a transactional id)."""
+
+    def __init__(
+        self,
+        *,
+        config: KafkaSinkConfig,
+        batch_id: int | None,
+        task: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.output = ProducedOutput.start(batch_id=batch_id, task=task)
+        self._tag: Header = self.output.tag
+        self._start(batch_id=batch_id, extra=extra or {})
+
+    def _start(self, *, batch_id: int | None, extra: dict[str, Any]) -> None:
+        """The client's producer, opened (each client its own)."""
+        raise NotImplementedError

@@ -29,12 +29,11 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from spark_chkpt.errors import BrokerUnavailableError, ChkptError
-from spark_chkpt.kafka.client.access import access_error
+from spark_chkpt.kafka.client.access import Asked, access_error
 from spark_chkpt.kafka.client.factory import confluent_producer
 from spark_chkpt.kafka.client.listener import protocol_mismatch
 from spark_chkpt.kafka.client.outage import delivery_timeout_s, outage_error
-from spark_chkpt.kafka.sink.committable import Header, ProducedOutput
-from spark_chkpt.kafka.sink.options import KafkaSinkConfig
+from spark_chkpt.kafka.sink.committable import AttemptProducer, ProducedOutput
 from spark_chkpt.kafka.sink.rows import (
     producing_failed,
     sink_rows,
@@ -52,17 +51,11 @@ _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choo
 Headers = list[tuple[str, str | bytes | None]]  # what produce() takes
 
 
-class ConfluentProducer:
+class ConfluentProducer(AttemptProducer):
     """:class:`~spark_chkpt.kafka.sink.writer.RecordProducer` on confluent-kafka's ``Producer``."""
 
-    def __init__(
-        self,
-        *,
-        config: KafkaSinkConfig,
-        batch_id: int | None,
-        task: int,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
+    def _start(self, *, batch_id: int | None, extra: dict[str, Any]) -> None:
+        config = self.config
         try:
             import confluent_kafka
         except ImportError as e:  # the driver checked; a worker may still lack it
@@ -71,9 +64,6 @@ class ConfluentProducer:
                 "a dependency of spark-chkpt: pip install 'confluent-kafka>=2.4,<3'"
             ) from e
         self._ck = confluent_kafka
-        self.config = config
-        self.output = ProducedOutput.start(batch_id=batch_id, task=task)
-        self._tag: Header = self.output.tag
         self._tag_only: Headers = [self._tag]  # reused: produce() copies headers
         self._doing = f"producing batch {batch_id}'s records"
         self._counts: dict[tuple[str, int], int] = {}  # (topic, partition) -> acknowledged
@@ -88,7 +78,7 @@ class ConfluentProducer:
                 "on_delivery": self._delivery_callback(),
                 "error_cb": self._on_error,
                 "logger": log,
-                **(extra or {}),
+                **extra,
             }
         )
 
@@ -229,8 +219,10 @@ class ConfluentProducer:
             RuntimeError(text),
             servers=self.config.bootstrap_servers,
             settings=self.config.producer_settings,
-            operation="WRITE",
-            resource=where.rpartition("-")[0] if where != "the producer" else None,
+            asked=Asked(
+                operation="WRITE",
+                resource=where.rpartition("-")[0] if where != "the producer" else None,
+            ),
         )
         raise named if named is not None else producing_failed(text)
 

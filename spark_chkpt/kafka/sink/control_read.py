@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from spark_chkpt.errors import ChkptError
@@ -45,12 +45,7 @@ class ReadPoint:
     generation: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "control_topic": self.control_topic,
-            "offset": self.offset,
-            "id": self.id,
-            "generation": self.generation,
-        }
+        return asdict(self)
 
     @classmethod
     def of(cls, doc: Any) -> ReadPoint | None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_chkpt.errors import ConfigError
 from spark_chkpt.kafka.client.outage import flush_within
-from spark_chkpt.kafka.sink.committable import ProducedOutput
+from spark_chkpt.kafka.sink.committable import AttemptProducer, ProducedOutput
 from spark_chkpt.kafka.sink.confluent_writer import ConfluentProducer
 from spark_chkpt.kafka.sink.options import KafkaSinkConfig
 from spark_chkpt.kafka.sink.rows import (
@@ -60,26 +60,17 @@ def build_producer(*, config: KafkaSinkConfig, batch_id: int | None, task: int) 
     return KafkaPythonProducer(config=config, batch_id=batch_id, task=task)
 
 
-class KafkaPythonProducer:
+class KafkaPythonProducer(AttemptProducer):
     """:class:`RecordProducer` on kafka-python's ``KafkaProducer``."""
 
-    def __init__(
-        self,
-        *,
-        config: KafkaSinkConfig,
-        batch_id: int | None,
-        task: int,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
+    def _start(self, *, batch_id: int | None, extra: dict[str, Any]) -> None:
         from spark_chkpt.kafka.client.factory import kafka_producer
 
-        self.config = config
-        self.output = ProducedOutput.start(batch_id=batch_id, task=task)
-        self._tag = self.output.tag
+        config = self.config
         self._producer = kafka_producer(
             bootstrap_servers=config.bootstrap_servers,
             settings=config.producer_kwargs(client_id=f"spark-chkpt-sink-{self.output.attempt}"),
-            **(extra or {}),
+            **extra,
         )
         self._lock = threading.Lock()
         self._error: BaseException | None = None

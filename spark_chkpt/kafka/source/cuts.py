@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from spark_chkpt.alignment.barrier import IndexEntry, control_topic_for
 from spark_chkpt.alignment.cut import AlignmentMode, TopicCut, plan_topic
@@ -48,16 +48,30 @@ class TopicRead:
 
     def plan(self, *, mode: AlignmentMode, force_unaligned: bool = False) -> TopicCut:
         """The topic's cut in ``mode`` (:func:`spark_chkpt.alignment.cut.plan_topic`)."""
-        return plan_topic(
+        return plan_topic(mode=mode, force_unaligned=force_unaligned, **self.planned())
+
+    def planned(self) -> PlanInputs:
+        """What both planners (:func:`~spark_chkpt.alignment.cut.plan_topic`,
+        :func:`~spark_chkpt.alignment.fanin.plan_fan_in`) take of the read, by name."""
+        return PlanInputs(
             topic=self.topic,
-            mode=mode,
             start=self.begin,
             latest=self.latest,
             entries=self.entries,
             max_records=self.max_rows,
-            force_unaligned=force_unaligned,
             revocations=self.revocations,
         )
+
+
+class PlanInputs(TypedDict):
+    """A topic's read as the planners' keyword arguments (:meth:`TopicRead.planned`)."""
+
+    topic: str
+    start: PartitionOffsets
+    latest: PartitionOffsets
+    entries: Sequence[IndexEntry]
+    max_records: int | None
+    revocations: Sequence[IndexEntry]
 
 
 class BarrierCuts:
@@ -271,16 +285,7 @@ class BarrierCuts:
                 option="alignmentTimeout",
                 value=f"{self.config.alignment_timeout_ms}ms",
             )
-        cut = plan_fan_in(
-            topic=topic,
-            start=read.begin,
-            latest=read.latest,
-            entries=read.entries,
-            max_records=read.max_rows,
-            previous=previous,
-            revocations=read.revocations,
-            expected=self.config.upstream_apps,
-        )
+        cut = plan_fan_in(previous=previous, expected=self.config.upstream_apps, **read.planned())
         end.update(cut.end)
         return {
             "mode": "aligned",

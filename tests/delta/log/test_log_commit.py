@@ -20,6 +20,8 @@ from deltalake import DeltaTable, write_deltalake
 from spark_chkpt.delta.features.protocol import TableProtocol, check_table
 from spark_chkpt.delta.log.commit import (
     LogState,
+    NewFiles,
+    OwnCommit,
     advance,
     build_append,
     commit_append,
@@ -67,10 +69,12 @@ def state(**changes: Any) -> LogState:
 def test_an_append_gets_row_ids_above_the_high_water_mark_and_its_commit_version() -> None:
     text = build_append(
         state(),
-        files=[staged("a b.parquet", 3), staged("c.parquet", 2)],
-        txns={"app": 7},
-        metadata={"chkpt.batchId": 7, "chkpt.snapshot": "{}"},
-        partition_by=[],
+        new=NewFiles(
+            files=[staged("a b.parquet", 3), staged("c.parquet", 2)],
+            txns={"app": 7},
+            metadata={"chkpt.batchId": 7, "chkpt.snapshot": "{}"},
+            partition_by=[],
+        ),
         now_ms=10_000,
     )
     found = actions(text)
@@ -98,24 +102,24 @@ def test_an_append_gets_row_ids_above_the_high_water_mark_and_its_commit_version
 
 def test_the_in_commit_timestamp_grows_past_a_clock_behind_the_last_commit() -> None:
     text = build_append(
-        state(ict=20_000), files=[], txns={}, metadata={}, partition_by=[], now_ms=10_000
+        state(ict=20_000),
+        new=NewFiles(files=[], txns={}, metadata={}, partition_by=[]),
+        now_ms=10_000,
     )
     assert actions(text)[0]["commitInfo"]["inCommitTimestamp"] == 20_001
 
 
 def test_no_row_ids_when_suspended_and_commit_versions_alone_for_type_widening() -> None:
     suspended = state(configuration={"delta.rowTrackingSuspended": "true"})
-    text = build_append(
-        suspended, files=[staged("a.parquet", 3)], txns={}, metadata={}, partition_by=[], now_ms=1
-    )
+    new = NewFiles(files=[staged("a.parquet", 3)], txns={}, metadata={}, partition_by=[])
+    text = build_append(suspended, new=new, now_ms=1)
     add = actions(text)[1]["add"]
     assert "baseRowId" not in add and "defaultRowCommitVersion" not in add
     assert "inCommitTimestamp" not in actions(text)[0]["commitInfo"]
     assert not any("domainMetadata" in a for a in actions(text))
     widened = state(features=frozenset({"typeWidening"}), configuration={})
-    text = build_append(
-        widened, files=[staged("a.parquet", 3)], txns={}, metadata={}, partition_by=[], now_ms=1
-    )
+    new = NewFiles(files=[staged("a.parquet", 3)], txns={}, metadata={}, partition_by=[])
+    text = build_append(widened, new=new, now_ms=1)
     add = actions(text)[1]["add"]
     assert add["defaultRowCommitVersion"] == 5 and "baseRowId" not in add
 
@@ -288,16 +292,10 @@ def test_a_lost_race_is_read_by_version_and_retried_above_the_winner(tmp_path: P
 
     def commit(state: Any, files: list[Any]) -> int | None:
         return commit_append(
-            location=location,
-            uri=str(table),
+            to=OwnCommit(location=location, uri=str(table), put=put, check=lambda p: None),
             state=state,
-            files=files,
             app_id="app",
-            txns={"app": 3},
-            metadata={},
-            partition_by=[],
-            put=put,
-            check=lambda p: None,
+            new=NewFiles(files=files, txns={"app": 3}, metadata={}, partition_by=[]),
         )
 
     assert commit(base, [staged("f.parquet", 4)]) == 3
@@ -402,15 +400,13 @@ def test_an_overwrite_removes_every_live_file_as_delta_spark_writes_the_remove(
         (log_dir / f"{version:020d}.json").write_text(_theirs(*found))
     live = live_files(resolve(str(tmp_path)), version=3)
     assert sorted(f["path"] for f in live) == ["a.parquet", "b%20c.parquet"]
-    text = build_overwrite(
-        state(version=3),
-        live=live,
+    replacing = NewFiles(
         files=[staged("new.parquet", 4)],
         txns={"app": 3},
         metadata={"chkpt.batchId": 3},
         partition_by=[],
-        now_ms=10_000,
     )
+    text = build_overwrite(state(version=3), live=live, new=replacing, now_ms=10_000)
     found = actions(text)
     info = found[0]["commitInfo"]
     assert info["operation"] == "WRITE" and info["operationParameters"]["mode"] == "Overwrite"
@@ -493,16 +489,20 @@ def test_the_after_own_commit_point_fires_once_the_commit_file_exists(tmp_path: 
 
     def commit(version: int, batch: int) -> int | None:
         return commit_append(
-            location=location,
-            uri=str(table),
+            to=OwnCommit(
+                location=location,
+                uri=str(table),
+                put=lambda at, text: put_if_absent(at, text, uri=str(table), storage_options={}),
+                check=lambda p: None,
+            ),
             state=load_state(location, version=version, features=ROW_TRACKING, configuration=ON),
-            files=[staged(f"f{batch}.parquet", 1)],
             app_id="app",
-            txns={"app": batch},
-            metadata={"chkpt.batchId": batch},
-            partition_by=[],
-            put=lambda at, text: put_if_absent(at, text, uri=str(table), storage_options={}),
-            check=lambda p: None,
+            new=NewFiles(
+                files=[staged(f"f{batch}.parquet", 1)],
+                txns={"app": batch},
+                metadata={"chkpt.batchId": batch},
+                partition_by=[],
+            ),
         )
 
     with enabled(FaultPoint.AFTER_OWN_COMMIT, seen, batch_id=7):

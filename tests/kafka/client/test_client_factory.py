@@ -96,7 +96,7 @@ def test_a_missing_acl_names_resource_operation_and_the_grant() -> None:
         TopicAuthorizationFailedError({"orders"}),
         servers="h:9093",
         settings=SCRAM,
-        operation="WRITE",
+        asked=access.Asked(operation="WRITE"),
     )
     assert isinstance(error, KafkaAuthorizationError)
     assert "WRITE on topic 'orders' to principal 'alice'" in str(error)
@@ -108,8 +108,7 @@ def test_a_librdkafka_transactional_id_refusal_is_named() -> None:
         RuntimeError("KafkaError{code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED}"),
         servers="h:9093",
         settings={"sasl.username": "alice"},
-        resource="chkpt-app",
-        resource_kind="transactional-id",
+        asked=access.Asked(resource="chkpt-app", resource_kind="transactional-id"),
     )
     assert isinstance(error, KafkaAuthorizationError)
     assert "--transactional-id 'chkpt-app' --resource-pattern-type prefixed" in str(error)
@@ -120,8 +119,7 @@ def test_the_sinks_topic_is_not_named_for_a_refused_transactional_id() -> None:
         RuntimeError("the producer: TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ..."),
         servers="h:9093",
         settings=SCRAM,
-        operation="WRITE",
-        resource="orders",
+        asked=access.Asked(operation="WRITE", resource="orders"),
     )
     assert isinstance(error, KafkaAuthorizationError)
     assert "refused WRITE on transactional-id 'chkpt-' to principal 'alice'" in str(error)
