@@ -74,15 +74,14 @@ spark-lines: $(SPARK_LINE_VENVS)
 # The modules marked other_clients (pytestmark) run in the second pass.
 OTHER_CLIENT_TESTS := -m other_clients
 
-# Three pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
-# a test file per worker at a time (a module's fixtures are built once): with two, the
-# first pass and the passes beside it kept the 2-core machine's cores 89% busy (a kill
-# chain waits on single-threaded JVM starts, triggers and timeouts), and the third takes
-# some of the rest. Files go out in collection order (--no-loadscope-reorder),
+# Two pytest-xdist workers, each with its own broker and SparkSession (session fixtures),
+# a test file per worker at a time (a module's fixtures are built once): the kill chains
+# and Spark tests mostly wait on JVM starts and triggers, so two fit the 2-core machine
+# (about half the serial time). Files go out in collection order (--no-loadscope-reorder),
 # which tests/conftest.py sorts by kind, so the few long kill chains (marked fault) start
 # first: xdist's default order, most tests first, left them to the end on one worker
 # while the other sat idle. PYTEST_WORKERS=0 runs in one process.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # Each pass writes every test's seconds to .cache/test-times/ (tests/conftest.py) and prints
